@@ -1,0 +1,125 @@
+"""The command line: run, migrate, check-config, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from sidecar import __version__
+from sidecar.config.loader import load_config_file
+from sidecar.config.model import Config
+from sidecar.core.errors import ConfigError, SchemaError, StoreError
+from sidecar.obs.logs import configure_logging
+
+CONFIG_ENV = "WEBHOOK_SIDECAR_CONFIG"
+EXIT_CONFIG = 2
+EXIT_STORE = 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_CONFIG
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"webhook-sidecar: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except SchemaError as exc:
+        print(f"webhook-sidecar: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    except StoreError as exc:
+        print(f"webhook-sidecar: store unavailable: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="webhook-sidecar",
+        description="A verifying, deduplicating reverse proxy for inbound webhooks.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    def with_config(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", "-c", default=os.environ.get(CONFIG_ENV),
+                       help=f"YAML config file (default: ${CONFIG_ENV})")
+
+    run = sub.add_parser("run", help="run the proxy")
+    with_config(run)
+    run.set_defaults(func=_run)
+
+    migrate = sub.add_parser("migrate", help="apply database migrations, then exit")
+    with_config(migrate)
+    migrate.set_defaults(func=_migrate)
+
+    check = sub.add_parser("check-config", help="validate a config file, then exit")
+    with_config(check)
+    check.set_defaults(func=_check_config)
+
+    demo = sub.add_parser("demo", help="a self-contained showcase on a temporary SQLite store")
+    demo.add_argument("--quiet", action="store_true", help="print only the summary")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def _load(args: argparse.Namespace) -> Config:
+    if not args.config:
+        raise ConfigError("", f"no config file: pass --config PATH or set ${CONFIG_ENV}")
+    return load_config_file(args.config)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from sidecar.serve import serve
+
+    config = _load(args)
+    configure_logging(config.log_level, config.log_format)
+    return asyncio.run(serve(config))
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from sidecar.app import open_store
+    from sidecar.store.postgres import migrate_postgres
+
+    config = _load(args)
+    configure_logging(config.log_level, config.log_format)
+    if config.store.kind == "sqlite":
+        async def touch() -> None:
+            store = await open_store(config.store)  # the embedded store migrates itself
+            await store.close()
+
+        asyncio.run(touch())
+        print(f"sqlite store at {config.store.sqlite_path} is up to date")
+        return 0
+    applied = asyncio.run(migrate_postgres(config.store.url))
+    if applied:
+        print("applied: " + ", ".join(applied))
+    else:
+        print("database schema is up to date")
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = _load(args)
+    print(f"config OK: listen {config.listen}, admin {config.admin_listen}, "
+          f"store {config.store.kind} ({config.store.redacted_url})")
+    for p in config.providers:
+        print(f"  {p.key}: POST {p.path}  preset={p.preset or '-'}  secrets={len(p.secrets)}  "
+              f"lease={p.lease:g}s  inflight_wait={p.inflight_wait:g}s  "
+              f"retention={p.retention:g}s")
+    for warning in config.warnings:
+        print(f"warning: {warning}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from sidecar.demo import run_demo
+
+    return asyncio.run(run_demo(quiet=args.quiet))

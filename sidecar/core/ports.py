@@ -1,0 +1,70 @@
+"""The store port: the few verbs the proxy needs, implemented once per database."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sidecar.core.events import AttemptResult, Claim, EventRow, EventState
+
+
+class Store(Protocol):
+    """Storage of event rows. Every method raises ``StoreError`` (never a driver error) when the
+    database is unreachable or too slow.
+
+    Invariants the adapters enforce in the database itself:
+    - ``claim`` is atomic across processes: of N concurrent claims of one key exactly one wins.
+    - ``take_over`` succeeds for exactly one caller per eligible row state.
+    - ``complete`` is fenced by ``attempt``: a stale attempt never overwrites a newer one.
+    """
+
+    async def claim(
+        self, provider: str, event_id: str, body_sha256: bytes, lease_seconds: float, owner: str
+    ) -> Claim:
+        """Insert a ``processing`` row with attempt 1 and a lease, or return the existing row.
+
+        One committed statement; no transaction is left open.
+        """
+        ...
+
+    async def take_over(
+        self, provider: str, event_id: str, lease_seconds: float, owner: str
+    ) -> int | None:
+        """If the row is ``failed``, or ``processing`` with an expired lease, atomically move it to
+        ``processing`` with attempt + 1 and a new lease; return the new attempt. Else ``None``."""
+        ...
+
+    async def complete(
+        self, provider: str, event_id: str, attempt: int, result: AttemptResult
+    ) -> bool:
+        """Record the result of ``attempt`` if the row is still ``processing`` at that attempt.
+        Clears the lease. Returns False when the attempt was superseded (nothing written)."""
+        ...
+
+    async def get(self, provider: str, event_id: str) -> EventRow | None:
+        """Read one row (with the database clock)."""
+        ...
+
+    async def list_events(
+        self,
+        provider: str | None = None,
+        state: EventState | None = None,
+        limit: int = 100,
+    ) -> list[EventRow]:
+        """Rows newest first, optionally filtered."""
+        ...
+
+    async def release(self, provider: str, event_id: str) -> bool:
+        """Operator repair: mark a ``processing`` or ``failed`` row ``failed`` with its lease
+        cleared, so that the next redelivery takes it over. Returns False if no such row."""
+        ...
+
+    async def purge(self, provider: str, older_than_seconds: float, batch_size: int) -> int:
+        """Delete up to ``batch_size`` rows of ``provider`` received more than
+        ``older_than_seconds`` ago, never a ``processing`` row with a live lease."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise ``StoreError`` unless the database answers."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""The HTTP shell: aiohttp handlers that execute the core's decisions."""

@@ -1,0 +1,22 @@
+"""Typed application keys shared by the HTTP shell and the composition root."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from aiohttp import web
+
+from sidecar.config.model import Config
+from sidecar.core.ports import Store
+from sidecar.obs.metrics import Metrics
+from sidecar.upstream import Upstream
+
+CONFIG = web.AppKey("config", Config)
+STORE = web.AppKey("store", Store)
+UPSTREAM = web.AppKey("upstream", Upstream)
+METRICS = web.AppKey("metrics", Metrics)
+CLOCK = web.AppKey("clock", Callable[[], float])
+OWNER = web.AppKey("owner", str)
+# Result writes still running; awaited on shutdown so no recorded outcome is lost.
+PENDING = web.AppKey("pending", set[asyncio.Task[bool]])

@@ -1,0 +1,37 @@
+"""Prometheus metrics on an injected registry (never the global one)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Metrics:
+    """Every metric the proxy exports. Duplicates are a normal result, not an error."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.events = Counter(
+            "webhook_events", "Deliveries by provider and result "
+            "(new, duplicate, in_flight, takeover, upstream_error, mirrored_failure, "
+            "invalid_signature, bad_request, too_large, handshake, store_error).",
+            ["provider", "result"], registry=self.registry)
+        self.upstream_latency = Histogram(
+            "webhook_upstream_latency_seconds", "Time the app took to answer a forward.",
+            ["provider"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.claim_latency = Histogram(
+            "webhook_claim_latency_seconds", "Time to claim an event id in the store.",
+            ["provider"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.payload_mismatches = Counter(
+            "webhook_payload_mismatches", "Deliveries whose body differs from the first one "
+            "seen for the same event id.", ["provider"], registry=self.registry)
+        self.superseded = Counter(
+            "webhook_superseded_results", "Attempt results not recorded because a newer "
+            "attempt had taken the event over.", ["provider"], registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

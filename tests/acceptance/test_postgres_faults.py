@@ -1,0 +1,158 @@
+"""Concurrency and crash claims on PostgreSQL, with real processes, real SIGKILL and a real
+`pg_ctl stop -m immediate`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.acceptance.conftest import Deployment, run_cli
+from tests.pgserver import ThrowawayCluster
+from tests.support import (
+    ProxyProcess,
+    Rows,
+    StubApp,
+    base_config,
+    post,
+    stripe_event,
+    stripe_headers,
+)
+
+STRIPE = "/webhooks/stripe"
+
+
+@pytest.fixture
+def pg_only(deployment: Deployment) -> Deployment:
+    if deployment.kind != "postgres":
+        pytest.skip("a PostgreSQL-only scenario (several processes share one database)")
+    return deployment
+
+
+async def test_200_concurrent_deliveries_over_two_processes(pg_only: Deployment) -> None:
+    dep = pg_only
+    await dep.start(2)
+    assert dep.client is not None
+    body = stripe_event("evt_thundering")
+    # Each copy is signed separately by the stripe SDK, as real redeliveries are.
+    results = await asyncio.gather(*(
+        post(dep.client, dep.url(i, STRIPE), body, stripe_headers(body)) for i in range(200)
+    ))
+    statuses = [status for status, _, _ in results]
+    assert set(statuses) <= {200, 409, 503}, sorted(set(statuses))
+    assert dep.stub.count("evt_thundering") == 1
+    rows = await dep.rows.all()
+    assert [(r["event_id"], r["state"], r["attempt"]) for r in rows] == [
+        ("evt_thundering", "done", 1)]
+
+    status, headers, _ = await post(dep.client, dep.url(1, STRIPE), body, stripe_headers(body))
+    assert status == 200 and headers["X-Webhook-Sidecar-Replay"] == "true"
+
+    # Both processes restart: the answer comes from the database, not from memory.
+    await dep.stop()
+    await dep.start(2)
+    for i in range(2):
+        status, headers, _ = await post(dep.client, dep.url(i, STRIPE), body,
+                                        stripe_headers(body))
+        assert status == 200 and headers["X-Webhook-Sidecar-Replay"] == "true"
+    assert dep.stub.count("evt_thundering") == 1
+
+
+async def test_sigkill_after_claim_then_takeover_by_exactly_one(pg_only: Deployment) -> None:
+    dep = pg_only
+    dep.config["providers"]["stripe"]["inflight_wait"] = "200ms"
+    await dep.start(2)
+    assert dep.client is not None
+    victim, survivor = dep.procs
+    body = stripe_event("evt_crash")
+    dep.stub.hold.clear()  # the app keeps attempt 1 in flight
+
+    first = asyncio.create_task(post(dep.client, victim.url + STRIPE, body, stripe_headers(body)))
+    await dep.stub.wait_for(lambda: dep.stub.count("evt_crash") == 1)
+    await victim.kill()  # SIGKILL: claimed and forwarded, result never recorded
+    with pytest.raises(aiohttp.ClientError):
+        await first
+    row = await dep.rows.one("stripe", "evt_crash")
+    assert row is not None and row["state"] == "processing" and row["attempt"] == 1
+
+    # Lease still live: the redelivery must not be answered 2xx nor forwarded.
+    status, headers, _ = await post(dep.client, survivor.url + STRIPE, body, stripe_headers(body))
+    assert status == 409 and "Retry-After" in headers
+    assert dep.stub.count("evt_crash") == 1
+
+    # Wait on the database clock (not a sleep) until the crashed attempt's lease expires.
+    async def expired() -> None:
+        while not await dep.rows.lease_expired("stripe", "evt_crash"):
+            await asyncio.sleep(0.05)
+    await asyncio.wait_for(expired(), 10)
+
+    dep.stub.hold.set()
+    results = await asyncio.gather(*(
+        post(dep.client, survivor.url + STRIPE, body, stripe_headers(body)) for _ in range(10)
+    ))
+    statuses = [status for status, _, _ in results]
+    assert statuses.count(200) >= 1 and set(statuses) <= {200, 409}, statuses
+    assert dep.stub.attempts("evt_crash") == [1, 2]  # exactly one takeover, marked attempt 2
+    row = await dep.rows.one("stripe", "evt_crash")
+    assert row is not None and row["state"] == "done" and row["attempt"] == 2
+
+
+@pytest.fixture
+async def own_cluster(tmp_path: Path) -> AsyncIterator[ThrowawayCluster]:
+    cluster = ThrowawayCluster(tmp_path / "pg")
+    await asyncio.to_thread(cluster.start)
+    try:
+        yield cluster
+    finally:
+        await asyncio.to_thread(cluster.cleanup)
+
+
+async def test_postgres_stopped_mid_run_gives_503_then_recovers(
+    own_cluster: ThrowawayCluster, tmp_path: Path
+) -> None:
+    stub = await StubApp().start()
+    config = base_config(stub.url, own_cluster.dsn)
+    config_path = tmp_path / "config.yaml"
+    import yaml
+    config_path.write_text(yaml.safe_dump(config))
+    code, _, err = await run_cli("migrate", "--config", str(config_path))
+    assert code == 0, err
+    proc = await ProxyProcess(config_path).start()
+    try:
+        async with aiohttp.ClientSession() as client:
+            url = proc.url + STRIPE
+            before = stripe_event("evt_before")
+            assert (await post(client, url, before, stripe_headers(before)))[0] == 200
+
+            await asyncio.to_thread(own_cluster.stop, "immediate")
+            during = stripe_event("evt_during")
+            for _ in range(3):
+                status, headers, _ = await post(client, url, during, stripe_headers(during))
+                assert status == 503 and "Retry-After" in headers
+            async with client.get(proc.admin_url + "/readyz") as resp:
+                assert resp.status == 503
+            async with client.get(proc.admin_url + "/healthz") as resp:
+                assert resp.status == 200
+            assert stub.count("evt_during") == 0
+
+            await asyncio.to_thread(own_cluster.start)
+            # Same process, no restart: broken pooled connections are replaced on use.
+            statuses = []
+            for _ in range(50):
+                status, _, _ = await post(client, url, during, stripe_headers(during))
+                statuses.append(status)
+                if status == 200:
+                    break
+                assert status == 503
+                await asyncio.sleep(0.1)
+            assert statuses[-1] == 200, statuses
+            assert stub.count("evt_during") == 1
+            rows = await Rows(own_cluster.dsn).all()
+            assert {r["event_id"]: r["state"] for r in rows} == {
+                "evt_before": "done", "evt_during": "done"}
+    finally:
+        await proc.terminate()
+        await stub.stop()

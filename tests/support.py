@@ -1,0 +1,259 @@
+"""Test helpers shared by the integration and acceptance layers: a recording stub app, the proxy
+as a real subprocess, and signed Stripe deliveries made by the ``stripe`` SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import stripe
+import yaml
+from aiohttp import web
+
+REPO = Path(__file__).resolve().parent.parent
+STRIPE_SECRET = "whsec_test_acceptance_secret_0123456789"
+
+
+@dataclass
+class Seen:
+    event_id: str
+    attempt: int
+    idempotency_key: str
+    body: bytes
+    headers: dict[str, str]
+
+
+Behaviour = Callable[[Seen], Awaitable[web.StreamResponse]]
+
+
+async def answer_200(seen: Seen) -> web.StreamResponse:
+    return web.json_response({"ok": True, "event": seen.event_id, "attempt": seen.attempt})
+
+
+class StubApp:
+    """The app behind the proxy, on loopback. Records every request it receives; its answer is
+    decided by ``behaviour`` (replaceable mid-test). ``hold`` blocks answers until released, so a
+    test can keep an attempt in flight without sleeping."""
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        self.behaviour: Behaviour = answer_200
+        self.hold = asyncio.Event()
+        self.hold.set()
+        self.arrived = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def count(self, event_id: str | None = None) -> int:
+        return sum(1 for s in self.seen if event_id is None or s.event_id == event_id)
+
+    def attempts(self, event_id: str) -> list[int]:
+        return [s.attempt for s in self.seen if s.event_id == event_id]
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        async with self.arrived:
+            await asyncio.wait_for(self.arrived.wait_for(predicate), timeout)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        seen = Seen(
+            event_id=request.headers.get("X-Webhook-Sidecar-Event-Id", ""),
+            attempt=int(request.headers.get("X-Webhook-Sidecar-Attempt", "0")),
+            idempotency_key=request.headers.get("Idempotency-Key", ""),
+            body=await request.read(),
+            headers=dict(request.headers),
+        )
+        self.seen.append(seen)
+        async with self.arrived:
+            self.arrived.notify_all()
+        await self.hold.wait()
+        return await self.behaviour(seen)
+
+    async def start(self) -> StubApp:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        self.hold.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def stripe_event(event_id: str, **extra: Any) -> bytes:
+    return json.dumps({"id": event_id, "object": "event", "type": "invoice.paid",
+                       **extra}).encode()
+
+
+def stripe_headers(body: bytes, secret: str = STRIPE_SECRET,
+                   timestamp: int | None = None) -> dict[str, str]:
+    """Signed by the stripe SDK itself (an independent oracle for our verifier)."""
+    header = stripe.WebhookSignature.generate_signature_header(
+        body.decode(), secret, timestamp=timestamp or int(time.time()))
+    return {"Stripe-Signature": header, "Content-Type": "application/json"}
+
+
+def base_config(upstream_url: str, store_url: str, **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "listen": "127.0.0.1:0",
+        "admin_listen": "127.0.0.1:0",
+        "upstream": {"url": upstream_url, "timeout": "2s", "connect_timeout": "1s"},
+        "store": {"url": store_url, "acquire_timeout": "1s", "statement_timeout": "2s"},
+        "shutdown_timeout": "10s",
+        "log": {"level": "info", "format": "json"},
+        "providers": {
+            "stripe": {"path": "/webhooks/stripe", "preset": "stripe",
+                       "secrets": [STRIPE_SECRET], "lease": "4s", "inflight_wait": "1s"},
+            "github": {"path": "/webhooks/github", "preset": "github",
+                       "secrets": ["It's a Secret to Everybody"], "lease": "4s",
+                       "inflight_wait": "1s"},
+            "slack": {"path": "/webhooks/slack", "preset": "slack",
+                      "secrets": ["8f742231b10e8888abcd99yyyzzz85a5"], "lease": "4s",
+                      "inflight_wait": "1s"},
+        },
+    }
+    for key, value in overrides.items():
+        config[key] = value
+    return config
+
+
+@dataclass
+class ProxyProcess:
+    """``python -m sidecar run`` as a real subprocess, logging JSON lines to stderr."""
+
+    config_path: Path
+    proc: asyncio.subprocess.Process | None = None
+    listen: str = ""
+    admin: str = ""
+    logs: list[dict[str, Any]] = field(default_factory=list)
+    raw_logs: list[str] = field(default_factory=list)
+    _reader: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.listen}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.admin}"
+
+    async def start(self, timeout: float = 20.0) -> ProxyProcess:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "sidecar", "run", "--config", str(self.config_path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=str(REPO), env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        listening: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.create_task(self._read(listening))
+        try:
+            await asyncio.wait_for(asyncio.shield(listening), timeout)
+        except (TimeoutError, RuntimeError):
+            await self.kill()
+            raise RuntimeError("proxy did not start:\n" + "\n".join(self.raw_logs)) from None
+        return self
+
+    async def _read(self, listening: asyncio.Future[None]) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        async for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self.raw_logs.append(line)
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                self.logs.append(entry)
+                if entry.get("event") == "listening" and not listening.done():
+                    self.listen, self.admin = entry["listen"], entry["admin_listen"]
+                    listening.set_result(None)
+        if not listening.done():
+            listening.set_exception(RuntimeError("exited"))
+
+    async def kill(self) -> None:
+        """SIGKILL: no cleanup, no result write — a crash."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+        await self.wait()
+
+    async def terminate(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await self.wait(timeout)
+
+    async def wait(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        code = await asyncio.wait_for(self.proc.wait(), timeout)
+        if self._reader is not None:
+            await asyncio.wait_for(self._reader, timeout)
+        return code
+
+
+def write_config(tmp: Path, config: dict[str, Any], name: str = "config.yaml") -> Path:
+    path = tmp / name
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class Rows:
+    """Reads event rows with plain SQL, independently of the store adapters."""
+
+    def __init__(self, store_url: str) -> None:
+        self.store_url = store_url
+
+    async def all(self) -> list[dict[str, Any]]:
+        query = ("SELECT provider, event_id, state, attempt, response_status FROM webhook_event "
+                 "ORDER BY provider, event_id")
+        if self.store_url.startswith("sqlite:"):
+            with contextlib.closing(sqlite3.connect(self.store_url[len("sqlite:///"):])) as db:
+                db.row_factory = sqlite3.Row
+                return [dict(r) for r in db.execute(query)]
+        conn = await asyncpg.connect(self.store_url)
+        try:
+            return [dict(r) for r in await conn.fetch(query)]
+        finally:
+            await conn.close()
+
+    async def one(self, provider: str, event_id: str) -> dict[str, Any] | None:
+        rows = [r for r in await self.all()
+                if r["provider"] == provider and r["event_id"] == event_id]
+        return rows[0] if rows else None
+
+    async def lease_expired(self, provider: str, event_id: str) -> bool:
+        """Asks the database clock, as the proxy does."""
+        if self.store_url.startswith("sqlite:"):
+            query = ("SELECT lease_until < (julianday('now') - 2440587.5) * 86400.0 FROM "
+                     "webhook_event WHERE provider = ? AND event_id = ?")
+            with contextlib.closing(sqlite3.connect(self.store_url[len("sqlite:///"):])) as db:
+                return bool(db.execute(query, (provider, event_id)).fetchone()[0])
+        conn = await asyncpg.connect(self.store_url)
+        try:
+            return bool(await conn.fetchval(
+                "SELECT lease_until < clock_timestamp() FROM webhook_event "
+                "WHERE provider = $1 AND event_id = $2", provider, event_id))
+        finally:
+            await conn.close()
+
+
+async def post(client: aiohttp.ClientSession, url: str, body: bytes,
+               headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    async with client.post(url, data=body, headers=headers) as resp:
+        return resp.status, dict(resp.headers), await resp.read()

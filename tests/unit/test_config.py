@@ -1,0 +1,145 @@
+"""The config loader: strict validation with key paths, interpolation, secrets, presets."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.config.interpolate import interpolate
+from sidecar.config.loader import load_config_file, parse_config
+from sidecar.core.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def minimal(**provider: Any) -> dict[str, Any]:
+    return {
+        "upstream": {"url": "http://127.0.0.1:3000"},
+        "providers": {"stripe": {"path": "/webhooks/stripe", "preset": "stripe",
+                                 "secrets": ["whsec_abc"], **provider}},
+    }
+
+
+def error_path(data: object, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, env=env or {})
+    return info.value.path
+
+
+def test_minimal_config_takes_defaults_and_preset() -> None:
+    config = parse_config(minimal(), env={})
+    assert str(config.listen) == "0.0.0.0:8080"
+    assert str(config.admin_listen) == "127.0.0.1:9090"
+    assert config.store.kind == "sqlite"
+    assert config.upstream.timeout == 10.0
+    stripe = config.providers[0]
+    assert stripe.key == "stripe" and stripe.preset == "stripe"
+    assert stripe.keys == (b"whsec_abc",)  # Stripe's secret is used verbatim
+    assert stripe.retention == 30 * 86400
+    assert 500 in stripe.retryable_statuses and 429 in stripe.retryable_statuses
+    assert 404 not in stripe.retryable_statuses
+    assert any("one host" in w for w in config.warnings)
+
+
+@pytest.mark.parametrize(("mutate", "path"), [
+    (lambda d: d.update(unknown=1), "unknown"),
+    (lambda d: d["upstream"].update(timout="1s"), "upstream.timout"),
+    (lambda d: d["upstream"].update(url="ftp://x"), "upstream.url"),
+    (lambda d: d["upstream"].update(timeout="ten seconds"), "upstream.timeout"),
+    (lambda d: d.update(listen="8080"), "listen"),
+    (lambda d: d.update(admin_listen="0.0.0.0:8080"), "admin_listen"),
+    (lambda d: d.update(max_body_bytes="lots"), "max_body_bytes"),
+    (lambda d: d.update(store={"url": "mysql://x"}), "store.url"),
+    (lambda d: d.update(providers={}), "providers"),
+    (lambda d: d["providers"]["stripe"].update(lease="5s"), "providers.stripe.lease"),
+    (lambda d: d["providers"]["stripe"].update(inflight_wait="2m"),
+     "providers.stripe.inflight_wait"),
+    (lambda d: d["providers"]["stripe"].update(preset="strype"), "providers.stripe.preset"),
+    (lambda d: d["providers"]["stripe"].update(secrets=[]), "providers.stripe.secrets"),
+    (lambda d: d["providers"]["stripe"].update(path="webhooks"), "providers.stripe.path"),
+    (lambda d: d["providers"]["stripe"].update(colour="red"), "providers.stripe.colour"),
+    (lambda d: d["providers"]["stripe"].update(retryable_statuses=[200]),
+     "providers.stripe.retryable_statuses"),
+    (lambda d: d["providers"]["stripe"].update(retryable_statuses=["9xx"]),
+     "providers.stripe.retryable_statuses[0]"),
+    (lambda d: d["providers"]["stripe"].update(on_payload_mismatch="ignore"),
+     "providers.stripe.on_payload_mismatch"),
+    (lambda d: d["providers"].update(Bad={"path": "/x"}), "providers.Bad"),
+    (lambda d: d["providers"].update(other={**d["providers"]["stripe"]}),
+     "providers.other.path"),
+])
+def test_invalid_values_name_their_key_path(mutate: Any, path: str) -> None:
+    data = minimal()
+    mutate(data)
+    assert error_path(data) == path
+
+
+def test_lease_must_exceed_upstream_timeout() -> None:
+    data = minimal(lease="10s")
+    with pytest.raises(ConfigError, match="must exceed upstream.timeout"):
+        parse_config(data, env={})
+
+
+def test_interpolation_with_defaults_and_missing_variables() -> None:
+    env = {"SECRET": "whsec_from_env"}
+    assert interpolate({"a": ["${SECRET}", "${NOPE:-fallback}", "$${SECRET}"]}, env) == {
+        "a": ["whsec_from_env", "fallback", "${SECRET}"]}
+    data = minimal(secrets=["${STRIPE_SECRET}"])
+    assert error_path(data) == "providers.stripe.secrets[0]"
+    config = parse_config(data, env={"STRIPE_SECRET": "whsec_x"})
+    assert config.providers[0].keys == (b"whsec_x",)
+
+
+def test_secrets_from_env_and_files_several_at_once(tmp_path: Path) -> None:
+    (tmp_path / "old").write_text("whsec_old\n")  # as a Kubernetes Secret file, with newline
+    data = minimal(secrets=[{"env": "NEW"}, {"file": "old"}])
+    config = parse_config(data, env={"NEW": "whsec_new"}, base_dir=tmp_path)
+    provider = config.providers[0]
+    assert provider.keys == (b"whsec_new", b"whsec_old")
+    assert [s.source for s in provider.secrets] == ["env:NEW", f"file:{tmp_path / 'old'}"]
+    assert "whsec" not in repr(config)  # secrets are redacted in every repr
+    assert error_path(minimal(secrets=[{"file": "missing"}])) == "providers.stripe.secrets[0].file"
+    assert error_path(minimal(secrets=[{"env": "UNSET"}])) == "providers.stripe.secrets[0].env"
+
+
+def test_standard_webhooks_secret_is_base64_decoded() -> None:
+    data = minimal()
+    data["providers"]["stripe"].update(preset="standard-webhooks",
+                                       secrets=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])
+    key = parse_config(data, env={}).providers[0].keys[0]
+    assert len(key) == 24
+
+
+def test_user_keys_override_the_preset_deeply() -> None:
+    data = minimal(signature={"timestamp": {"tolerance": "10m"}}, retention="90d")
+    provider = parse_config(data, env={}).providers[0]
+    assert provider.retention == 90 * 86400
+    assert provider.signature.timestamp is not None
+    assert provider.signature.timestamp.tolerance == 600
+
+
+def test_password_is_redacted_from_store_repr() -> None:
+    data = minimal()
+    data["store"] = {"url": "postgresql://app:hunter2@db:5432/hooks"}
+    config = parse_config(data, env={})
+    assert "hunter2" not in repr(config)
+    assert config.store.redacted_url == "postgresql://app:***@db:5432/hooks"
+
+
+def test_example_config_validates(tmp_path: Path) -> None:
+    shutil.copy(REPO / "config.example.yaml", tmp_path / "config.yaml")
+    (tmp_path / "acme-secret.txt").write_text("acme-secret\n")
+    env = {"STRIPE_WEBHOOK_SECRET": "whsec_x", "GITHUB_WEBHOOK_SECRET": "gh"}
+    config = load_config_file(tmp_path / "config.yaml", env=env)
+    assert [p.key for p in config.providers] == ["stripe", "github", "acme"]
+    assert config.store.sqlite_path == str(tmp_path / "webhook-sidecar.db")
+
+
+def test_yaml_syntax_errors_are_config_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("providers: [unclosed")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config_file(bad)

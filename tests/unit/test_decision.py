@@ -1,0 +1,76 @@
+"""The pure core: what a delivery that lost the claim does, for every row state."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sidecar.core.decision import (
+    Busy,
+    MirrorFailure,
+    Replay,
+    TakeOver,
+    Wait,
+    classify,
+    decide,
+    failure_status,
+    result_of,
+)
+from sidecar.core.events import EventRow, EventState, Outcome, RecordedResponse
+
+NOW = 1_700_000_000.0
+OK = RecordedResponse(200, (("Content-Type", "application/json"),), b"{}")
+RETRYABLE = frozenset({408, 425, 429, *range(300, 400), *range(500, 600)})
+
+
+def row(state: EventState, lease_until: float | None = None, **kw: object) -> EventRow:
+    base = EventRow(provider="p", event_id="e", state=state, attempt=1, body_sha256=b"h",
+                    received_at=NOW - 5, updated_at=NOW - 1, lease_until=lease_until,
+                    outcome=None, response=None, latency_ms=None, now=NOW)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_done_is_replayed() -> None:
+    assert decide(row(EventState.DONE, response=OK), waited=False, wait_left=1) == Replay(OK)
+
+
+def test_failed_is_taken_over_on_arrival_but_mirrored_after_waiting() -> None:
+    failed = row(EventState.FAILED, outcome=Outcome.TIMEOUT)
+    assert decide(failed, waited=False, wait_left=1) == TakeOver()
+    assert decide(failed, waited=True, wait_left=1) == MirrorFailure(failed)
+
+
+def test_live_lease_waits_then_is_busy() -> None:
+    live = row(EventState.PROCESSING, lease_until=NOW + 30)
+    assert decide(live, waited=False, wait_left=0.5) == Wait(lease_remaining=30)
+    assert decide(live, waited=True, wait_left=0) == Busy(retry_after=30)
+    short = row(EventState.PROCESSING, lease_until=NOW + 0.2)
+    assert decide(short, waited=True, wait_left=0) == Busy(retry_after=1)
+
+
+def test_expired_lease_is_taken_over_even_after_waiting() -> None:
+    crashed = row(EventState.PROCESSING, lease_until=NOW - 0.001)
+    assert decide(crashed, waited=True, wait_left=0) == TakeOver()
+
+
+@pytest.mark.parametrize(("status", "state"), [
+    (200, EventState.DONE), (204, EventState.DONE), (400, EventState.DONE),
+    (404, EventState.DONE), (422, EventState.DONE), (301, EventState.FAILED),
+    (408, EventState.FAILED), (429, EventState.FAILED), (500, EventState.FAILED),
+    (503, EventState.FAILED),
+])
+def test_classify_follows_http_semantics(status: int, state: EventState) -> None:
+    assert classify(status, RETRYABLE) is state
+
+
+def test_failure_status_is_never_2xx() -> None:
+    assert failure_status(Outcome.TIMEOUT, None) == 504
+    assert failure_status(Outcome.CONNECT_ERROR, None) == 502
+    assert failure_status(Outcome.DISCONNECTED, None) == 502
+    assert failure_status(Outcome.RESPONSE, RecordedResponse(503, (), b"")) == 503
+
+
+def test_result_of_without_a_response_is_failed() -> None:
+    assert result_of(Outcome.TIMEOUT, None, 10.0, RETRYABLE).state is EventState.FAILED
+    assert result_of(Outcome.RESPONSE, OK, 1.0, RETRYABLE).state is EventState.DONE
