@@ -76,10 +76,11 @@ def build_apps(
             yield
         finally:
             # Handlers are done or cancelled by now; result writes they started still finish.
-            pending = set(app[PENDING])
-            if pending:
-                log.info("draining_result_writes", count=len(pending))
-                await asyncio.wait(pending, timeout=config.shutdown_timeout)
+            tasks = app[PENDING]
+            unfinished = set(tasks)
+            if unfinished:
+                log.info("draining_result_writes", count=len(unfinished))
+                await asyncio.wait(unfinished, timeout=config.shutdown_timeout)
             await app[UPSTREAM].close()
             if owns_store:
                 await app[STORE].close()

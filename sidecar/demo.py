@@ -21,7 +21,7 @@ from sidecar.config.loader import parse_config
 from sidecar.config.model import Config
 from sidecar.core.signing import sign
 from sidecar.obs.logs import configure_logging
-from sidecar.serve import Running, start, stop
+from sidecar.serve import start, stop
 
 BURST = 25
 

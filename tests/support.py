@@ -11,7 +11,6 @@ import signal
 import sqlite3
 import sys
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,6 +185,15 @@ class ProxyProcess:
                     listening.set_result(None)
         if not listening.done():
             listening.set_exception(RuntimeError("exited"))
+
+    async def wait_for_log(self, event: str, timeout: float = 10.0) -> dict[str, Any]:
+        async def find() -> dict[str, Any]:
+            while True:
+                for entry in self.logs:
+                    if entry.get("event") == event:
+                        return entry
+                await asyncio.sleep(0.01)  # polling our own log buffer, bounded below
+        return await asyncio.wait_for(find(), timeout)
 
     async def kill(self) -> None:
         """SIGKILL: no cleanup, no result write — a crash."""

@@ -37,7 +37,7 @@ def _interpolate_str(text: str, env: Mapping[str, str], path: str) -> str:
             return env[name]
         if default is not None:
             return default
-        raise ConfigError(path, f"environment variable {name} is not set (write ${{{name}:-default}} "
-                          "to give a default)")
+        raise ConfigError(path, f"environment variable {name} is not set "
+                          f"(write ${{{name}:-default}} to give a default)")
 
     return _PATTERN.sub(replace, text)

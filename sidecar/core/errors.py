@@ -48,7 +48,7 @@ class SchemaError(StoreError):
 
 class UpstreamError(SidecarError):
     """The upstream gave no HTTP answer. ``outcome`` is ``timeout``, ``connect_error`` or
-    ``disconnected``; for ``timeout`` and ``disconnected`` the app may have processed the request."""
+    ``disconnected``; after ``timeout`` or ``disconnected`` the app may have processed it."""
 
     def __init__(self, outcome: str, detail: str = "") -> None:
         self.outcome = outcome

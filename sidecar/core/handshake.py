@@ -52,7 +52,7 @@ def handshake_answer(spec: HandshakeSpec, body: bytes) -> dict[str, Any] | None:
     """The JSON answer if this (verified) body is the handshake, else None."""
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON (or too deep): not a handshake
         return None
     found, value = spec.when_path.lookup(document)
     if not found or value != spec.equals:

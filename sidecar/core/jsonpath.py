@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sidecar.core.errors import ConfigError
 
 _STEP = re.compile(
-    r"""\.(?P<name>[A-Za-z_][A-Za-z0-9_-]*)
+    r"""\.(?P<name>[A-Za-z0-9_-]+)
       | \[(?P<index>\d+)\]
       | \[(?P<quote>['"])(?P<key>(?:(?!(?P=quote)).)*)(?P=quote)\]""",
     re.VERBOSE,

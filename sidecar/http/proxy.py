@@ -29,8 +29,8 @@ from sidecar.core.decision import (
     result_of,
 )
 from sidecar.core.errors import EventIdError, StoreError, UpstreamError, VerificationError
-from sidecar.core.events import AttemptResult, EventRow, EventState, Outcome, RecordedResponse
 from sidecar.core.eventid import extract_event_id
+from sidecar.core.events import AttemptResult, EventRow, EventState, Outcome, RecordedResponse
 from sidecar.core.handshake import handshake_answer
 from sidecar.core.signing import verify
 from sidecar.http.keys import CLOCK, METRICS, OWNER, PENDING, STORE, UPSTREAM
@@ -134,8 +134,7 @@ async def _deliver(d: _Delivery, body: bytes) -> web.StreamResponse:
     if claim.won:
         return await _forward(d, body, claim.row.attempt, "new")
 
-    row: EventRow | None = claim.row
-    if row.body_sha256 != body_sha256:
+    if claim.row.body_sha256 != body_sha256:
         app[METRICS].payload_mismatches.labels(provider.key).inc()
         d.fields["payload_mismatch"] = True
         log.warning("payload_mismatch", provider=provider.key, event_id=event_id)
@@ -143,6 +142,7 @@ async def _deliver(d: _Delivery, body: bytes) -> web.StreamResponse:
             d.result = "payload_mismatch"
             return _error(422, "event id already seen with a different body", "payload_mismatch")
 
+    row: EventRow | None = claim.row
     waited, delay = False, 0.02
     for _ in range(MAX_DECISION_STEPS):
         if row is None:  # deleted meanwhile (operator or retention): claim afresh

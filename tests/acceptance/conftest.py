@@ -93,7 +93,7 @@ async def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
         store_url = await create_database(admin_dsn)
     dep = Deployment(request.param, store_url, stub, tmp_path, base_config(stub.url, store_url))
     if request.param == "postgres":
-        code, out, err = await run_cli("migrate", "--config",
+        code, _, err = await run_cli("migrate", "--config",
                                        str(write_config(tmp_path, dep.config)))
         assert code == 0, err
     try:

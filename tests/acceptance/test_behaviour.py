@@ -63,7 +63,7 @@ async def test_final_4xx_is_terminal_and_replayed(deployment: Deployment) -> Non
 
 async def test_upstream_500_fails_then_retry_forwards_attempt_2(deployment: Deployment) -> None:
     async def flaky(seen: object) -> web.StreamResponse:
-        attempt = getattr(seen, "attempt")
+        attempt = seen.attempt
         if attempt == 1:
             return web.json_response({"error": "db down"}, status=500)
         return web.json_response({"ok": True})

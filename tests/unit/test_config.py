@@ -79,7 +79,7 @@ def test_invalid_values_name_their_key_path(mutate: Any, path: str) -> None:
 
 def test_lease_must_exceed_upstream_timeout() -> None:
     data = minimal(lease="10s")
-    with pytest.raises(ConfigError, match="must exceed upstream.timeout"):
+    with pytest.raises(ConfigError, match=r"must exceed upstream\.timeout"):
         parse_config(data, env={})
 
 

@@ -1,0 +1,488 @@
+"""The signature scheme a provider block declares, parsed strictly into frozen values.
+
+The registries below (``ALGORITHMS``, ``ENCODINGS``, ``SECRET_DECODERS``, ``FORMATS``) are the
+extension points: a new algorithm or header format is one entry, and providers stay data.
+Nothing here touches the network, the clock or the request body.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sidecar.core.durations import parse_duration
+from sidecar.core.errors import ConfigError, VerificationError
+
+# --- algorithms -----------------------------------------------------------------------------
+
+
+class Algorithm(Protocol):
+    """Signs and verifies a message with one key. ``verify`` must compare in constant time."""
+
+    @property
+    def name(self) -> str: ...
+
+    def sign(self, key: bytes, message: bytes) -> bytes: ...
+
+    def verify(self, key: bytes, message: bytes, signatures: Sequence[bytes]) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Hmac:
+    name: str
+    digest: str
+
+    def sign(self, key: bytes, message: bytes) -> bytes:
+        return hmac.new(key, message, self.digest).digest()
+
+    def verify(self, key: bytes, message: bytes, signatures: Sequence[bytes]) -> bool:
+        # One MAC per key however many candidates the header lists; no early exit.
+        expected = self.sign(key, message)
+        matched = False
+        for candidate in signatures:
+            matched |= hmac.compare_digest(expected, candidate)
+        return matched
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "hmac-sha256": Hmac("hmac-sha256", "sha256"),
+    "hmac-sha1": Hmac("hmac-sha1", "sha1"),
+}
+
+# --- encodings ------------------------------------------------------------------------------
+
+
+def _hex_decode(text: str) -> bytes:
+    # unhexlify, unlike bytes.fromhex, rejects embedded whitespace. Both cases are accepted:
+    # the decoded bytes are what is compared.
+    return binascii.unhexlify(text.encode("ascii"))
+
+
+def _base64_decode(text: str) -> bytes:
+    # Standard alphabet, padded or not; validate=True rejects any other character.
+    data = text.encode("ascii")
+    return base64.b64decode(data + b"=" * (-len(data) % 4), validate=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Codec:
+    """Text form of signature bytes. ``decode`` raises ``ValueError`` on malformed text."""
+
+    name: str
+    encode: Callable[[bytes], str] = field(repr=False)
+    decode: Callable[[str], bytes] = field(repr=False)
+
+
+ENCODINGS: dict[str, Codec] = {
+    "hex": Codec("hex", bytes.hex, _hex_decode),
+    "base64": Codec("base64", lambda raw: base64.b64encode(raw).decode("ascii"), _base64_decode),
+}
+
+# How the configured secret text becomes key bytes; each raises ValueError on bad input.
+SECRET_DECODERS: dict[str, Callable[[str], bytes]] = {
+    "utf8": lambda text: text.encode("utf-8"),
+    "base64": _base64_decode,
+    "hex": _hex_decode,
+}
+
+# --- field readers (shared with the event-id and config parsers) ---------------------------
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP header name (RFC 9110 token)
+
+
+def join_path(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def as_mapping(data: object, path: str) -> Mapping[str, object]:
+    if not isinstance(data, Mapping):
+        raise ConfigError(path, "must be a mapping")
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(path, f"keys must be strings, got {key!r}")
+    return data
+
+
+def check_keys(
+    data: Mapping[str, object],
+    path: str,
+    *,
+    required: Iterable[str] = (),
+    optional: Iterable[str] = (),
+    context: str = "",
+) -> None:
+    """Reject unknown keys first (typos are the common mistake), then missing ones."""
+    required = tuple(required)
+    allowed = (*required, *optional)
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(
+                join_path(path, key), f"unknown key{context}; allowed: {', '.join(allowed)}"
+            )
+    for key in required:
+        if key not in data:
+            raise ConfigError(join_path(path, key), "required")
+
+
+def get_str(
+    data: Mapping[str, object],
+    key: str,
+    path: str,
+    default: str | None = None,
+    *,
+    allow_empty: bool = False,
+) -> str:
+    value = data.get(key, default)
+    where = join_path(path, key)
+    if value is None:
+        raise ConfigError(where, "required")
+    if not isinstance(value, str):
+        raise ConfigError(where, "must be a string")
+    if not value and not allow_empty:
+        raise ConfigError(where, "must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(where, "must be valid Unicode text") from None
+    return value
+
+
+def get_choice(
+    data: Mapping[str, object], key: str, path: str, choices: Iterable[str], default: str | None
+) -> str:
+    choices = tuple(choices)
+    value = data.get(key, default)
+    if value is None:
+        raise ConfigError(join_path(path, key), "required")
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(join_path(path, key), f"must be one of {', '.join(choices)}")
+    return value
+
+
+def get_header_name(data: Mapping[str, object], key: str, path: str) -> str:
+    value = get_str(data, key, path)
+    if not _TOKEN.fullmatch(value):
+        raise ConfigError(join_path(path, key), f"{value!r} is not a valid HTTP header name")
+    return value
+
+
+def get_str_list(data: Mapping[str, object], key: str, path: str) -> tuple[str, ...]:
+    value = data.get(key)
+    where = join_path(path, key)
+    if not isinstance(value, list) or not value:
+        raise ConfigError(where, "must be a non-empty list of strings")
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            raise ConfigError(f"{where}[{index}]", "must be a non-empty string")
+    return tuple(value)
+
+
+# --- signature header formats ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderParts:
+    """What a signature header holds: candidate signatures (still encoded) and, for formats
+    that carry one, the timestamp text exactly as received."""
+
+    signatures: tuple[str, ...]
+    timestamp: str | None = None
+
+
+class SignatureFormat(Protocol):
+    @property
+    def carries_timestamp(self) -> bool: ...
+
+    def parse(self, value: str) -> HeaderParts:
+        """Split a header value; raises only ``VerificationError``."""
+        ...
+
+    def render(self, signature: str, timestamp: str | None) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlainFormat:
+    """One signature, optionally behind a literal prefix (``sha256=…``, ``v0=…``)."""
+
+    prefix: str = ""
+
+    @property
+    def carries_timestamp(self) -> bool:
+        return False
+
+    def parse(self, value: str) -> HeaderParts:
+        if not value.startswith(self.prefix):
+            raise VerificationError("malformed_signature", f"expected prefix {self.prefix!r}")
+        signature = value[len(self.prefix) :]
+        return HeaderParts((signature,) if signature else ())
+
+    def render(self, signature: str, timestamp: str | None) -> str:
+        return self.prefix + signature
+
+
+@dataclass(frozen=True, slots=True)
+class KvListFormat:
+    """``t=…,v1=…,v1=…``: signatures under ``signature_keys``; other keys are ignored, so a
+    provider's decoy scheme (Stripe's ``v0``) can never be what matched."""
+
+    signature_keys: tuple[str, ...]
+    pair_separator: str = ","
+    kv_separator: str = "="
+    timestamp_key: str | None = None
+
+    @property
+    def carries_timestamp(self) -> bool:
+        return self.timestamp_key is not None
+
+    def parse(self, value: str) -> HeaderParts:
+        signatures: list[str] = []
+        timestamp: str | None = None
+        for item in value.split(self.pair_separator):
+            key, found, text = item.strip(" \t").partition(self.kv_separator)
+            if not found:
+                continue
+            if key == self.timestamp_key:
+                if timestamp is not None:  # two timestamps: which one was signed is ambiguous
+                    raise VerificationError("malformed_signature", "timestamp given twice")
+                timestamp = text
+            elif key in self.signature_keys and text:
+                signatures.append(text)
+        return HeaderParts(tuple(signatures), timestamp)
+
+    def render(self, signature: str, timestamp: str | None) -> str:
+        pairs = []
+        if self.timestamp_key is not None and timestamp is not None:
+            pairs.append(f"{self.timestamp_key}{self.kv_separator}{timestamp}")
+        pairs.append(f"{self.signature_keys[0]}{self.kv_separator}{signature}")
+        return self.pair_separator.join(pairs)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedListFormat:
+    """``v1,<sig> v1a,<sig>``: entries whose version is not accepted are ignored."""
+
+    versions: tuple[str, ...]
+    list_separator: str = " "
+    version_separator: str = ","
+
+    @property
+    def carries_timestamp(self) -> bool:
+        return False
+
+    def parse(self, value: str) -> HeaderParts:
+        signatures = []
+        for entry in value.split(self.list_separator):
+            version, found, text = entry.strip(" \t").partition(self.version_separator)
+            if found and version in self.versions and text:
+                signatures.append(text)
+        return HeaderParts(tuple(signatures))
+
+    def render(self, signature: str, timestamp: str | None) -> str:
+        return f"{self.versions[0]}{self.version_separator}{signature}"
+
+
+def _separators(
+    data: Mapping[str, object], path: str, first: tuple[str, str], second: tuple[str, str]
+) -> tuple[str, str]:
+    a = get_str(data, first[0], path, first[1])
+    b = get_str(data, second[0], path, second[1])
+    if a == b or a in b or b in a:
+        message = f"must differ from (and not contain or be part of) {first[0]}"
+        raise ConfigError(join_path(path, second[0]), message)
+    return a, b
+
+
+def _plain(data: Mapping[str, object], path: str) -> SignatureFormat:
+    check_keys(data, path, required=("type",), optional=("prefix",), context=" for type plain")
+    return PlainFormat(get_str(data, "prefix", path, "", allow_empty=True))
+
+
+def _kv_list(data: Mapping[str, object], path: str) -> SignatureFormat:
+    optional = ("pair_separator", "kv_separator", "timestamp_key")
+    required = ("type", "signature_keys")
+    check_keys(data, path, required=required, optional=optional, context=" for type kv_list")
+    pair, kv = _separators(data, path, ("pair_separator", ","), ("kv_separator", "="))
+    keys = get_str_list(data, "signature_keys", path)
+    timestamp_key = None
+    if data.get("timestamp_key") is not None:
+        timestamp_key = get_str(data, "timestamp_key", path)
+        if timestamp_key in keys:
+            raise ConfigError(join_path(path, "timestamp_key"), "is also a signature key")
+    return KvListFormat(keys, pair, kv, timestamp_key)
+
+
+def _versioned_list(data: Mapping[str, object], path: str) -> SignatureFormat:
+    optional = ("list_separator", "version_separator")
+    context = " for type versioned_list"
+    check_keys(data, path, required=("type", "versions"), optional=optional, context=context)
+    items, version = _separators(data, path, ("list_separator", " "), ("version_separator", ","))
+    return VersionedListFormat(get_str_list(data, "versions", path), items, version)
+
+
+FORMATS: dict[str, Callable[[Mapping[str, object], str], SignatureFormat]] = {
+    "plain": _plain,
+    "kv_list": _kv_list,
+    "versioned_list": _versioned_list,
+}
+
+# --- message template -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One piece of the signed message: ``text`` (``data`` holds its UTF-8), ``body``,
+    ``timestamp`` or ``header`` (``name`` is the header)."""
+
+    kind: str
+    data: bytes = b""
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageTemplate:
+    source: str
+    parts: tuple[Part, ...] = field(repr=False)
+
+    @property
+    def uses_timestamp(self) -> bool:
+        return any(part.kind == "timestamp" for part in self.parts)
+
+
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
+
+
+def parse_template(text: str, path: str) -> MessageTemplate:
+    """``{body}``, ``{timestamp}``, ``{header:Name}``; ``{{``/``}}`` are literal braces."""
+    parts: list[Part] = []
+    literal: list[str] = []
+
+    def flush() -> None:
+        text = "".join(literal)
+        literal.clear()
+        if text:
+            parts.append(Part("text", text.encode("utf-8")))
+
+    position = 0
+    for match in _PLACEHOLDER.finditer(text):
+        literal.append(text[position : match.start()])
+        position = match.end()
+        token, name = match[0], match[1]
+        if token in ("{{", "}}"):
+            literal.append(token[0])
+            continue
+        if name is None:
+            raise ConfigError(path, "unbalanced brace; write {{ or }} for a literal one")
+        flush()
+        if name in ("body", "timestamp"):
+            parts.append(Part(name))
+        elif name.startswith("header:") and _TOKEN.fullmatch(name[7:]):
+            parts.append(Part("header", name=name[7:]))
+        else:
+            hint = "use {body}, {timestamp} or {header:Name}"
+            raise ConfigError(path, f"unknown placeholder {{{name}}}; {hint}")
+    literal.append(text[position:])
+    flush()
+    if not any(part.kind == "body" for part in parts):
+        raise ConfigError(path, "must include {body}: a signature that omits it proves nothing")
+    return MessageTemplate(text, tuple(parts))
+
+
+# --- the whole spec -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SecretSpec:
+    encoding: str = "utf8"
+    strip_prefix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampSpec:
+    header: str | None  # None: carried in the signature header (format's timestamp key)
+    unit: str  # "s" | "ms"
+    tolerance: float  # seconds
+    direction: str  # "both" rejects too old and too new; "past" only too old
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureSpec:
+    algorithm: Algorithm
+    header: str
+    format: SignatureFormat
+    encoding: Codec
+    message: MessageTemplate
+    secret: SecretSpec
+    timestamp: TimestampSpec | None
+
+
+def _parse_secret(data: object, path: str) -> SecretSpec:
+    mapping = as_mapping(data, path)
+    check_keys(mapping, path, optional=("encoding", "strip_prefix"))
+    return SecretSpec(
+        get_choice(mapping, "encoding", path, SECRET_DECODERS, "utf8"),
+        get_str(mapping, "strip_prefix", path, "", allow_empty=True),
+    )
+
+
+def _parse_timestamp(data: object, path: str, fmt: SignatureFormat) -> TimestampSpec:
+    mapping = as_mapping(data, path)
+    check_keys(mapping, path, optional=("header", "from", "unit", "tolerance", "direction"))
+    header: str | None = None
+    if "header" in mapping and "from" in mapping:
+        raise ConfigError(join_path(path, "from"), "give header or from, not both")
+    if "from" in mapping:
+        get_choice(mapping, "from", path, ("signature",), None)
+        if not fmt.carries_timestamp:
+            raise ConfigError(
+                join_path(path, "from"), "the signature format carries no timestamp_key"
+            )
+    elif "header" in mapping:
+        header = get_header_name(mapping, "header", path)
+    else:
+        raise ConfigError(join_path(path, "header"), "required (or from: signature)")
+    tolerance_path = join_path(path, "tolerance")
+    tolerance = parse_duration(mapping.get("tolerance", 300), tolerance_path)
+    if tolerance <= 0:
+        raise ConfigError(tolerance_path, "must be more than zero")
+    return TimestampSpec(
+        header,
+        get_choice(mapping, "unit", path, ("s", "ms"), "s"),
+        tolerance,
+        get_choice(mapping, "direction", path, ("both", "past"), "both"),
+    )
+
+
+def parse_signature_spec(data: object, path: str) -> SignatureSpec:
+    """Parse a provider's ``signature:`` block; every error names the key path under ``path``."""
+    mapping = as_mapping(data, path)
+    required = ("algorithm", "header", "format", "encoding", "message")
+    check_keys(mapping, path, required=required, optional=("secret", "timestamp"))
+    algorithm = ALGORITHMS[get_choice(mapping, "algorithm", path, ALGORITHMS, None)]
+    header = get_header_name(mapping, "header", path)
+    format_path = join_path(path, "format")
+    format_data = as_mapping(mapping["format"], format_path)
+    format_type = get_choice(format_data, "type", format_path, FORMATS, None)
+    fmt = FORMATS[format_type](format_data, format_path)
+    encoding = ENCODINGS[get_choice(mapping, "encoding", path, ENCODINGS, None)]
+    message = parse_template(get_str(mapping, "message", path), join_path(path, "message"))
+    secret_data = mapping.get("secret")
+    secret = _parse_secret({} if secret_data is None else secret_data, join_path(path, "secret"))
+    timestamp = None
+    if mapping.get("timestamp") is not None:
+        timestamp = _parse_timestamp(mapping["timestamp"], join_path(path, "timestamp"), fmt)
+
+    if message.uses_timestamp and timestamp is None:
+        raise ConfigError(join_path(path, "message"), "uses {timestamp} but no timestamp is set")
+    if timestamp is not None and not message.uses_timestamp:
+        # An unsigned timestamp can be replaced by an attacker: tolerance would prove nothing.
+        raise ConfigError(join_path(path, "timestamp"), "the message must sign {timestamp}")
+    if fmt.carries_timestamp and (timestamp is None or timestamp.header is not None):
+        raise ConfigError(
+            join_path(format_path, "timestamp_key"), "needs timestamp: {from: signature}"
+        )
+    return SignatureSpec(algorithm, header, fmt, encoding, message, secret, timestamp)

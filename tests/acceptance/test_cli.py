@@ -1,0 +1,80 @@
+"""The command line as a user runs it: a subprocess, its exit code and its output."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from sidecar import __version__
+from tests.acceptance.conftest import Deployment, run_cli
+from tests.support import REPO, base_config, post, stripe_event, stripe_headers, write_config
+
+
+async def test_python_dash_m_is_the_command() -> None:
+    code, out, _ = await run_cli("--version")
+    assert code == 0 and out.strip() == f"webhook-sidecar {__version__}"
+
+
+async def test_check_config_accepts_a_valid_file_and_names_bad_keys(tmp_path: Path) -> None:
+    config = base_config("http://127.0.0.1:3000", "sqlite:///events.db")
+    code, out, err = await run_cli("check-config", "--config", str(write_config(tmp_path, config)))
+    assert code == 0, err
+    assert "stripe: POST /webhooks/stripe" in out
+
+    config["providers"]["stripe"]["lease"] = "1s"
+    code, _, err = await run_cli("check-config", "--config", str(write_config(tmp_path, config)))
+    assert code == 2
+    assert "providers.stripe.lease" in err
+
+    code, _, err = await run_cli("check-config", "--config", str(tmp_path / "absent.yaml"))
+    assert code == 2 and "cannot read config file" in err
+
+
+async def test_demo_exits_zero() -> None:
+    code, out, err = await run_cli("demo")
+    assert code == 0, out + err
+    assert "demo OK" in out
+
+
+async def test_sigterm_lets_inflight_forwards_finish_and_record(deployment: Deployment) -> None:
+    await deployment.start(1)
+    assert deployment.client is not None
+    deployment.stub.hold.clear()
+    proc = deployment.procs[0]
+    bodies = [stripe_event(f"evt_drain_{i}") for i in range(5)]
+    inflight = [asyncio.create_task(post(deployment.client, proc.url + "/webhooks/stripe", body,
+                                         stripe_headers(body))) for body in bodies]
+    await deployment.stub.wait_for(lambda: deployment.stub.count() == 5)
+    assert proc.proc is not None
+    proc.proc.terminate()  # SIGTERM while all five are inside the app
+    await proc.wait_for_log("shutting_down")
+    deployment.stub.hold.set()
+    results = await asyncio.gather(*inflight)
+    assert [status for status, _, _ in results] == [200] * 5
+    assert await proc.wait() == 0
+    rows = await deployment.rows.all()
+    assert sorted((r["event_id"], r["state"]) for r in rows) == [
+        (f"evt_drain_{i}", "done") for i in range(5)]
+    deployment.procs = []
+
+
+@pytest.mark.skipif(os.environ.get("SIDECAR_SKIP_FRESH_VENV") == "1",
+                    reason="explicitly disabled for a quick local run")
+def test_readme_first_command_in_a_fresh_virtualenv(tmp_path: Path) -> None:
+    """The README's run command, in a new virtualenv with nothing but this checkout."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    str(REPO)], check=True, timeout=600, cwd=tmp_path)
+    demo = subprocess.run([str(env_dir / "bin" / "webhook-sidecar"), "demo"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "demo OK" in demo.stdout
+    assert sys.executable != str(python)
