@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import signal
@@ -263,5 +264,7 @@ class Rows:
 
 async def post(client: aiohttp.ClientSession, url: str, body: bytes,
                headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-    async with client.post(url, data=body, headers=headers) as resp:
+    # Large bodies go as a stream, as aiohttp asks (raw bytes over 1 MiB warn).
+    data = io.BytesIO(body) if len(body) > 1024 * 1024 else body
+    async with client.post(url, data=data, headers=headers) as resp:
         return resp.status, dict(resp.headers), await resp.read()

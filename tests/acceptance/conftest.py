@@ -7,6 +7,7 @@ created and migrated PostgreSQL database (migrated by the CLI, as an operator wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import sys
 from collections.abc import AsyncIterator
@@ -84,15 +85,27 @@ async def run_cli(*args: str) -> tuple[int, str, str]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Deployment]:
+    """The behaviour suite runs on both: SQLite with one process, PostgreSQL with two."""
+    admin_dsn = request.getfixturevalue("pg_dsn") if request.param == "postgres" else None
+    async with deploy(request.param, tmp_path, admin_dsn) as dep:
+        yield dep
+
+
+@pytest.fixture
+async def pg_deployment(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Deployment]:
+    async with deploy("postgres", tmp_path, pg_dsn) as dep:
+        yield dep
+
+
+@contextlib.asynccontextmanager
+async def deploy(kind: str, tmp_path: Path, admin_dsn: str | None) -> AsyncIterator[Deployment]:
     stub = await StubApp().start()
-    admin_dsn = None
-    if request.param == "sqlite":
+    if admin_dsn is None:
         store_url = f"sqlite:///{tmp_path / 'events.db'}"
     else:
-        admin_dsn = request.getfixturevalue("pg_dsn")
         store_url = await create_database(admin_dsn)
-    dep = Deployment(request.param, store_url, stub, tmp_path, base_config(stub.url, store_url))
-    if request.param == "postgres":
+    dep = Deployment(kind, store_url, stub, tmp_path, base_config(stub.url, store_url))
+    if admin_dsn is not None:
         code, _, err = await run_cli("migrate", "--config",
                                        str(write_config(tmp_path, dep.config)))
         assert code == 0, err

@@ -1,0 +1,1 @@
+INSERT INTO webhook_sidecar_migrations (name) VALUES ($1::text);

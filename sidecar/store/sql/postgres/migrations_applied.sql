@@ -1,0 +1,1 @@
+SELECT name FROM webhook_sidecar_migrations ORDER BY name;

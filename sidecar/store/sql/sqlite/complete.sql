@@ -1,0 +1,14 @@
+-- Record an attempt's result, fenced: only if the row is still processing at that attempt.
+UPDATE webhook_event
+   SET state = :state,
+       outcome = :outcome,
+       response_status = :response_status,
+       response_headers = :response_headers,
+       response_body = :response_body,
+       latency_ms = :latency_ms,
+       lease_owner = NULL,
+       lease_until = NULL,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE provider = :provider AND event_id = :event_id
+   AND attempt = :attempt AND state = 'processing'
+RETURNING attempt;

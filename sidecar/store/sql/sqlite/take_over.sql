@@ -1,0 +1,20 @@
+-- Take over a failed row, or a processing row whose lease has expired (a lease ending exactly
+-- now counts as expired, as in EventRow.lease_live). One statement: SQLite takes the write lock
+-- before reading, so of concurrent takers (threads or processes) exactly one matches.
+UPDATE webhook_event
+   SET state = 'processing',
+       attempt = attempt + 1,
+       lease_owner = :owner,
+       lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease_seconds,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0,
+       outcome = NULL,
+       response_status = NULL,
+       response_headers = NULL,
+       response_body = NULL,
+       latency_ms = NULL
+ WHERE provider = :provider AND event_id = :event_id
+   AND (state = 'failed'
+        OR (state = 'processing'
+            AND (lease_until IS NULL
+                 OR lease_until <= (julianday('now') - 2440587.5) * 86400.0)))
+RETURNING attempt;

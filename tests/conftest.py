@@ -1,0 +1,115 @@
+"""Shared fixtures: real PostgreSQL (found or started, never skipped) and real SQLite stores.
+
+- ``pg_server`` (session): a reachable server (see ``tests/pgserver.py``) with an admin DSN.
+- ``pg_dsn`` (session): DSN of a fresh, migrated database private to this test session
+  (``sidecar_test_<pid>_<random>``), dropped at the end.
+- ``pg_database_factory``: ``await make()`` returns a DSN to a new empty (unmigrated) database,
+  dropped after the test.
+- ``pg_store``: a ``PostgresStore`` on ``pg_dsn`` with an empty ``webhook_event`` table.
+- ``sqlite_store``: a ``SQLiteStore`` on a new file in ``tmp_path``.
+- ``store``: parametrized over both (``[sqlite]`` and ``[postgres]``).
+- ``pg_throwaway_cluster``: a started private ``ThrowawayCluster`` (fsync on) a test may crash
+  with ``stop(mode="immediate")`` and ``start()`` again; removed after the test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.sqlite import SQLiteStore
+from tests.pgserver import (
+    PgServer,
+    PgServerError,
+    ThrowawayCluster,
+    create_database,
+    drop_database,
+    find_or_start,
+    run_sync,
+    unique_database_name,
+)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    try:
+        server = find_or_start()
+    except PgServerError as exc:
+        pytest.fail(f"no PostgreSQL for the test suite: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(pg_server: PgServer) -> Iterator[str]:
+    dbname = unique_database_name()
+    dsn = run_sync(create_database(pg_server.admin_dsn, dbname))
+    try:
+        run_sync(migrate_postgres(dsn))
+        yield dsn
+    finally:
+        run_sync(drop_database(pg_server.admin_dsn, dbname))
+
+
+@pytest.fixture
+async def pg_database_factory(pg_server: PgServer) -> AsyncIterator[Callable[[], Awaitable[str]]]:
+    created: list[str] = []
+
+    async def make() -> str:
+        dbname = unique_database_name("sidecar_test_fresh")
+        created.append(dbname)
+        return await create_database(pg_server.admin_dsn, dbname)
+
+    yield make
+    for dbname in created:
+        await drop_database(pg_server.admin_dsn, dbname)
+
+
+@pytest.fixture
+async def pg_store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute("TRUNCATE webhook_event")
+    finally:
+        await conn.close()
+    store = await PostgresStore.connect(pg_dsn, min_size=2, max_size=8)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    store = await SQLiteStore.open(tmp_path / "events.db")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest) -> PostgresStore | SQLiteStore:
+    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store"}[request.param]
+    backend: PostgresStore | SQLiteStore = request.getfixturevalue(fixture)
+    return backend
+
+
+@pytest.fixture
+def pg_throwaway_cluster() -> Iterator[ThrowawayCluster]:
+    cluster = ThrowawayCluster(fsync=True)
+    try:
+        cluster.start()
+    except PgServerError as exc:
+        cluster.cleanup()
+        pytest.fail(f"cannot start a throwaway PostgreSQL cluster: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()

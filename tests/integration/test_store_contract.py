@@ -1,0 +1,689 @@
+"""One contract for every ``Store`` adapter, run against real SQLite and real PostgreSQL.
+
+Each test in the first part takes the parametrized ``store`` fixture ([sqlite] and [postgres]).
+A few adapter-specific fault tests follow (unreachable database, server restart, two processes
+sharing one SQLite file). Nothing here sleeps to synchronise: concurrency is real
+(``asyncio.gather`` over a pool of several connections), and expired leases are made with
+``lease_seconds=0`` instead of waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sqlite3
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from sidecar.core.errors import StoreError
+from sidecar.core.events import (
+    AttemptResult,
+    Claim,
+    EventRow,
+    EventState,
+    Outcome,
+    RecordedResponse,
+)
+from sidecar.core.ports import Store
+from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.sqlite import SQLiteStore
+from tests.pgserver import ThrowawayCluster, free_port
+
+LEASE = 30.0
+BODY = hashlib.sha256(b'{"id": "evt_1"}').digest()
+OTHER_BODY = hashlib.sha256(b'{"id": "evt_1", "tampered": true}').digest()
+
+DONE_200 = AttemptResult(
+    state=EventState.DONE,
+    outcome=Outcome.RESPONSE,
+    response=RecordedResponse(
+        status=200,
+        headers=(("Content-Type", "application/json"), ("X-Trace", "a"), ("X-Trace", "b")),
+        body=b'{"ok": true}',
+    ),
+    latency_ms=12.5,
+)
+FAILED_503 = AttemptResult(
+    state=EventState.FAILED,
+    outcome=Outcome.RESPONSE,
+    response=RecordedResponse(status=503, headers=(), body=b"busy"),
+    latency_ms=3.0,
+)
+FAILED_TIMEOUT = AttemptResult(
+    state=EventState.FAILED, outcome=Outcome.TIMEOUT, response=None, latency_ms=10_000.0
+)
+
+
+def _state(row: EventRow) -> tuple[object, ...]:
+    """Everything about a row except the read clock."""
+    return (
+        row.provider,
+        row.event_id,
+        row.state,
+        row.attempt,
+        row.body_sha256,
+        row.received_at,
+        row.updated_at,
+        row.lease_until,
+        row.outcome,
+        row.response,
+        row.latency_ms,
+    )
+
+
+async def _row(store: Store, provider: str, event_id: str) -> EventRow:
+    row = await store.get(provider, event_id)
+    assert row is not None, f"{provider}:{event_id} missing"
+    return row
+
+
+# -- backend-specific access the contract tests need (aging rows, holding locks) -------------
+
+
+class Backdoor:
+    """Direct database access beside the store under test."""
+
+    async def backdate(self, provider: str, event_id: str, seconds: float) -> None:
+        raise NotImplementedError
+
+    def hold_write_lock(self, provider: str, event_id: str) -> AbstractAsyncContextManager[None]:
+        raise NotImplementedError
+
+    async def impatient_store(self) -> Store:
+        """A second store on the same database that gives up on locks after ~0.2 s."""
+        raise NotImplementedError
+
+
+class PgBackdoor(Backdoor):
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    async def backdate(self, provider: str, event_id: str, seconds: float) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(
+                "UPDATE webhook_event SET received_at = received_at - make_interval(secs => $3)"
+                " WHERE provider = $1 AND event_id = $2",
+                provider,
+                event_id,
+                float(seconds),
+            )
+        finally:
+            await conn.close()
+
+    @asynccontextmanager
+    async def hold_write_lock(self, provider: str, event_id: str) -> AsyncIterator[None]:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            async with conn.transaction():
+                locked = await conn.fetch(
+                    "SELECT event_id FROM webhook_event"
+                    " WHERE provider = $1 AND event_id = $2 FOR UPDATE",
+                    provider,
+                    event_id,
+                )
+                assert len(locked) == 1
+                yield
+        finally:
+            await conn.close()
+
+    async def impatient_store(self) -> Store:
+        return await PostgresStore.connect(self.dsn, lock_timeout=0.2, statement_timeout=2.0)
+
+
+class SqliteBackdoor(Backdoor):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _execute(self, sql: str, params: tuple[object, ...]) -> None:
+        con = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        try:
+            con.execute(sql, params)
+        finally:
+            con.close()
+
+    async def backdate(self, provider: str, event_id: str, seconds: float) -> None:
+        await asyncio.to_thread(
+            self._execute,
+            "UPDATE webhook_event SET received_at = received_at - ?"
+            " WHERE provider = ? AND event_id = ?",
+            (float(seconds), provider, event_id),
+        )
+
+    @asynccontextmanager
+    async def hold_write_lock(self, provider: str, event_id: str) -> AsyncIterator[None]:
+        # SQLite locks the whole database for writing; another connection's open write
+        # transaction is what a second process would hold.
+        con = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
+        try:
+            await asyncio.to_thread(con.execute, "BEGIN IMMEDIATE")
+            try:
+                yield
+            finally:
+                await asyncio.to_thread(con.execute, "ROLLBACK")
+        finally:
+            await asyncio.to_thread(con.close)
+
+    async def impatient_store(self) -> Store:
+        return await SQLiteStore.open(self.path, busy_timeout=0.2)
+
+
+@pytest.fixture
+def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
+    if isinstance(store, SQLiteStore):
+        return SqliteBackdoor(store.path)
+    return PgBackdoor(request.getfixturevalue("pg_dsn"))
+
+
+# == the contract ============================================================================
+
+
+async def test_first_claim_wins_with_attempt_one_and_a_live_lease(store: Store) -> None:
+    claim = await store.claim("stripe", "evt_1", BODY, LEASE, "proxy-a")
+
+    assert claim.won is True
+    row = claim.row
+    assert (row.provider, row.event_id) == ("stripe", "evt_1")
+    assert row.state is EventState.PROCESSING
+    assert row.attempt == 1
+    assert row.body_sha256 == BODY
+    assert row.lease_live
+    assert row.lease_until is not None
+    assert row.lease_until == pytest.approx(row.received_at + LEASE, abs=0.01)
+    assert row.received_at <= row.now < row.received_at + 5
+    assert row.updated_at == row.received_at
+    assert (row.outcome, row.response, row.latency_ms) == (None, None, None)
+    assert abs(row.now - time.time()) < 60, "database clock as Unix epoch seconds"
+    assert _state(await _row(store, "stripe", "evt_1")) == _state(row)
+
+
+async def test_second_claim_returns_the_row_unchanged(store: Store) -> None:
+    first = await store.claim("stripe", "evt_1", BODY, LEASE, "proxy-a")
+    second = await store.claim("stripe", "evt_1", OTHER_BODY, 5.0, "proxy-b")
+
+    assert second.won is False
+    assert _state(second.row) == _state(first.row)
+    assert second.row.body_sha256 == BODY, "the stored hash is the first delivery's"
+    assert second.row.now >= first.row.now
+
+
+async def test_the_provider_is_part_of_the_key(store: Store) -> None:
+    a = await store.claim("stripe", "evt_1", BODY, LEASE, "p")
+    b = await store.claim("github", "evt_1", BODY, LEASE, "p")
+    assert a.won and b.won
+
+
+async def test_fifty_concurrent_claims_of_one_key_have_exactly_one_winner(store: Store) -> None:
+    claims: list[Claim] = await asyncio.gather(
+        *(store.claim("stripe", "evt_race", BODY, LEASE, f"proxy-{i}") for i in range(50))
+    )
+
+    winners = [c for c in claims if c.won]
+    assert len(winners) == 1
+    assert all(c.row.attempt == 1 and c.row.state is EventState.PROCESSING for c in claims)
+    assert {c.row.received_at for c in claims} == {winners[0].row.received_at}
+    assert len(await store.list_events(provider="stripe")) == 1
+
+
+async def test_take_over_refuses_a_live_lease(store: Store) -> None:
+    first = await store.claim("stripe", "evt_1", BODY, LEASE, "proxy-a")
+
+    assert await store.take_over("stripe", "evt_1", LEASE, "proxy-b") is None
+    assert _state(await _row(store, "stripe", "evt_1")) == _state(first.row)
+
+
+async def test_take_over_accepts_an_expired_lease(store: Store) -> None:
+    await store.claim("stripe", "evt_1", BODY, 0, "crashed")
+    assert not (await _row(store, "stripe", "evt_1")).lease_live
+
+    assert await store.take_over("stripe", "evt_1", LEASE, "proxy-b") == 2
+    row = await _row(store, "stripe", "evt_1")
+    assert row.state is EventState.PROCESSING
+    assert row.attempt == 2
+    assert row.lease_live
+    assert row.lease_until == pytest.approx(row.updated_at + LEASE, abs=0.01)
+    assert row.body_sha256 == BODY
+
+
+async def test_take_over_accepts_a_failed_row_and_clears_the_old_result(store: Store) -> None:
+    await store.claim("stripe", "evt_1", BODY, LEASE, "proxy-a")
+    assert await store.complete("stripe", "evt_1", 1, FAILED_503)
+
+    assert await store.take_over("stripe", "evt_1", LEASE, "proxy-b") == 2
+    row = await _row(store, "stripe", "evt_1")
+    assert (row.state, row.attempt, row.lease_live) == (EventState.PROCESSING, 2, True)
+    assert (row.outcome, row.response, row.latency_ms) == (None, None, None)
+
+
+async def test_take_over_refuses_done_and_missing_rows(store: Store) -> None:
+    await store.claim("stripe", "evt_1", BODY, 0, "proxy-a")
+    assert await store.complete("stripe", "evt_1", 1, DONE_200)
+
+    assert await store.take_over("stripe", "evt_1", LEASE, "proxy-b") is None
+    assert await store.take_over("stripe", "nope", LEASE, "proxy-b") is None
+    assert (await _row(store, "stripe", "evt_1")).state is EventState.DONE
+
+
+@pytest.mark.parametrize("how", ["expired", "failed"])
+async def test_twenty_concurrent_takeovers_increment_the_attempt_once(
+    store: Store, how: str
+) -> None:
+    await store.claim("stripe", "evt_1", BODY, 0 if how == "expired" else LEASE, "crashed")
+    if how == "failed":
+        assert await store.complete("stripe", "evt_1", 1, FAILED_TIMEOUT)
+
+    results = await asyncio.gather(
+        *(store.take_over("stripe", "evt_1", LEASE, f"proxy-{i}") for i in range(20))
+    )
+
+    assert sorted(results, key=lambda r: r or 0) == [None] * 19 + [2]
+    assert (await _row(store, "stripe", "evt_1")).attempt == 2
+
+
+async def test_complete_records_done_with_the_response_and_clears_the_lease(
+    store: Store,
+) -> None:
+    claim = await store.claim("stripe", "evt_1", BODY, LEASE, "proxy-a")
+
+    assert await store.complete("stripe", "evt_1", 1, DONE_200) is True
+    row = await _row(store, "stripe", "evt_1")
+    assert row.state is EventState.DONE
+    assert row.attempt == 1
+    assert row.outcome is Outcome.RESPONSE
+    assert row.response == DONE_200.response
+    assert row.latency_ms == pytest.approx(12.5)
+    assert row.lease_until is None and not row.lease_live
+    assert row.updated_at >= claim.row.updated_at
+    assert (row.received_at, row.body_sha256) == (claim.row.received_at, BODY)
+
+
+async def test_complete_records_failed_without_a_response(store: Store) -> None:
+    await store.claim("stripe", "evt_1", BODY, LEASE, "proxy-a")
+
+    assert await store.complete("stripe", "evt_1", 1, FAILED_TIMEOUT) is True
+    row = await _row(store, "stripe", "evt_1")
+    assert (row.state, row.outcome, row.response) == (EventState.FAILED, Outcome.TIMEOUT, None)
+    assert row.latency_ms == pytest.approx(10_000.0)
+    assert row.lease_until is None
+
+
+async def test_a_stale_attempt_cannot_overwrite_a_newer_one(store: Store) -> None:
+    await store.claim("stripe", "evt_1", BODY, 0, "zombie")
+    assert await store.take_over("stripe", "evt_1", LEASE, "proxy-b") == 2
+    before = await _row(store, "stripe", "evt_1")
+
+    assert await store.complete("stripe", "evt_1", 1, DONE_200) is False
+    assert _state(await _row(store, "stripe", "evt_1")) == _state(before)
+
+    assert await store.complete("stripe", "evt_1", 2, FAILED_503) is True
+    done = await _row(store, "stripe", "evt_1")
+    assert await store.complete("stripe", "evt_1", 2, DONE_200) is False, "already completed"
+    assert await store.complete("stripe", "evt_1", 1, DONE_200) is False
+    assert _state(await _row(store, "stripe", "evt_1")) == _state(done)
+    assert done.response == FAILED_503.response
+
+
+async def test_complete_of_a_missing_row_writes_nothing(store: Store) -> None:
+    assert await store.complete("stripe", "nope", 1, DONE_200) is False
+    assert await store.get("stripe", "nope") is None
+
+
+async def test_complete_rejects_a_processing_result(store: Store) -> None:
+    await store.claim("stripe", "evt_1", BODY, LEASE, "proxy-a")
+    bogus = AttemptResult(EventState.PROCESSING, Outcome.RESPONSE, None, 1.0)
+    with pytest.raises(ValueError):
+        await store.complete("stripe", "evt_1", 1, bogus)
+    assert (await _row(store, "stripe", "evt_1")).state is EventState.PROCESSING
+
+
+async def test_get_of_a_missing_row_is_none(store: Store) -> None:
+    assert await store.get("stripe", "nope") is None
+
+
+async def test_values_round_trip_exactly(store: Store) -> None:
+    event_id = "évt_😀_" + "x" * 200
+    body = bytes(range(256)) * 4
+    result = AttemptResult(
+        state=EventState.DONE,
+        outcome=Outcome.RESPONSE,
+        response=RecordedResponse(
+            status=201, headers=(("X-Ünicode", "välue ✓"), ("Empty", "")), body=body
+        ),
+        latency_ms=0.25,
+    )
+    sha = hashlib.sha256(body).digest()
+    await store.claim("acme", event_id, sha, LEASE, "o")
+    assert await store.complete("acme", event_id, 1, result)
+
+    row = await _row(store, "acme", event_id)
+    assert (row.event_id, row.body_sha256, row.response) == (event_id, sha, result.response)
+
+    empty = AttemptResult(EventState.DONE, Outcome.RESPONSE, RecordedResponse(204, (), b""), 1)
+    await store.claim("acme", "empty", sha, LEASE, "o")
+    assert await store.complete("acme", "empty", 1, empty)
+    assert (await _row(store, "acme", "empty")).response == RecordedResponse(204, (), b"")
+
+
+async def test_list_events_filters_and_orders_newest_first(
+    store: Store, backdoor: Backdoor
+) -> None:
+    for i, (provider, state) in enumerate(
+        [
+            ("stripe", EventState.DONE),
+            ("stripe", EventState.FAILED),
+            ("stripe", EventState.PROCESSING),
+            ("github", EventState.DONE),
+            ("github", EventState.PROCESSING),
+        ]
+    ):
+        event_id = f"evt_{i}"
+        await store.claim(provider, event_id, BODY, LEASE, "o")
+        await backdoor.backdate(provider, event_id, 100 - i)  # evt_4 is the newest
+        if state is EventState.DONE:
+            assert await store.complete(provider, event_id, 1, DONE_200)
+        elif state is EventState.FAILED:
+            assert await store.complete(provider, event_id, 1, FAILED_503)
+
+    def ids(rows: list[EventRow]) -> list[str]:
+        return [r.event_id for r in rows]
+
+    assert ids(await store.list_events()) == ["evt_4", "evt_3", "evt_2", "evt_1", "evt_0"]
+    assert ids(await store.list_events(provider="stripe")) == ["evt_2", "evt_1", "evt_0"]
+    assert ids(await store.list_events(state=EventState.DONE)) == ["evt_3", "evt_0"]
+    assert ids(await store.list_events(provider="github", state=EventState.PROCESSING)) == ["evt_4"]
+    assert ids(await store.list_events(limit=2)) == ["evt_4", "evt_3"]
+    assert await store.list_events(provider="nobody") == []
+    rows = await store.list_events(state=EventState.FAILED)
+    assert len(rows) == 1 and rows[0].response == FAILED_503.response
+
+
+async def test_release_fails_a_stuck_row_so_the_next_delivery_takes_it_over(
+    store: Store,
+) -> None:
+    await store.claim("stripe", "evt_1", BODY, LEASE, "stuck")
+
+    assert await store.release("stripe", "evt_1") is True
+    row = await _row(store, "stripe", "evt_1")
+    assert (row.state, row.attempt, row.lease_until) == (EventState.FAILED, 1, None)
+    assert await store.complete("stripe", "evt_1", 1, DONE_200) is False, "released = fenced"
+    assert await store.release("stripe", "evt_1") is True, "a failed row may be released again"
+
+    assert await store.take_over("stripe", "evt_1", LEASE, "proxy-b") == 2
+    assert await store.complete("stripe", "evt_1", 2, DONE_200) is True
+    assert await store.release("stripe", "evt_1") is False, "a done row is not released"
+    assert (await _row(store, "stripe", "evt_1")).state is EventState.DONE
+    assert await store.release("stripe", "nope") is False
+
+
+async def test_purge_deletes_expired_rows_oldest_first_in_batches(
+    store: Store, backdoor: Backdoor
+) -> None:
+    await store.claim("stripe", "done", BODY, LEASE, "o")
+    await store.claim("stripe", "failed", BODY, LEASE, "o")
+    await store.claim("stripe", "expired", BODY, 0, "crashed")  # processing, lease expired
+    await store.claim("stripe", "old-done-2", BODY, LEASE, "o")
+    await store.claim("stripe", "live", BODY, LEASE, "busy")  # processing, lease live
+    await store.claim("stripe", "fresh", BODY, LEASE, "o")
+    await store.claim("github", "done", BODY, LEASE, "o")
+    assert await store.complete("stripe", "done", 1, DONE_200)
+    assert await store.complete("stripe", "failed", 1, FAILED_503)
+    assert await store.complete("stripe", "old-done-2", 1, DONE_200)
+    assert await store.complete("stripe", "fresh", 1, DONE_200)
+    assert await store.complete("github", "done", 1, DONE_200)
+    ages = {"done": 500, "failed": 400, "expired": 300, "old-done-2": 200, "live": 600}
+    for event_id, age in ages.items():
+        await backdoor.backdate("stripe", event_id, age)
+    await backdoor.backdate("github", "done", 900)
+
+    async def left() -> set[str]:
+        return {r.event_id for r in await store.list_events(provider="stripe")}
+
+    assert await store.purge("stripe", 3600, 10) == 0, "nothing is older than an hour"
+    assert await store.purge("stripe", 100, 2) == 2
+    assert await left() == {"expired", "old-done-2", "live", "fresh"}, "oldest first"
+    assert await store.purge("stripe", 100, 2) == 2
+    assert await store.purge("stripe", 100, 2) == 0
+    assert await left() == {"live", "fresh"}
+    assert await store.get("github", "done") is not None, "other providers are untouched"
+
+    assert await store.release("stripe", "live") is True
+    assert await store.purge("stripe", 100, 2) == 1, "a released row is no longer protected"
+    assert await left() == {"fresh"}
+
+
+async def test_ping_answers(store: Store) -> None:
+    await store.ping()
+
+
+async def test_a_closed_store_raises_store_error(store: Store) -> None:
+    await store.close()
+    with pytest.raises(StoreError):
+        await store.get("stripe", "evt_1")
+    with pytest.raises(StoreError):
+        await store.ping()
+    await store.close()  # idempotent
+
+
+async def test_a_held_lock_makes_writes_fail_fast_with_store_error(
+    store: Store, backdoor: Backdoor
+) -> None:
+    await store.claim("stripe", "evt_1", BODY, 0, "crashed")
+    impatient = await backdoor.impatient_store()
+    try:
+        async with backdoor.hold_write_lock("stripe", "evt_1"):
+            started = time.monotonic()
+            with pytest.raises(StoreError):
+                await impatient.take_over("stripe", "evt_1", LEASE, "proxy-b")
+            assert time.monotonic() - started < 3.0
+        assert await impatient.take_over("stripe", "evt_1", LEASE, "proxy-b") == 2
+    finally:
+        await impatient.close()
+
+
+# == adapter-specific: reachability and faults ===============================================
+
+
+@pytest.mark.postgres
+async def test_postgres_unreachable_at_connect_raises_store_error_quickly() -> None:
+    dsn = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    started = time.monotonic()
+    with pytest.raises(StoreError):
+        await PostgresStore.connect(dsn, connect_timeout=2.0)
+    assert time.monotonic() - started < 5.0
+
+
+async def test_sqlite_unopenable_file_raises_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError):
+        await SQLiteStore.open(tmp_path / "no-such-dir" / "events.db")
+    with pytest.raises(StoreError):
+        await SQLiteStore.open(tmp_path)  # a directory
+
+
+@pytest.mark.postgres
+async def test_postgres_pool_survives_a_server_crash_and_restart(
+    pg_throwaway_cluster: ThrowawayCluster,
+) -> None:
+    cluster = pg_throwaway_cluster
+    await migrate_postgres(cluster.dsn)
+    store = await PostgresStore.connect(
+        cluster.dsn, min_size=3, max_size=3, acquire_timeout=2.0, connect_timeout=2.0
+    )
+    try:
+        assert (await store.claim("stripe", "before", BODY, LEASE, "o")).won
+        # Warm every pooled connection, so that all of them are broken by the crash.
+        await asyncio.gather(*(store.get("stripe", "before") for _ in range(9)))
+
+        await asyncio.to_thread(cluster.stop, "immediate")
+        for _ in range(3):
+            started = time.monotonic()
+            with pytest.raises(StoreError):
+                await store.claim("stripe", "during", BODY, LEASE, "o")
+            assert time.monotonic() - started < 5.0
+
+        await asyncio.to_thread(cluster.start)
+        recovered = await _poll_until_answers(store, tries=50)
+        assert recovered, "the pool did not serve again after PostgreSQL came back"
+
+        before = await _row(store, "stripe", "before")
+        assert before.state is EventState.PROCESSING, "a committed claim survives the crash"
+        assert (await store.claim("stripe", "after", BODY, LEASE, "o")).won
+        results = await asyncio.gather(*(store.get("stripe", "after") for _ in range(9)))
+        assert all(r is not None for r in results), "every pooled connection works again"
+    finally:
+        await store.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_exhausted_pool_raises_store_error_after_the_acquire_timeout(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    await pg_store.claim("stripe", "evt_1", BODY, 0, "crashed")
+    backdoor = PgBackdoor(pg_dsn)
+    single = await PostgresStore.connect(
+        pg_dsn, min_size=1, max_size=1, acquire_timeout=0.2, lock_timeout=3.0
+    )
+    try:
+        async with backdoor.hold_write_lock("stripe", "evt_1"):
+            # The only pooled connection now waits on the row lock...
+            blocked = asyncio.create_task(single.take_over("stripe", "evt_1", LEASE, "b"))
+            for _ in range(300):  # bounded poll: until that connection is borrowed
+                if not single._pool.get_idle_size() or blocked.done():
+                    break
+                await asyncio.sleep(0.01)
+            assert not blocked.done() and single._pool.get_idle_size() == 0
+            started = time.monotonic()
+            with pytest.raises(StoreError, match="no database connection"):
+                await single.ping()
+            assert time.monotonic() - started < 1.0
+        assert await blocked == 2, "the blocked statement completes once the lock is gone"
+        await single.ping()
+    finally:
+        await single.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_a_cancelled_call_gives_its_connection_back(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    await pg_store.claim("stripe", "evt_1", BODY, 0, "crashed")
+    single = await PostgresStore.connect(pg_dsn, min_size=1, max_size=1, acquire_timeout=1.0)
+    try:
+        async with PgBackdoor(pg_dsn).hold_write_lock("stripe", "evt_1"):
+            blocked = asyncio.create_task(single.take_over("stripe", "evt_1", LEASE, "b"))
+            for _ in range(300):  # bounded poll: until the statement holds the connection
+                if not single._pool.get_idle_size():
+                    break
+                await asyncio.sleep(0.01)
+            blocked.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await blocked
+            await single.ping()  # the pool's only connection was dropped and is replaced
+        assert await single.take_over("stripe", "evt_1", LEASE, "c") == 2
+    finally:
+        await single.close()
+
+
+async def _poll_until_answers(store: Store, *, tries: int) -> bool:
+    """A bounded poll on a condition (the store answers), not a sleep used as a barrier."""
+    for _ in range(tries):
+        try:
+            await store.ping()
+            return True
+        except StoreError:
+            await asyncio.sleep(0.1)
+    return False
+
+
+@pytest.mark.postgres
+async def test_postgres_unique_violation_on_claim_is_a_duplicate_not_an_error(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What ON CONFLICT may raise while the primary key is rebuilt concurrently (SQLSTATE 23505).
+    first = await pg_store.claim("stripe", "evt_1", BODY, LEASE, "proxy-a")
+    real_fetch = pg_store._fetch
+
+    async def fetch(name: str, *args: object) -> list[asyncpg.Record]:
+        if name == "claim":
+            try:
+                raise asyncpg.UniqueViolationError("duplicate key value")
+            except asyncpg.UniqueViolationError as exc:
+                raise StoreError("claim: UniqueViolationError") from exc
+        return await real_fetch(name, *args)
+
+    monkeypatch.setattr(pg_store, "_fetch", fetch)
+    second = await pg_store.claim("stripe", "evt_1", BODY, LEASE, "proxy-b")
+    assert second.won is False
+    assert _state(second.row) == _state(first.row)
+
+
+async def test_sqlite_two_stores_on_one_file_have_exactly_one_winner(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    a, b = await asyncio.gather(SQLiteStore.open(path), SQLiteStore.open(path))
+    try:
+        claims = await asyncio.gather(
+            *(
+                (a if i % 2 else b).claim("stripe", "evt_race", BODY, LEASE, f"p{i}")
+                for i in range(50)
+            )
+        )
+        assert sum(c.won for c in claims) == 1
+        await a.close()
+        assert await b.take_over("stripe", "evt_race", LEASE, "b") is None
+    finally:
+        await a.close()
+        await b.close()
+
+
+_CLAIMER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from sidecar.store.sqlite import SQLiteStore
+
+    async def main(path, name):
+        store = await SQLiteStore.open(path)
+        won = 0
+        try:
+            for i in range(40):
+                claim = await store.claim("stripe", f"evt_{i}", b"h", 30.0, name)
+                won += claim.won
+        finally:
+            await store.close()
+        print(won)
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    """
+)
+
+
+async def test_sqlite_two_processes_sharing_the_file_claim_each_key_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+
+    async def run(name: str) -> int:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _CLAIMER,
+            path,
+            name,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        assert proc.returncode == 0, err.decode()
+        return int(out)
+
+    won = await asyncio.gather(run("proc-a"), run("proc-b"))
+    assert sum(won) == 40, won
+    store = await SQLiteStore.open(path)
+    try:
+        rows = await store.list_events(provider="stripe", limit=1000)
+        assert len(rows) == 40 and all(r.attempt == 1 for r in rows)
+    finally:
+        await store.close()
