@@ -33,8 +33,8 @@ async def start(config: Config, **build_kwargs: Any) -> Running:
     admin_runner = web.AppRunner(apps.admin, access_log=None, shutdown_timeout=1.0)
     await admin_runner.setup()
     try:
-        listen = await _bind(proxy_runner, config.listen, config.shutdown_timeout)
-        admin = await _bind(admin_runner, config.admin_listen, 1.0)
+        listen = await _bind(proxy_runner, config.listen)
+        admin = await _bind(admin_runner, config.admin_listen)
     except BaseException:
         await admin_runner.cleanup()
         await proxy_runner.cleanup()
@@ -42,8 +42,8 @@ async def start(config: Config, **build_kwargs: Any) -> Running:
     return Running(apps, proxy_runner, admin_runner, listen, admin)
 
 
-async def _bind(runner: web.AppRunner, address: Address, shutdown_timeout: float) -> Address:
-    site = web.TCPSite(runner, address.host, address.port, shutdown_timeout=shutdown_timeout)
+async def _bind(runner: web.AppRunner, address: Address) -> Address:
+    site = web.TCPSite(runner, address.host, address.port)
     await site.start()
     host, port = runner.addresses[-1][:2]
     return Address(str(host), int(port))
