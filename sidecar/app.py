@@ -12,11 +12,24 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from sidecar.config.keyring import Keyring
 from sidecar.config.model import Config, StoreConfig
 from sidecar.core.ports import Store
+from sidecar.forwarding import Forwarder
 from sidecar.http.admin import admin_routes
-from sidecar.http.keys import CLOCK, CONFIG, METRICS, OWNER, PENDING, STORE, UPSTREAM
+from sidecar.http.keys import (
+    CLOCK,
+    CONFIG,
+    FORWARDER,
+    KEYRING,
+    METRICS,
+    OWNER,
+    PENDING,
+    STORE,
+    UPSTREAM,
+)
 from sidecar.http.proxy import delivery_handler
+from sidecar.maintenance import Maintenance
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 from sidecar.store.postgres import PostgresStore
@@ -62,6 +75,7 @@ def build_apps(
     proxy[CLOCK] = clock or time.time
     proxy[OWNER] = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
     proxy[PENDING] = set()
+    proxy[KEYRING] = Keyring(config.providers)
     if store is not None:
         proxy[STORE] = store
 
@@ -70,11 +84,20 @@ def build_apps(
         if owns_store:
             app[STORE] = await open_store(config.store)
         await app[UPSTREAM].start()
+        app[FORWARDER] = Forwarder(app[STORE], app[UPSTREAM], app[METRICS], app[PENDING])
         for warning in config.warnings:
             log.warning("config_warning", message=warning)
+        upkeep = Maintenance(config, app[STORE], app[METRICS], app[KEYRING])
+        background = [asyncio.create_task(upkeep.run_store_upkeep(), name="store-upkeep")]
+        if app[KEYRING].watches_files:
+            background.append(asyncio.create_task(upkeep.run_secret_reloads(),
+                                                  name="secret-reloads"))
         try:
             yield
         finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             # Handlers are done or cancelled by now; result writes they started still finish.
             tasks = app[PENDING]
             unfinished = set(tasks)

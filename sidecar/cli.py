@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     with_config(check)
     check.set_defaults(func=_check_config)
 
+    events = sub.add_parser("events", help="list, show, release or re-drive events")
+    from sidecar.events_cli import configure_parser
+
+    configure_parser(events, with_config)
+    events.set_defaults(func=_events)
+
     demo = sub.add_parser("demo", help="a self-contained showcase on a temporary SQLite store")
     demo.add_argument("--quiet", action="store_true", help="print only the summary")
     demo.set_defaults(func=_demo)
@@ -119,7 +125,16 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _events(args: argparse.Namespace) -> int:
+    from sidecar.events_cli import run
+
+    config = _load(args)
+    configure_logging("warning", config.log_format)
+    return run(config, args)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from sidecar.demo import run_demo
 
     return asyncio.run(run_demo(quiet=args.quiet))
+

@@ -20,8 +20,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from sidecar.core.ports import Store
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
+from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
 from tests.pgserver import (
     PgServer,
     PgServerError,
@@ -113,3 +115,10 @@ def pg_throwaway_cluster() -> Iterator[ThrowawayCluster]:
         yield cluster
     finally:
         cluster.cleanup()
+
+
+@pytest.fixture
+def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
+    if isinstance(store, SQLiteStore):
+        return SqliteBackdoor(store.path)
+    return PgBackdoor(request.getfixturevalue("pg_dsn"))

@@ -15,6 +15,7 @@ from sidecar.config.interpolate import interpolate
 from sidecar.config.model import (
     Address,
     Config,
+    MaintenanceConfig,
     ProviderConfig,
     SecretRef,
     StoreConfig,
@@ -32,8 +33,9 @@ DEFAULT_RETRYABLE = ("3xx", 408, 425, 429, "5xx")
 
 _TOP_KEYS = {
     "listen", "admin_listen", "max_body_bytes", "upstream", "store", "providers",
-    "shutdown_timeout", "log",
+    "shutdown_timeout", "log", "maintenance", "admin_token",
 }
+_MAINTENANCE_KEYS = {"interval", "retention_batch_size", "secrets_reload_interval"}
 _UPSTREAM_KEYS = {
     "url", "timeout", "connect_timeout", "max_connections", "keepalive_timeout",
     "max_response_bytes",
@@ -46,7 +48,7 @@ _LOG_KEYS = {"level", "format"}
 _PROVIDER_KEYS = {
     "path", "preset", "description", "secrets", "lease", "inflight_wait", "retention",
     "max_body_bytes", "signature", "event_id", "handshake", "retryable_statuses",
-    "on_payload_mismatch",
+    "on_payload_mismatch", "store_payload", "retry_window",
 }
 _PROVIDER_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
@@ -95,6 +97,10 @@ def parse_config(
     level = _choice(log.get("level", "info"), "log.level", ("debug", "info", "warning", "error"))
     fmt = _choice(log.get("format", "auto"), "log.format", ("auto", "json", "console"))
     shutdown = parse_duration(top.get("shutdown_timeout", "30s"), "shutdown_timeout")
+    maintenance = _maintenance(top.get("maintenance", {}), "maintenance")
+    admin_token = top.get("admin_token")
+    if admin_token is not None and (not isinstance(admin_token, str) or len(admin_token) < 16):
+        raise ConfigError("admin_token", "must be a string of at least 16 characters")
 
     raw_providers = top.get("providers")
     if not isinstance(raw_providers, dict) or not raw_providers:
@@ -113,13 +119,18 @@ def parse_config(
                               f"{seen_paths[provider.path]!r}")
         seen_paths[provider.path] = key
         providers.append(provider)
+        if provider.retry_window is not None and provider.retention < provider.retry_window:
+            warnings.append(
+                f"providers.{key}.retention ({provider.retention:g}s) is shorter than the "
+                f"provider's retry window ({provider.retry_window:g}s): a redelivery arriving "
+                "after its row is deleted is forwarded to the app again")
     if store.kind == "sqlite":
         warnings.append("the SQLite store is correct for one host only; use PostgreSQL for "
                         "several replicas")
     return Config(
         listen=listen, admin_listen=admin, upstream=upstream, store=store,
         providers=tuple(providers), shutdown_timeout=shutdown, log_level=level, log_format=fmt,
-        warnings=tuple(warnings),
+        maintenance=maintenance, admin_token=admin_token, warnings=tuple(warnings),
     )
 
 
@@ -164,11 +175,16 @@ def _provider(
                        ("duplicate", "reject"))
     handshake = (parse_handshake_spec(data["handshake"], f"{path}.handshake")
                  if data.get("handshake") is not None else None)
+    store_payload = data.get("store_payload", False)
+    if not isinstance(store_payload, bool):
+        raise ConfigError(f"{path}.store_payload", "must be true or false")
+    retry_window = (parse_duration(data["retry_window"], f"{path}.retry_window")
+                    if data.get("retry_window") is not None else None)
     return ProviderConfig(
         key=key, path=route, preset=preset_name, signature=signature, event_id=event_id,
         secrets=secrets, lease=lease, inflight_wait=inflight_wait, retention=retention,
         max_body_bytes=max_body, retryable_statuses=retryable, on_payload_mismatch=mismatch,
-        handshake=handshake,
+        handshake=handshake, store_payload=store_payload, retry_window=retry_window,
     )
 
 
@@ -212,6 +228,22 @@ def _secret_value(
         return f"file:{file_path}", file_path.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise ConfigError(f"{path}.file", f"cannot read {file_path}: {exc.strerror}") from exc
+
+
+def _maintenance(raw: object, path: str) -> MaintenanceConfig:
+    data = _mapping(raw, path, _MAINTENANCE_KEYS)
+    interval = parse_duration(data.get("interval", "60s"), f"{path}.interval")
+    reload = parse_duration(data.get("secrets_reload_interval", "10s"),
+                            f"{path}.secrets_reload_interval")
+    for key, value in (("interval", interval), ("secrets_reload_interval", reload)):
+        if value <= 0:
+            raise ConfigError(f"{path}.{key}", "must be positive")
+    return MaintenanceConfig(
+        interval=interval,
+        retention_batch_size=_int(data.get("retention_batch_size", 500),
+                                  f"{path}.retention_batch_size", 1),
+        secrets_reload_interval=reload,
+    )
 
 
 def _upstream(raw: object, path: str) -> UpstreamConfig:

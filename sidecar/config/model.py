@@ -22,13 +22,18 @@ class Address:
 
 @dataclass(frozen=True, slots=True)
 class SecretRef:
-    """Where one secret came from (``inline``, ``env:NAME`` or ``file:/path``) and its key bytes."""
+    """Where one secret came from (``inline``, ``env:NAME`` or ``file:/path``) and its key bytes
+    as loaded at start-up. File secrets are re-read while running (see ``Keyring``)."""
 
     source: str
     key: bytes = field(repr=False)
 
     def __repr__(self) -> str:
         return f"SecretRef(source={self.source!r}, key=<redacted>)"
+
+    @property
+    def file(self) -> str | None:
+        return self.source[len("file:"):] if self.source.startswith("file:") else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +92,19 @@ class ProviderConfig:
     retryable_statuses: frozenset[int]
     on_payload_mismatch: str  # "duplicate" (answer as the duplicate it claims to be) or "reject"
     handshake: HandshakeSpec | None
+    store_payload: bool = False  # keep the first request on the row, for re-driving
+    retry_window: float | None = None  # how long the provider retries (from its preset)
 
     @property
     def keys(self) -> tuple[bytes, ...]:
         return tuple(secret.key for secret in self.secrets)
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceConfig:
+    interval: float  # how often retention runs and the stuck-row gauge is refreshed
+    retention_batch_size: int  # rows deleted per statement
+    secrets_reload_interval: float  # how often secret files are checked for changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +117,13 @@ class Config:
     shutdown_timeout: float
     log_level: str
     log_format: str  # auto | json | console
+    maintenance: MaintenanceConfig = MaintenanceConfig(60.0, 500, 10.0)
+    admin_token: str | None = field(default=None, repr=False)  # required by /admin/* if set
     warnings: tuple[str, ...] = ()
 
     @property
     def max_body_bytes(self) -> int:
         return max(p.max_body_bytes for p in self.providers)
+
+    def provider(self, key: str) -> ProviderConfig | None:
+        return next((p for p in self.providers if p.key == key), None)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 
 
 class EventState(enum.StrEnum):
@@ -68,6 +69,27 @@ class EventRow:
             and self.lease_until is not None
             and self.lease_until > self.now
         )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRequest:
+    """The first delivery's request, kept for providers with ``store_payload: true`` so that an
+    operator can re-drive a failed event."""
+
+    method: str
+    path: str  # path and query as received
+    headers: tuple[tuple[str, str], ...]
+    body: bytes = field(repr=False)
+
+    def meta_json(self) -> str:
+        return json.dumps({"method": self.method, "path": self.path,
+                           "headers": [list(pair) for pair in self.headers]})
+
+    @classmethod
+    def from_stored(cls, body: bytes, meta_json: str) -> StoredRequest:
+        meta = json.loads(meta_json)
+        return cls(method=str(meta["method"]), path=str(meta["path"]),
+                   headers=tuple((str(n), str(v)) for n, v in meta["headers"]), body=body)
 
 
 @dataclass(frozen=True, slots=True)

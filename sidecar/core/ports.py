@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from sidecar.core.events import AttemptResult, Claim, EventRow, EventState
+from sidecar.core.events import AttemptResult, Claim, EventRow, EventState, StoredRequest
 
 
 class Store(Protocol):
@@ -18,11 +18,18 @@ class Store(Protocol):
     """
 
     async def claim(
-        self, provider: str, event_id: str, body_sha256: bytes, lease_seconds: float, owner: str
+        self,
+        provider: str,
+        event_id: str,
+        body_sha256: bytes,
+        lease_seconds: float,
+        owner: str,
+        payload: StoredRequest | None = None,
     ) -> Claim:
         """Insert a ``processing`` row with attempt 1 and a lease, or return the existing row.
 
-        One committed statement; no transaction is left open.
+        One committed statement; no transaction is left open. ``payload``, when given, is kept
+        on the new row (for re-driving) and never changed afterwards.
         """
         ...
 
@@ -49,8 +56,18 @@ class Store(Protocol):
         provider: str | None = None,
         state: EventState | None = None,
         limit: int = 100,
+        older_than_seconds: float | None = None,
     ) -> list[EventRow]:
-        """Rows newest first, optionally filtered."""
+        """Rows newest first, optionally filtered by provider, state and minimum age."""
+        ...
+
+    async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
+        """The stored first request of an event, or None (no row, or payloads not kept)."""
+        ...
+
+    async def stuck_counts(self) -> dict[str, int]:
+        """Per provider, rows in ``processing`` whose lease has expired. Scans the table: for
+        the maintenance loop, never the request path."""
         ...
 
     async def release(self, provider: str, event_id: str) -> bool:

@@ -1,11 +1,19 @@
-"""The admin listener: /healthz, /readyz and /metrics. Never served on the provider listener."""
+"""The admin listener: /healthz, /readyz, /metrics and the event admin API. Never served on
+the provider listener."""
 
 from __future__ import annotations
 
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from aiohttp import web
 
+from sidecar import operations
 from sidecar.core.errors import StoreError
-from sidecar.http.keys import METRICS, STORE
+from sidecar.http.keys import CONFIG, FORWARDER, METRICS, OWNER, STORE
+
+AdminHandler = Callable[[web.Request], Awaitable[Any]]
 
 
 def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
@@ -29,5 +37,59 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         body = proxy_app[METRICS].render()
         return web.Response(body=body, headers={"Content-Type": proxy_app[METRICS].content_type})
 
-    return [web.get("/healthz", healthz), web.get("/readyz", readyz),
-            web.get("/metrics", metrics)]
+    def guarded(handler: AdminHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """JSON in and out; the admin token (when configured) checked; store trouble is 503."""
+
+        async def run(request: web.Request) -> web.Response:
+            token = proxy_app[CONFIG].admin_token
+            if token is not None:
+                given = request.headers.get("Authorization", "").removeprefix("Bearer ")
+                if not hmac.compare_digest(given.encode(), token.encode()):
+                    return web.json_response({"error": "admin token required"}, status=401)
+            try:
+                return web.json_response(await handler(request))
+            except operations.OperationError as exc:
+                return web.json_response({"error": str(exc)}, status=exc.status)
+            except StoreError as exc:
+                return web.json_response({"error": f"store unavailable: {exc}"}, status=503,
+                                         headers={"Retry-After": "5"})
+
+        return run
+
+    async def list_events(request: web.Request) -> Any:
+        query = request.query
+        try:
+            older = float(query["older_than"]) if "older_than" in query else None
+            limit = int(query.get("limit", "100"))
+        except ValueError as exc:
+            raise operations.OperationError(400, "older_than and limit must be numbers") from exc
+        return {"events": await operations.list_events(
+            proxy_app[STORE], provider=query.get("provider"), state=query.get("state"),
+            older_than=older, limit=limit)}
+
+    async def show(request: web.Request) -> Any:
+        return await operations.show(proxy_app[STORE], *_key(request))
+
+    async def release(request: web.Request) -> Any:
+        return await operations.release(proxy_app[STORE], *_key(request))
+
+    async def redrive(request: web.Request) -> Any:
+        result = await operations.redrive(
+            proxy_app[CONFIG], proxy_app[STORE], proxy_app[FORWARDER], proxy_app[OWNER],
+            *_key(request))
+        return {"attempt": result.attempt, "state": result.state, "status": result.status,
+                "outcome": result.outcome}
+
+    return [
+        web.get("/healthz", healthz),
+        web.get("/readyz", readyz),
+        web.get("/metrics", metrics),
+        web.get("/admin/events", guarded(list_events)),
+        web.get("/admin/events/{provider}/{event_id}", guarded(show)),
+        web.post("/admin/events/{provider}/{event_id}/release", guarded(release)),
+        web.post("/admin/events/{provider}/{event_id}/redrive", guarded(redrive)),
+    ]
+
+
+def _key(request: web.Request) -> tuple[str, str]:
+    return request.match_info["provider"], request.match_info["event_id"]

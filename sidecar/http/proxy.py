@@ -26,22 +26,18 @@ from sidecar.core.decision import (
     Wait,
     decide,
     failure_status,
-    result_of,
 )
-from sidecar.core.errors import EventIdError, StoreError, UpstreamError, VerificationError
+from sidecar.core.errors import EventIdError, StoreError, VerificationError
 from sidecar.core.eventid import extract_event_id
-from sidecar.core.events import AttemptResult, EventRow, EventState, Outcome, RecordedResponse
+from sidecar.core.events import EventRow, EventState, Outcome, RecordedResponse, StoredRequest
 from sidecar.core.handshake import handshake_answer
 from sidecar.core.signing import verify
-from sidecar.http.keys import CLOCK, METRICS, OWNER, PENDING, STORE, UPSTREAM
+from sidecar.forwarding import ATTEMPT_HEADER
+from sidecar.http.keys import CLOCK, FORWARDER, KEYRING, METRICS, OWNER, STORE
 from sidecar.obs.logs import get_logger
-from sidecar.upstream import forwardable_headers, read_bounded
+from sidecar.upstream import read_bounded
 
 REPLAY_HEADER = "X-Webhook-Sidecar-Replay"
-EVENT_HEADER = "X-Webhook-Sidecar-Event-Id"
-PROVIDER_HEADER = "X-Webhook-Sidecar-Provider"
-ATTEMPT_HEADER = "X-Webhook-Sidecar-Attempt"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 STORE_RETRY_AFTER = "5"
 MAX_DECISION_STEPS = 1000  # a safety bound; every step waits, answers or makes progress
 
@@ -90,7 +86,8 @@ async def _process(d: _Delivery) -> web.StreamResponse:
         return _error(413, f"body exceeds {limit} bytes", "too_large")
 
     try:
-        verify(provider.signature, provider.keys, body, request.headers, app[CLOCK]())
+        verify(provider.signature, app[KEYRING].keys(provider.key), body, request.headers,
+               app[CLOCK]())
     except VerificationError as exc:
         d.result = "invalid_signature"
         d.fields["reason"] = exc.reason
@@ -126,8 +123,12 @@ async def _deliver(d: _Delivery, body: bytes) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + provider.inflight_wait
 
+    payload = (StoredRequest(d.request.method, d.request.path_qs,
+                             tuple(d.request.headers.items()), body)
+               if provider.store_payload else None)
     t0 = time.monotonic()
-    claim = await store.claim(provider.key, event_id, body_sha256, provider.lease, app[OWNER])
+    claim = await store.claim(provider.key, event_id, body_sha256, provider.lease, app[OWNER],
+                              payload)
     claim_s = time.monotonic() - t0
     app[METRICS].claim_latency.labels(provider.key).observe(claim_s)
     d.fields["claim_ms"] = round(claim_s * 1000, 2)
@@ -147,7 +148,7 @@ async def _deliver(d: _Delivery, body: bytes) -> web.StreamResponse:
     for _ in range(MAX_DECISION_STEPS):
         if row is None:  # deleted meanwhile (operator or retention): claim afresh
             claim = await store.claim(provider.key, event_id, body_sha256, provider.lease,
-                                      app[OWNER])
+                                      app[OWNER], payload)
             if claim.won:
                 return await _forward(d, body, claim.row.attempt, "new")
             row = claim.row
@@ -182,65 +183,31 @@ async def _deliver(d: _Delivery, body: bytes) -> web.StreamResponse:
 
 
 async def _forward(d: _Delivery, body: bytes, attempt: int, label: str) -> web.StreamResponse:
-    app, provider, request = d.request.app, d.provider, d.request
+    request = d.request
     assert d.event_id is not None
     d.attempt = attempt
-    added = {
-        IDEMPOTENCY_HEADER: f"{provider.key}:{d.event_id}",
-        EVENT_HEADER: d.event_id,
-        PROVIDER_HEADER: provider.key,
-        ATTEMPT_HEADER: str(attempt),
-    }
-    headers = forwardable_headers(request.headers.items(), added)
-    started = time.monotonic()
-    response: RecordedResponse | None = None
-    try:
-        response = await app[UPSTREAM].forward(request.method, request.path_qs, headers, body)
-        outcome = Outcome.RESPONSE
-    except UpstreamError as exc:
-        outcome = Outcome(exc.outcome)
-        d.fields["upstream_error"] = exc.detail or exc.outcome
-    upstream_s = time.monotonic() - started
-    app[METRICS].upstream_latency.labels(provider.key).observe(upstream_s)
-    d.fields["upstream_ms"] = round(upstream_s * 1000, 2)
-    result = result_of(outcome, response, upstream_s * 1000, provider.retryable_statuses)
-    await _record(d, attempt, result)
+    done = await request.app[FORWARDER].forward(
+        d.provider, d.event_id, attempt, request.method, request.path_qs,
+        request.headers.items(), body)
+    d.fields["upstream_ms"] = round(done.result.latency_ms, 2)
+    if done.upstream_error:
+        d.fields["upstream_error"] = done.upstream_error
+    if done.record_error:
+        d.fields["record_error"] = done.record_error
+    if done.recorded is False:
+        d.fields["superseded"] = True
 
-    if result.state is EventState.DONE and response is not None:
+    response = done.response
+    if done.result.state is EventState.DONE and response is not None:
         d.result = label
         return _from_recorded(response, {ATTEMPT_HEADER: str(attempt)})
     d.result = "upstream_error"
-    status = failure_status(outcome, response)
     retry_after = _header(response, "Retry-After") or "1"
     if response is not None:
         return _from_recorded(response, {ATTEMPT_HEADER: str(attempt), "Retry-After": retry_after})
-    return _error(status, f"upstream {outcome.value.replace('_', ' ')}", outcome.value,
-                  {"Retry-After": retry_after})
-
-
-async def _record(d: _Delivery, attempt: int, result: AttemptResult) -> None:
-    """Write the attempt's result, protected from request cancellation (a shutdown past its
-    timeout, or a client that went away): the write goes on and is awaited on shutdown."""
-    app, provider = d.request.app, d.provider
-    assert d.event_id is not None
-    task = asyncio.ensure_future(app[STORE].complete(provider.key, d.event_id, attempt, result))
-    pending = app[PENDING]
-    pending.add(task)
-    task.add_done_callback(pending.discard)
-    try:
-        recorded = await asyncio.shield(task)
-    except StoreError as exc:
-        # The app has answered; we could not record it. The row stays `processing` until its
-        # lease expires, then a redelivery is forwarded again (attempt + 1).
-        d.fields["record_error"] = str(exc)
-        log.error("record_failed", provider=provider.key, event_id=d.event_id, attempt=attempt,
-                  error=str(exc))
-        return
-    if not recorded:
-        app[METRICS].superseded.labels(provider.key).inc()
-        d.fields["superseded"] = True
-        log.warning("attempt_superseded", provider=provider.key, event_id=d.event_id,
-                    attempt=attempt)
+    outcome = done.result.outcome
+    return _error(failure_status(outcome, None), f"upstream {outcome.value.replace('_', ' ')}",
+                  outcome.value, {"Retry-After": retry_after})
 
 
 def _replay(response: RecordedResponse | None, attempt: int) -> web.Response:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -32,6 +32,20 @@ class Metrics:
         self.superseded = Counter(
             "webhook_superseded_results", "Attempt results not recorded because a newer "
             "attempt had taken the event over.", ["provider"], registry=self.registry)
+        self.stuck = Gauge(
+            "webhook_events_stuck", "Rows in processing whose lease has expired (a crashed or "
+            "abandoned attempt); refreshed by the maintenance loop.", ["provider"],
+            registry=self.registry)
+        self.retention_deleted = Counter(
+            "webhook_retention_deleted", "Event rows deleted by retention.", ["provider"],
+            registry=self.registry)
+        self.maintenance_errors = Counter(
+            "webhook_maintenance_errors", "Maintenance runs (retention, stuck-row count) that "
+            "failed because the store was unavailable.", registry=self.registry)
+        self.secret_reloads = Counter(
+            "webhook_secret_reloads", "Secret files re-read with changed content, by provider "
+            "(result: applied, or error when a file could not be read or decoded).",
+            ["provider", "result"], registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -26,6 +26,7 @@ from sidecar.core.events import (
     EventState,
     Outcome,
     RecordedResponse,
+    StoredRequest,
 )
 from sidecar.store import migrations
 from sidecar.store.sqlfiles import query
@@ -202,9 +203,18 @@ class PostgresStore:
     # -- the Store verbs -------------------------------------------------------------------
 
     async def claim(
-        self, provider: str, event_id: str, body_sha256: bytes, lease_seconds: float, owner: str
+        self,
+        provider: str,
+        event_id: str,
+        body_sha256: bytes,
+        lease_seconds: float,
+        owner: str,
+        payload: StoredRequest | None = None,
     ) -> Claim:
-        args = (provider, event_id, body_sha256, float(lease_seconds), owner)
+        args = (
+            provider, event_id, body_sha256, float(lease_seconds), owner,
+            payload.body if payload else None, payload.meta_json() if payload else None,
+        )
         for _ in range(3):
             try:
                 records = await self._fetch("claim", *args)
@@ -246,10 +256,22 @@ class PostgresStore:
         provider: str | None = None,
         state: EventState | None = None,
         limit: int = 100,
+        older_than_seconds: float | None = None,
     ) -> list[EventRow]:
         state_value = EventState(state).value if state is not None else None
-        records = await self._fetch("list_events", provider, state_value, limit)
+        older = float(older_than_seconds) if older_than_seconds is not None else None
+        records = await self._fetch("list_events", provider, state_value, limit, older)
         return [_row(r) for r in records]
+
+    async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
+        record = await self._fetchrow("get_payload", provider, event_id)
+        if record is None or record["payload_request"] is None:
+            return None
+        return StoredRequest.from_stored(bytes(record["payload_body"] or b""),
+                                         record["payload_request"])
+
+    async def stuck_counts(self) -> dict[str, int]:
+        return {r["provider"]: int(r["stuck"]) for r in await self._fetch("stuck_counts")}
 
     async def release(self, provider: str, event_id: str) -> bool:
         return await self._fetchval("release", provider, event_id) is not None

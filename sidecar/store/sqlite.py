@@ -31,6 +31,7 @@ from sidecar.core.events import (
     EventState,
     Outcome,
     RecordedResponse,
+    StoredRequest,
 )
 from sidecar.store import migrations
 from sidecar.store.sqlfiles import query
@@ -129,7 +130,13 @@ class SQLiteStore:
     # -- the Store verbs -------------------------------------------------------------------
 
     async def claim(
-        self, provider: str, event_id: str, body_sha256: bytes, lease_seconds: float, owner: str
+        self,
+        provider: str,
+        event_id: str,
+        body_sha256: bytes,
+        lease_seconds: float,
+        owner: str,
+        payload: StoredRequest | None = None,
     ) -> Claim:
         params = {
             "provider": provider,
@@ -137,6 +144,8 @@ class SQLiteStore:
             "body_sha256": body_sha256,
             "lease_seconds": float(lease_seconds),
             "owner": owner,
+            "payload_body": payload.body if payload else None,
+            "payload_request": payload.meta_json() if payload else None,
         }
         return await self._call("claim", self._claim_sync, params)
 
@@ -196,14 +205,28 @@ class SQLiteStore:
         provider: str | None = None,
         state: EventState | None = None,
         limit: int = 100,
+        older_than_seconds: float | None = None,
     ) -> list[EventRow]:
         params = {
             "provider": provider,
             "state": EventState(state).value if state is not None else None,
             "limit": limit,
+            "older_than": float(older_than_seconds) if older_than_seconds is not None else None,
         }
         rows = await self._call("list_events", self._read_sync, "list_events", params)
         return [_row(r) for r in rows]
+
+    async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
+        params = {"provider": provider, "event_id": event_id}
+        rows = await self._call("get_payload", self._read_sync, "get_payload", params)
+        if not rows or rows[0]["payload_request"] is None:
+            return None
+        return StoredRequest.from_stored(bytes(rows[0]["payload_body"] or b""),
+                                         rows[0]["payload_request"])
+
+    async def stuck_counts(self) -> dict[str, int]:
+        rows = await self._call("stuck_counts", self._read_sync, "stuck_counts", {})
+        return {str(r["provider"]): int(r["stuck"]) for r in rows}
 
     async def release(self, provider: str, event_id: str) -> bool:
         params = {"provider": provider, "event_id": event_id}

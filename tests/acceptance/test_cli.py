@@ -47,20 +47,20 @@ async def test_sigterm_lets_inflight_forwards_finish_and_record(deployment: Depl
     assert deployment.client is not None
     deployment.stub.hold.clear()
     proc = deployment.procs[0]
-    bodies = [stripe_event(f"evt_drain_{i}") for i in range(5)]
+    bodies = [stripe_event(f"evt_drain_{i:02d}") for i in range(20)]
     inflight = [asyncio.create_task(post(deployment.client, proc.url + "/webhooks/stripe", body,
                                          stripe_headers(body))) for body in bodies]
-    await deployment.stub.wait_for(lambda: deployment.stub.count() == 5)
+    await deployment.stub.wait_for(lambda: deployment.stub.count() == 20)
     assert proc.proc is not None
-    proc.proc.terminate()  # SIGTERM while all five are inside the app
+    proc.proc.terminate()  # SIGTERM while all twenty are inside the app
     await proc.wait_for_log("shutting_down")
     deployment.stub.hold.set()
     results = await asyncio.gather(*inflight)
-    assert [status for status, _, _ in results] == [200] * 5
+    assert [status for status, _, _ in results] == [200] * 20
     assert await proc.wait() == 0
     rows = await deployment.rows.all()
     assert sorted((r["event_id"], r["state"]) for r in rows) == [
-        (f"evt_drain_{i}", "done") for i in range(5)]
+        (f"evt_drain_{i:02d}", "done") for i in range(20)]
     deployment.procs = []
 
 

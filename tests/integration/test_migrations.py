@@ -38,6 +38,8 @@ PG_COLUMNS = {
     "response_headers": ("jsonb", "YES"),
     "response_body": ("bytea", "YES"),
     "latency_ms": ("double precision", "YES"),
+    "payload_body": ("bytea", "YES"),
+    "payload_request": ("jsonb", "YES"),
 }
 SQLITE_COLUMNS = {
     "provider": "TEXT",
@@ -54,6 +56,8 @@ SQLITE_COLUMNS = {
     "response_headers": "TEXT",
     "response_body": "BLOB",
     "latency_ms": "REAL",
+    "payload_body": "BLOB",
+    "payload_request": "TEXT",
 }
 MUTABLE = {
     "state",
@@ -248,7 +252,7 @@ async def test_state_transitions_are_hot_updates(pg_database_factory: MakeDb) ->
         async with conn.transaction():
             for i in range(20):
                 key = ("stripe", f"evt_{i}")
-                assert (await conn.fetchrow(q("claim"), *key, b"h", 0.0, "a"))["won"]
+                assert (await conn.fetchrow(q("claim"), *key, b"h", 0.0, "a", None, None))["won"]
                 assert await conn.fetchval(q("take_over"), *key, 30.0, "b") == 2
                 assert await conn.fetchval(q("release"), *key) == 2
                 assert await conn.fetchval(q("take_over"), *key, 30.0, "c") == 3

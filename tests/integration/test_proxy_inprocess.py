@@ -35,7 +35,8 @@ class CountingStore:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
-        if callable(attr):
+        # The maintenance loop's verbs (purge, stuck_counts) are not on the request path.
+        if name in ("get", "take_over", "get_payload", "release"):
             async def counted(*args: Any, **kwargs: Any) -> Any:
                 self.calls.append(name)
                 return await attr(*args, **kwargs)
@@ -64,7 +65,9 @@ async def proxy(
         await inner.close()
 
 
-async def test_store_round_trips_per_delivery(proxy: tuple[Running, CountingStore, StubApp]) -> None:
+async def test_store_round_trips_per_delivery(
+    proxy: tuple[Running, CountingStore, StubApp],
+) -> None:
     running, store, _ = proxy
     url = f"http://{running.listen}/webhooks/stripe"
     body = stripe_event("evt_trips")

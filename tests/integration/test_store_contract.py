@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import sqlite3
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import asyncpg
@@ -30,10 +27,12 @@ from sidecar.core.events import (
     EventState,
     Outcome,
     RecordedResponse,
+    StoredRequest,
 )
 from sidecar.core.ports import Store
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
+from tests.backdoor import Backdoor, PgBackdoor
 from tests.pgserver import ThrowawayCluster, free_port
 
 LEASE = 30.0
@@ -82,104 +81,6 @@ async def _row(store: Store, provider: str, event_id: str) -> EventRow:
     row = await store.get(provider, event_id)
     assert row is not None, f"{provider}:{event_id} missing"
     return row
-
-
-# -- backend-specific access the contract tests need (aging rows, holding locks) -------------
-
-
-class Backdoor:
-    """Direct database access beside the store under test."""
-
-    async def backdate(self, provider: str, event_id: str, seconds: float) -> None:
-        raise NotImplementedError
-
-    def hold_write_lock(self, provider: str, event_id: str) -> AbstractAsyncContextManager[None]:
-        raise NotImplementedError
-
-    async def impatient_store(self) -> Store:
-        """A second store on the same database that gives up on locks after ~0.2 s."""
-        raise NotImplementedError
-
-
-class PgBackdoor(Backdoor):
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-
-    async def backdate(self, provider: str, event_id: str, seconds: float) -> None:
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            await conn.execute(
-                "UPDATE webhook_event SET received_at = received_at - make_interval(secs => $3)"
-                " WHERE provider = $1 AND event_id = $2",
-                provider,
-                event_id,
-                float(seconds),
-            )
-        finally:
-            await conn.close()
-
-    @asynccontextmanager
-    async def hold_write_lock(self, provider: str, event_id: str) -> AsyncIterator[None]:
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            async with conn.transaction():
-                locked = await conn.fetch(
-                    "SELECT event_id FROM webhook_event"
-                    " WHERE provider = $1 AND event_id = $2 FOR UPDATE",
-                    provider,
-                    event_id,
-                )
-                assert len(locked) == 1
-                yield
-        finally:
-            await conn.close()
-
-    async def impatient_store(self) -> Store:
-        return await PostgresStore.connect(self.dsn, lock_timeout=0.2, statement_timeout=2.0)
-
-
-class SqliteBackdoor(Backdoor):
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def _execute(self, sql: str, params: tuple[object, ...]) -> None:
-        con = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
-        try:
-            con.execute(sql, params)
-        finally:
-            con.close()
-
-    async def backdate(self, provider: str, event_id: str, seconds: float) -> None:
-        await asyncio.to_thread(
-            self._execute,
-            "UPDATE webhook_event SET received_at = received_at - ?"
-            " WHERE provider = ? AND event_id = ?",
-            (float(seconds), provider, event_id),
-        )
-
-    @asynccontextmanager
-    async def hold_write_lock(self, provider: str, event_id: str) -> AsyncIterator[None]:
-        # SQLite locks the whole database for writing; another connection's open write
-        # transaction is what a second process would hold.
-        con = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
-        try:
-            await asyncio.to_thread(con.execute, "BEGIN IMMEDIATE")
-            try:
-                yield
-            finally:
-                await asyncio.to_thread(con.execute, "ROLLBACK")
-        finally:
-            await asyncio.to_thread(con.close)
-
-    async def impatient_store(self) -> Store:
-        return await SQLiteStore.open(self.path, busy_timeout=0.2)
-
-
-@pytest.fixture
-def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
-    if isinstance(store, SQLiteStore):
-        return SqliteBackdoor(store.path)
-    return PgBackdoor(request.getfixturevalue("pg_dsn"))
 
 
 # == the contract ============================================================================
@@ -402,6 +303,34 @@ async def test_list_events_filters_and_orders_newest_first(
     assert await store.list_events(provider="nobody") == []
     rows = await store.list_events(state=EventState.FAILED)
     assert len(rows) == 1 and rows[0].response == FAILED_503.response
+    # evt_i was backdated by 100 - i seconds
+    assert ids(await store.list_events(older_than_seconds=98.5)) == ["evt_1", "evt_0"]
+    assert ids(await store.list_events(provider="github", older_than_seconds=96.5)) == ["evt_3"]
+
+
+async def test_payload_is_kept_only_when_given_and_never_changed(store: Store) -> None:
+    payload = StoredRequest(method="POST", path="/webhooks/stripe?x=1",
+                            headers=(("Content-Type", "application/json"), ("X-A", "1")),
+                            body=b'{"id": "evt_1"}\x00\xff')
+    assert (await store.claim("stripe", "evt_1", BODY, LEASE, "o", payload)).won
+    assert await store.get_payload("stripe", "evt_1") == payload
+    other = StoredRequest(method="POST", path="/other", headers=(), body=b"other")
+    assert not (await store.claim("stripe", "evt_1", BODY, LEASE, "o", other)).won
+    assert await store.get_payload("stripe", "evt_1") == payload, "the first request is kept"
+    await store.claim("stripe", "evt_2", BODY, LEASE, "o")
+    assert await store.get_payload("stripe", "evt_2") is None
+    assert await store.get_payload("stripe", "missing") is None
+
+
+async def test_stuck_counts_only_expired_processing_rows(store: Store) -> None:
+    assert await store.stuck_counts() == {}
+    await store.claim("stripe", "crashed-1", BODY, 0, "o")
+    await store.claim("stripe", "crashed-2", BODY, 0, "o")
+    await store.claim("github", "crashed", BODY, 0, "o")
+    await store.claim("stripe", "live", BODY, LEASE, "o")
+    await store.claim("stripe", "failed", BODY, 0, "o")
+    assert await store.complete("stripe", "failed", 1, FAILED_503)
+    assert await store.stuck_counts() == {"stripe": 2, "github": 1}
 
 
 async def test_release_fails_a_stuck_row_so_the_next_delivery_takes_it_over(

@@ -1,5 +1,6 @@
 -- Claim (provider, event_id) in one autocommitted statement at READ COMMITTED.
--- $1 provider, $2 event_id, $3 body_sha256, $4 lease seconds, $5 lease owner.
+-- $1 provider, $2 event_id, $3 body_sha256, $4 lease seconds, $5 lease owner,
+-- $6 payload body and $7 payload request (JSON text), both NULL unless the provider keeps payloads.
 --
 -- The winner gets its inserted row (won = true). A loser whose competitor committed before this
 -- statement's snapshot gets the existing row (won = false). A loser whose competitor committed
@@ -10,13 +11,15 @@ WITH t AS (
 ), ins AS (
     INSERT INTO webhook_event AS e (
         provider, event_id, received_at, body_sha256, state, attempt,
-        lease_owner, lease_until, updated_at
+        lease_owner, lease_until, updated_at, payload_body, payload_request
     )
     SELECT $1::text, $2::text, t.ts, $3::bytea, 'processing', 1,
-           $5::text, t.ts + make_interval(secs => $4::float8), t.ts
+           $5::text, t.ts + make_interval(secs => $4::float8), t.ts, $6::bytea, $7::text::jsonb
       FROM t
     ON CONFLICT (provider, event_id) DO NOTHING
-    RETURNING e.*
+    RETURNING e.provider, e.event_id, e.state, e.attempt, e.body_sha256, e.received_at,
+              e.updated_at, e.lease_until, e.outcome, e.response_status, e.response_headers,
+              e.response_body, e.latency_ms
 )
 SELECT true AS won,
        provider, event_id, state, attempt, body_sha256,

@@ -3,12 +3,12 @@
 -- ('now' is the same value everywhere within one statement.)
 INSERT INTO webhook_event (
     provider, event_id, received_at, body_sha256, state, attempt,
-    lease_owner, lease_until, updated_at
+    lease_owner, lease_until, updated_at, payload_body, payload_request
 ) VALUES (
     :provider, :event_id, (julianday('now') - 2440587.5) * 86400.0, :body_sha256,
     'processing', 1,
     :owner, (julianday('now') - 2440587.5) * 86400.0 + :lease_seconds,
-    (julianday('now') - 2440587.5) * 86400.0
+    (julianday('now') - 2440587.5) * 86400.0, :payload_body, :payload_request
 )
 ON CONFLICT (provider, event_id) DO NOTHING
 RETURNING provider, event_id, state, attempt, body_sha256, received_at, updated_at, lease_until,

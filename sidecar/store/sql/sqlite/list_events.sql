@@ -4,5 +4,7 @@ SELECT provider, event_id, state, attempt, body_sha256, received_at, updated_at,
   FROM webhook_event
  WHERE (:provider IS NULL OR provider = :provider)
    AND (:state IS NULL OR state = :state)
+   AND (:older_than IS NULL
+        OR received_at < (julianday('now') - 2440587.5) * 86400.0 - :older_than)
  ORDER BY received_at DESC, provider, event_id
  LIMIT :limit;

@@ -1,0 +1,62 @@
+"""The current key bytes of every provider. Secrets read from files are re-read on ``reload()``
+(a Kubernetes Secret volume is updated in place), so rotation needs no restart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.config.model import ProviderConfig
+from sidecar.core.errors import ConfigError
+from sidecar.core.signing import decode_secret
+
+
+@dataclass(frozen=True, slots=True)
+class Reload:
+    changed: tuple[str, ...]  # provider keys whose keys were replaced
+    errors: tuple[str, ...]  # problems that left a provider's keys as they were
+
+
+class Keyring:
+    def __init__(self, providers: Sequence[ProviderConfig]) -> None:
+        self._providers = {p.key: p for p in providers}
+        self._keys = {p.key: p.keys for p in providers}
+
+    def keys(self, provider: str) -> tuple[bytes, ...]:
+        return self._keys[provider]
+
+    @property
+    def watches_files(self) -> bool:
+        return any(s.file for p in self._providers.values() for s in p.secrets)
+
+    def reload(self) -> Reload:
+        """Re-read every file secret. A provider's keys change only if all of its files read and
+        decode; otherwise its current keys stay and the error is reported."""
+        changed: list[str] = []
+        errors: list[str] = []
+        for key, provider in self._providers.items():
+            if not any(s.file for s in provider.secrets):
+                continue
+            try:
+                fresh = tuple(self._read(provider, i) for i in range(len(provider.secrets)))
+            except ConfigError as exc:
+                errors.append(str(exc))
+                continue
+            if fresh != self._keys[key]:
+                self._keys[key] = fresh
+                changed.append(key)
+        return Reload(tuple(changed), tuple(errors))
+
+    def _read(self, provider: ProviderConfig, index: int) -> bytes:
+        secret = provider.secrets[index]
+        path = f"providers.{provider.key}.secrets[{index}]"
+        if secret.file is None:
+            return secret.key
+        try:
+            raw = Path(secret.file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(path, f"cannot read {secret.file}: {exc.strerror}") from exc
+        if not raw:
+            raise ConfigError(path, f"{secret.file} is empty")
+        return decode_secret(provider.signature, raw, path)

@@ -1,0 +1,92 @@
+"""One attempt: forward a delivery to the app, classify the answer, record it on the row.
+
+Shared by the provider-facing handler and by operators re-driving a stored event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sidecar.config.model import ProviderConfig
+from sidecar.core.decision import result_of
+from sidecar.core.errors import StoreError, UpstreamError
+from sidecar.core.events import AttemptResult, Outcome, RecordedResponse
+from sidecar.core.ports import Store
+from sidecar.obs.logs import get_logger
+from sidecar.obs.metrics import Metrics
+from sidecar.upstream import Upstream, forwardable_headers
+
+EVENT_HEADER = "X-Webhook-Sidecar-Event-Id"
+PROVIDER_HEADER = "X-Webhook-Sidecar-Provider"
+ATTEMPT_HEADER = "X-Webhook-Sidecar-Attempt"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+log = get_logger("sidecar.forwarding")
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    result: AttemptResult
+    response: RecordedResponse | None  # None when the app gave no HTTP answer
+    upstream_error: str | None
+    recorded: bool | None  # True written; False superseded by a newer attempt; None store error
+    record_error: str | None = None
+
+
+class Forwarder:
+    def __init__(self, store: Store, upstream: Upstream, metrics: Metrics,
+                 pending: set[asyncio.Task[bool]]) -> None:
+        self._store = store
+        self._upstream = upstream
+        self._metrics = metrics
+        self._pending = pending  # result writes in progress, awaited on shutdown
+
+    async def forward(
+        self, provider: ProviderConfig, event_id: str, attempt: int, method: str, path: str,
+        headers: Iterable[tuple[str, str]], body: bytes,
+    ) -> Forwarded:
+        added = {
+            IDEMPOTENCY_HEADER: f"{provider.key}:{event_id}",
+            EVENT_HEADER: event_id,
+            PROVIDER_HEADER: provider.key,
+            ATTEMPT_HEADER: str(attempt),
+        }
+        started = time.monotonic()
+        response: RecordedResponse | None = None
+        error: str | None = None
+        try:
+            response = await self._upstream.forward(
+                method, path, forwardable_headers(headers, added), body)
+            outcome = Outcome.RESPONSE
+        except UpstreamError as exc:
+            outcome = Outcome(exc.outcome)
+            error = exc.detail or exc.outcome
+        elapsed = time.monotonic() - started
+        self._metrics.upstream_latency.labels(provider.key).observe(elapsed)
+        result = result_of(outcome, response, elapsed * 1000, provider.retryable_statuses)
+        recorded, record_error = await self._record(provider.key, event_id, attempt, result)
+        return Forwarded(result, response, error, recorded, record_error)
+
+    async def _record(self, provider: str, event_id: str, attempt: int,
+                      result: AttemptResult) -> tuple[bool | None, str | None]:
+        """Write the result, protected from cancellation of the caller (a shutdown past its
+        timeout, or a client that went away): the write goes on and is awaited on shutdown."""
+        task = asyncio.ensure_future(self._store.complete(provider, event_id, attempt, result))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        try:
+            recorded = await asyncio.shield(task)
+        except StoreError as exc:
+            # The app has answered; we could not record it. The row stays `processing` until
+            # its lease expires, then a redelivery is forwarded again (attempt + 1).
+            log.error("record_failed", provider=provider, event_id=event_id, attempt=attempt,
+                      error=str(exc))
+            return None, str(exc)
+        if not recorded:
+            self._metrics.superseded.labels(provider).inc()
+            log.warning("attempt_superseded", provider=provider, event_id=event_id,
+                        attempt=attempt)
+        return recorded, None

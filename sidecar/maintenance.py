@@ -1,0 +1,79 @@
+"""Background upkeep in every proxy process: retention, the stuck-row gauge, secret reloads.
+
+Several replicas may run it at once: retention deletes in small batches that skip locked rows,
+and every step is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sidecar.config.keyring import Keyring
+from sidecar.config.model import Config
+from sidecar.core.errors import StoreError
+from sidecar.core.ports import Store
+from sidecar.obs.logs import get_logger
+from sidecar.obs.metrics import Metrics
+
+log = get_logger("sidecar.maintenance")
+
+
+class Maintenance:
+    def __init__(self, config: Config, store: Store, metrics: Metrics, keyring: Keyring) -> None:
+        self._config = config
+        self._store = store
+        self._metrics = metrics
+        self._keyring = keyring
+
+    async def sweep_retention(self) -> dict[str, int]:
+        """Delete every row past its provider's retention, batch by batch (each batch its own
+        short statement), never a row in ``processing`` with a live lease."""
+        batch = self._config.maintenance.retention_batch_size
+        deleted: dict[str, int] = {}
+        for provider in self._config.providers:
+            total = 0
+            while True:
+                count = await self._store.purge(provider.key, provider.retention, batch)
+                total += count
+                self._metrics.retention_deleted.labels(provider.key).inc(count)
+                if count < batch:
+                    break
+                await asyncio.sleep(0)  # let deliveries in between batches
+            deleted[provider.key] = total
+            if total:
+                log.info("retention_deleted", provider=provider.key, rows=total)
+        return deleted
+
+    async def refresh_stuck(self) -> dict[str, int]:
+        counts = await self._store.stuck_counts()
+        for provider in self._config.providers:
+            self._metrics.stuck.labels(provider.key).set(counts.get(provider.key, 0))
+        return counts
+
+    def reload_secrets(self) -> tuple[str, ...]:
+        result = self._keyring.reload()
+        for provider in result.changed:
+            self._metrics.secret_reloads.labels(provider, "applied").inc()
+            log.info("secrets_reloaded", provider=provider)
+        for error in result.errors:
+            provider = error.split(".")[1] if error.startswith("providers.") else ""
+            self._metrics.secret_reloads.labels(provider, "error").inc()
+            log.error("secrets_reload_failed", error=error)
+        return result.changed
+
+    async def run_store_upkeep(self) -> None:
+        """Forever: retention and the stuck-row gauge, every ``maintenance.interval``."""
+        while True:
+            try:
+                await self.sweep_retention()
+                await self.refresh_stuck()
+            except StoreError as exc:
+                self._metrics.maintenance_errors.inc()
+                log.warning("maintenance_failed", error=str(exc))
+            await asyncio.sleep(self._config.maintenance.interval)
+
+    async def run_secret_reloads(self) -> None:
+        """Forever: re-read secret files every ``maintenance.secrets_reload_interval``."""
+        while True:
+            await asyncio.sleep(self._config.maintenance.secrets_reload_interval)
+            await asyncio.to_thread(self.reload_secrets)

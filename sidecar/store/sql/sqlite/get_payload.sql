@@ -1,0 +1,4 @@
+-- The stored first request of one event (NULLs when the provider keeps no payloads).
+SELECT payload_body, payload_request
+  FROM webhook_event
+ WHERE provider = :provider AND event_id = :event_id;

@@ -1,0 +1,222 @@
+"""Operating the proxy: metrics, logs, admin surface, stuck events, re-drive, secret rotation.
+Real processes on real stores."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.acceptance.conftest import Deployment, run_cli
+from tests.support import STRIPE_SECRET, Seen, post, stripe_event, stripe_headers, write_config
+
+STRIPE = "/webhooks/stripe"
+
+
+async def metric_samples(client: aiohttp.ClientSession, admin_url: str) -> dict[tuple, float]:
+    async with client.get(admin_url + "/metrics") as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    samples: dict[tuple, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def events_total(samples: dict[tuple, float], provider: str) -> dict[str, float]:
+    return {dict(labels)["result"]: value for (name, labels), value in samples.items()
+            if name == "webhook_events_total" and dict(labels).get("provider") == provider}
+
+
+async def test_metrics_count_each_result_exactly(deployment: Deployment) -> None:
+    async def fail_first(seen: Seen) -> web.StreamResponse:
+        status = 500 if seen.event_id == "evt_flaky" and seen.attempt == 1 else 200
+        return web.json_response({}, status=status)
+
+    deployment.stub.behaviour = fail_first
+    await deployment.start(1)
+    client, proc = deployment.client, deployment.procs[0]
+    assert client is not None
+    url = proc.url + STRIPE
+
+    async def send(body: bytes, headers: dict[str, str] | None = None) -> int:
+        return (await post(client, url, body, headers or stripe_headers(body)))[0]
+
+    a, b, flaky = stripe_event("evt_a"), stripe_event("evt_b"), stripe_event("evt_flaky")
+    assert await send(a) == 200  # new
+    assert await send(b) == 200  # new
+    assert await send(a) == 200  # duplicate
+    assert await send(a) == 200  # duplicate
+    assert await send(a, stripe_headers(a, secret="whsec_wrong")) == 401  # invalid_signature
+    assert await send(json.dumps({"type": "x"}).encode()) == 400  # bad_request
+    assert await send(flaky) == 500  # upstream_error
+    assert await send(flaky) == 200  # takeover
+    deployment.stub.hold.clear()
+    held = stripe_event("evt_held")
+    first = asyncio.create_task(send(held))  # new (answered below)
+    await deployment.stub.wait_for(lambda: deployment.stub.count("evt_held") == 1)
+    assert await send(held) == 409  # in_flight
+    deployment.stub.hold.set()
+    assert await first == 200
+
+    counts = events_total(await metric_samples(client, proc.admin_url), "stripe")
+    assert counts == {"new": 3, "duplicate": 2, "invalid_signature": 1, "bad_request": 1,
+                      "upstream_error": 1, "takeover": 1, "in_flight": 1}
+    samples = await metric_samples(client, proc.admin_url)
+    assert samples[("webhook_upstream_latency_seconds_count", (("provider", "stripe"),))] == 5
+
+
+async def test_provider_listener_serves_no_admin_routes(deployment: Deployment) -> None:
+    await deployment.start(1)
+    client, proc = deployment.client, deployment.procs[0]
+    assert client is not None
+    for path in ("/metrics", "/healthz", "/readyz", "/admin/events"):
+        async with client.get(proc.url + path) as resp:
+            assert resp.status == 404, path
+        async with client.get(proc.admin_url + path) as resp:
+            assert resp.status == 200, path
+
+
+async def test_debug_logs_never_contain_secrets_signatures_or_bodies(
+    deployment: Deployment,
+) -> None:
+    deployment.config["log"]["level"] = "debug"
+    await deployment.start(1)
+    client, proc = deployment.client, deployment.procs[0]
+    assert client is not None
+    marker = "BODY-MARKER-7f3a9c"
+    signatures = []
+    for i in range(3):
+        body = stripe_event(f"evt_log_{i}", note=marker)
+        headers = stripe_headers(body)
+        signatures.append(headers["Stripe-Signature"].split("v1=")[1])
+        await post(client, proc.url + STRIPE, body, headers)
+        await post(client, proc.url + STRIPE, body, headers)  # a replay too
+        bad = stripe_headers(body, secret="whsec_wrong")
+        signatures.append(bad["Stripe-Signature"].split("v1=")[1])
+        await post(client, proc.url + STRIPE, body, bad)
+    await proc.terminate()
+    deployment.procs = []
+    logs = "\n".join(proc.raw_logs)
+    assert any(e.get("event") == "delivery" for e in proc.logs)
+    assert any(e.get("level") == "debug" for e in proc.logs), "DEBUG was really on"
+    for forbidden in [STRIPE_SECRET, "It's a Secret to Everybody", marker, *signatures]:
+        assert forbidden not in logs
+
+
+async def test_stuck_event_found_by_list_released_then_forwarded(deployment: Deployment) -> None:
+    deployment.config["providers"]["stripe"]["lease"] = "60s"  # stuck for a long while
+    await deployment.start(1)
+    client, proc = deployment.client, deployment.procs[0]
+    assert client is not None
+    body = stripe_event("evt_stuck")
+    deployment.stub.hold.clear()
+    inflight = asyncio.create_task(post(client, proc.url + STRIPE, body, stripe_headers(body)))
+    await deployment.stub.wait_for(lambda: deployment.stub.count("evt_stuck") == 1)
+    await proc.kill()  # the attempt's owner is gone; its lease would hold for a minute
+    with pytest.raises(aiohttp.ClientError):
+        await inflight
+    deployment.stub.hold.set()
+    config_path = str(write_config(deployment.tmp, deployment.config))
+
+    code, out, err = await run_cli("events", "list", "--config", config_path,
+                                   "--state", "processing", "--json")
+    assert code == 0, err
+    listed = [json.loads(line) for line in out.splitlines()]
+    assert [(e["event_id"], e["attempt"], e["lease_live"]) for e in listed] == [
+        ("evt_stuck", 1, True)]
+
+    code, out, err = await run_cli("events", "release", "stripe", "evt_stuck",
+                                   "--config", config_path)
+    assert code == 0, err
+    assert "next redelivery is forwarded as attempt 2" in out
+
+    await deployment.start(1)
+    status, headers, _ = await post(client, deployment.url(0, STRIPE), body,
+                                    stripe_headers(body))
+    assert status == 200 and headers["X-Webhook-Sidecar-Attempt"] == "2"
+    assert deployment.stub.attempts("evt_stuck") == [1, 2]
+
+    code, _, err = await run_cli("events", "release", "stripe", "evt_stuck",
+                                 "--config", config_path)
+    assert code == 1 and "is done" in err + _
+
+
+async def test_failed_event_redriven_from_its_stored_payload(deployment: Deployment) -> None:
+    async def down_then_up(seen: Seen) -> web.StreamResponse:
+        return web.json_response({}, status=503 if seen.attempt == 1 else 200)
+
+    deployment.stub.behaviour = down_then_up
+    deployment.config["providers"]["stripe"]["store_payload"] = True
+    await deployment.start(1)
+    client = deployment.client
+    assert client is not None
+    body = stripe_event("evt_redrive")
+    assert (await post(client, deployment.url(0, STRIPE + "?source=test"), body,
+                       stripe_headers(body)))[0] == 503
+    config_path = str(write_config(deployment.tmp, deployment.config))
+
+    code, out, err = await run_cli("events", "redrive", "stripe", "evt_redrive",
+                                   "--config", config_path)
+    assert code == 0, out + err
+    assert "as attempt 2" in out and "HTTP 200" in out
+    second = deployment.stub.seen[-1]
+    assert (second.attempt, second.body) == (2, body)  # the stored request, byte for byte
+    assert (await deployment.rows.one("stripe", "evt_redrive"))["state"] == "done"  # type: ignore[index]
+
+    status, headers, _ = await post(client, deployment.url(0, STRIPE), body, stripe_headers(body))
+    assert status == 200 and headers["X-Webhook-Sidecar-Replay"] == "true"
+
+
+async def test_admin_api_lists_shows_and_releases(deployment: Deployment) -> None:
+    deployment.config["admin_token"] = "t" * 24
+    await deployment.start(1)
+    client, proc = deployment.client, deployment.procs[0]
+    assert client is not None
+    body = stripe_event("evt_admin")
+    assert (await post(client, proc.url + STRIPE, body, stripe_headers(body)))[0] == 200
+    auth = {"Authorization": "Bearer " + "t" * 24}
+    async with client.get(proc.admin_url + "/admin/events") as resp:
+        assert resp.status == 401
+    async with client.get(proc.admin_url + "/admin/events?provider=stripe&state=done",
+                          headers=auth) as resp:
+        listed = (await resp.json())["events"]
+    assert [(e["event_id"], e["response_status"]) for e in listed] == [("evt_admin", 200)]
+    async with client.get(proc.admin_url + "/admin/events/stripe/evt_admin",
+                          headers=auth) as resp:
+        shown = await resp.json()
+    assert shown["state"] == "done" and shown["payload_stored"] is False
+    async with client.post(proc.admin_url + "/admin/events/stripe/evt_admin/release",
+                           headers=auth) as resp:
+        assert resp.status == 409  # done events are not released
+    async with client.get(proc.admin_url + "/admin/events/stripe/nope", headers=auth) as resp:
+        assert resp.status == 404
+
+
+async def test_rewritten_secret_file_takes_effect_without_restart(deployment: Deployment) -> None:
+    secret_file = deployment.tmp / "stripe-secret"
+    secret_file.write_text(STRIPE_SECRET + "\n")
+    deployment.config["providers"]["stripe"]["secrets"] = [{"file": str(secret_file)}]
+    deployment.config["maintenance"] = {"secrets_reload_interval": "200ms"}
+    await deployment.start(1)
+    client, proc = deployment.client, deployment.procs[0]
+    assert client is not None
+    url = proc.url + STRIPE
+    before = stripe_event("evt_before_rotation")
+    assert (await post(client, url, before, stripe_headers(before)))[0] == 200
+
+    new_secret = "whsec_rotated_0123456789abcdef"
+    secret_file.write_text(new_secret + "\n")
+    await proc.wait_for_log("secrets_reloaded")
+
+    after = stripe_event("evt_after_rotation")
+    assert (await post(client, url, after, stripe_headers(after, secret=STRIPE_SECRET)))[0] == 401
+    assert (await post(client, url, after, stripe_headers(after, secret=new_secret)))[0] == 200
+    assert proc.proc is not None and proc.proc.returncode is None  # the same process
+    assert time.time() > 0
