@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from sidecar import __version__
@@ -78,3 +80,28 @@ def test_readme_first_command_in_a_fresh_virtualenv(tmp_path: Path) -> None:
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "demo OK" in demo.stdout
     assert sys.executable != str(python)
+
+
+async def test_sigterm_past_the_timeout_marks_nothing_done(deployment: Deployment) -> None:
+    deployment.config["shutdown_timeout"] = "500ms"
+    deployment.config["upstream"]["timeout"] = "30s"
+    for provider in deployment.config["providers"].values():
+        provider["lease"] = "60s"
+    await deployment.start(1)
+    assert deployment.client is not None
+    deployment.stub.hold.clear()  # the app never answers while we shut down
+    proc = deployment.procs[0]
+    body = stripe_event("evt_cut_off")
+    inflight = asyncio.create_task(post(deployment.client, proc.url + "/webhooks/stripe", body,
+                                        stripe_headers(body)))
+    await deployment.stub.wait_for(lambda: deployment.stub.count() == 1)
+    assert proc.proc is not None
+    proc.proc.terminate()
+    assert await proc.wait() == 0
+    deployment.procs = []
+    with contextlib.suppress(aiohttp.ClientError):
+        status, _, _ = await inflight
+        assert status >= 500  # whatever the provider got, it was not a 2xx
+    row = await deployment.rows.one("stripe", "evt_cut_off")
+    assert row is not None and row["state"] == "processing"  # retried after the lease expires
+    deployment.stub.hold.set()
