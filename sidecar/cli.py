@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="a self-contained showcase on a temporary SQLite store")
     demo.add_argument("--quiet", action="store_true", help="print only the summary")
     demo.set_defaults(func=_demo)
+
+    send = sub.add_parser("send", help="sign a payload as a provider and deliver it to a URL")
+    _configure_send(send)
+    send.set_defaults(func=_send)
     return parser
 
 
@@ -138,3 +142,14 @@ def _demo(args: argparse.Namespace) -> int:
 
     return asyncio.run(run_demo(quiet=args.quiet))
 
+
+def _configure_send(parser: argparse.ArgumentParser) -> None:
+    from sidecar.send import configure_parser
+
+    configure_parser(parser)
+
+
+def _send(args: argparse.Namespace) -> int:
+    from sidecar.send import run
+
+    return run(args)

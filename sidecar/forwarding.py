@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sidecar.config.model import ProviderConfig
+from sidecar.core.batch import batch_key
 from sidecar.core.decision import result_of
 from sidecar.core.errors import StoreError, UpstreamError
 from sidecar.core.events import AttemptResult, Outcome, RecordedResponse
@@ -23,6 +24,7 @@ EVENT_HEADER = "X-Webhook-Sidecar-Event-Id"
 PROVIDER_HEADER = "X-Webhook-Sidecar-Provider"
 ATTEMPT_HEADER = "X-Webhook-Sidecar-Attempt"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+BATCH_SIZE_HEADER = "X-Webhook-Sidecar-Batch-Size"
 
 log = get_logger("sidecar.forwarding")
 
@@ -45,15 +47,23 @@ class Forwarder:
         self._pending = pending  # result writes in progress, awaited on shutdown
 
     async def forward(
-        self, provider: ProviderConfig, event_id: str, attempt: int, method: str, path: str,
-        headers: Iterable[tuple[str, str]], body: bytes,
+        self, provider: ProviderConfig, rows: Sequence[tuple[str, int]], method: str,
+        path: str, headers: Iterable[tuple[str, str]], body: bytes,
     ) -> Forwarded:
+        """Forward once on behalf of ``rows`` (``(event_id, attempt)`` pairs: one, or the
+        items a batch delivery claimed) and record the result on each of them."""
+        ids = [event_id for event_id, _ in rows]
+        attempt = max(attempt for _, attempt in rows)
         added = {
-            IDEMPOTENCY_HEADER: f"{provider.key}:{event_id}",
-            EVENT_HEADER: event_id,
+            IDEMPOTENCY_HEADER: (f"{provider.key}:{ids[0]}" if len(ids) == 1
+                                 else batch_key(provider.key, ids)),
             PROVIDER_HEADER: provider.key,
             ATTEMPT_HEADER: str(attempt),
         }
+        if len(ids) == 1:
+            added[EVENT_HEADER] = ids[0]
+        else:
+            added[BATCH_SIZE_HEADER] = str(len(ids))
         started = time.monotonic()
         response: RecordedResponse | None = None
         error: str | None = None
@@ -67,8 +77,11 @@ class Forwarder:
         elapsed = time.monotonic() - started
         self._metrics.upstream_latency.labels(provider.key).observe(elapsed)
         result = result_of(outcome, response, elapsed * 1000, provider.retryable_statuses)
-        recorded, record_error = await self._record(provider.key, event_id, attempt, result)
-        return Forwarded(result, response, error, recorded, record_error)
+        outcomes = [await self._record(provider.key, event_id, row_attempt, result)
+                    for event_id, row_attempt in rows]
+        errors = [e for _, e in outcomes if e is not None]
+        recorded = (None if errors else all(written for written, _ in outcomes))
+        return Forwarded(result, response, error, recorded, errors[0] if errors else None)
 
     async def _record(self, provider: str, event_id: str, attempt: int,
                       result: AttemptResult) -> tuple[bool | None, str | None]:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.config.model import Config
+from sidecar.core.batch import filtered_body
+from sidecar.core.eventid import batch_items
 from sidecar.core.events import EventRow, EventState
 from sidecar.core.ports import Store
 from sidecar.forwarding import Forwarder
@@ -106,8 +108,14 @@ async def redrive(config: Config, store: Store, forwarder: Forwarder, owner: str
         state = row.state.value if row else "gone"
         raise OperationError(409, f"event {provider_key}:{event_id} is {state}; only failed "
                                   "events or expired attempts can be re-driven")
-    done = await forwarder.forward(provider, event_id, attempt, payload.method, payload.path,
-                                   payload.headers, payload.body)
+    body = payload.body
+    if provider.event_id.is_batch:
+        # The stored request is the batch that first carried this event: send only this item.
+        items = batch_items(provider.event_id, body, dict(payload.headers))
+        body = filtered_body(provider.event_id, body,
+                             {i.position for i in items if i.event_id == event_id}, items)
+    done = await forwarder.forward(provider, [(event_id, attempt)], payload.method,
+                                   payload.path, payload.headers, body)
     return RedriveResult(
         attempt=attempt, state=done.result.state.value,
         status=done.response.status if done.response else None,

@@ -1,5 +1,6 @@
-"""A small, strict JSONPath subset for picking one value out of a verified body:
-``$.a.b``, ``$['a-b'].c``, ``$.items[0].id``."""
+"""A small, strict JSONPath subset for picking values out of a verified body:
+``$.a.b``, ``$['a-b'].c``, ``$.items[0].id``, and (only where a caller allows it) the
+wildcard ``[*]`` over the elements of an array: ``$[*]``, ``$.notificationItems[*].item``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,23 @@ from sidecar.core.errors import ConfigError
 _STEP = re.compile(
     r"""\.(?P<name>[A-Za-z0-9_-]+)
       | \[(?P<index>\d+)\]
+      | (?P<wildcard>\[\*\])
       | \[(?P<quote>['"])(?P<key>(?:(?!(?P=quote)).)*)(?P=quote)\]""",
     re.VERBOSE,
 )
 
-Step = str | int
+class Wildcard:
+    """The ``[*]`` step: every element of an array."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "[*]"
+
+
+WILDCARD = Wildcard()
+
+Step = str | int | Wildcard
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,10 +36,17 @@ class JsonPath:
     text: str
     steps: tuple[Step, ...]
 
+    @property
+    def has_wildcard(self) -> bool:
+        return any(isinstance(step, Wildcard) for step in self.steps)
+
     def lookup(self, document: object) -> tuple[bool, object]:
-        """``(True, value)`` if every step exists, else ``(False, None)``. Never raises."""
+        """``(True, value)`` if every step exists, else ``(False, None)``. Never raises.
+        A wildcard step never matches here: use ``lookup_all``."""
         node = document
         for step in self.steps:
+            if isinstance(step, Wildcard):
+                return False, None
             if isinstance(step, int):
                 if not isinstance(node, list) or step >= len(node):
                     return False, None
@@ -37,8 +57,27 @@ class JsonPath:
                 node = node[step]
         return True, node
 
+    def lookup_all(self, document: object) -> list[object]:
+        """Every value the path selects, in document order (a wildcard step expands over an
+        array's elements; anything missing is skipped). Never raises."""
+        nodes = [document]
+        for step in self.steps:
+            found: list[object] = []
+            for node in nodes:
+                if isinstance(step, Wildcard):
+                    if isinstance(node, list):
+                        found.extend(node)
+                elif isinstance(step, int):
+                    if isinstance(node, list) and step < len(node):
+                        found.append(node[step])
+                elif isinstance(node, dict) and step in node:
+                    found.append(node[step])
+            nodes = found
+        return nodes
 
-def parse_json_path(text: object, path: str) -> JsonPath:
+
+def parse_json_path(text: object, path: str, *, wildcards: bool = False) -> JsonPath:
+    """Parse a path; ``[*]`` is accepted only with ``wildcards=True``."""
     if not isinstance(text, str) or not text.startswith("$"):
         raise ConfigError(path, "must be a JSON path starting with '$', e.g. $.id")
     steps: list[Step] = []
@@ -52,6 +91,11 @@ def parse_json_path(text: object, path: str) -> JsonPath:
             steps.append(match.group("name"))
         elif match.group("index") is not None:
             steps.append(int(match.group("index")))
+        elif match.group("wildcard") is not None:
+            if not wildcards:
+                raise ConfigError(path, f"[*] selects several values; {text!r} must select one "
+                                  "(wildcards are for batch items)")
+            steps.append(WILDCARD)
         else:
             steps.append(match.group("key"))
         pos = match.end()

@@ -18,6 +18,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from sidecar.config.model import ProviderConfig
+from sidecar.core.batch import filtered_body, item_digest
 from sidecar.core.decision import (
     Busy,
     MirrorFailure,
@@ -28,7 +29,7 @@ from sidecar.core.decision import (
     failure_status,
 )
 from sidecar.core.errors import EventIdError, StoreError, VerificationError
-from sidecar.core.eventid import extract_event_id
+from sidecar.core.eventid import BatchItem, batch_items, extract_event_id
 from sidecar.core.events import EventRow, EventState, Outcome, RecordedResponse, StoredRequest
 from sidecar.core.handshake import handshake_answer
 from sidecar.core.signing import verify
@@ -85,29 +86,36 @@ async def _process(d: _Delivery) -> web.StreamResponse:
         d.result = "too_large"
         return _error(413, f"body exceeds {limit} bytes", "too_large")
 
+    keys = app[KEYRING].keys(provider.key)
     try:
-        verify(provider.signature, app[KEYRING].keys(provider.key), body, request.headers,
-               app[CLOCK]())
+        verify(provider.signature, keys, body, request.headers, app[CLOCK](),
+               method=request.method, query=request.rel_url.raw_query_string)
     except VerificationError as exc:
         d.result = "invalid_signature"
         d.fields["reason"] = exc.reason
         return _error(401, "signature verification failed", exc.reason)
 
     if provider.handshake is not None:
-        answer = handshake_answer(provider.handshake, body)
+        answer = handshake_answer(provider.handshake, body, request.headers, keys)
         if answer is not None:
             d.result = "handshake"
-            return web.json_response(answer)
+            return web.Response(status=answer.status, body=answer.body,
+                                headers={"Content-Type": answer.content_type})
 
     try:
-        d.event_id = extract_event_id(provider.event_id, body, request.headers)
+        if provider.event_id.is_batch:
+            items = batch_items(provider.event_id, body, request.headers)
+        else:
+            event_id = extract_event_id(provider.event_id, body, request.headers)
     except EventIdError as exc:
         d.result = "bad_request"
         d.fields["reason"] = exc.reason
         return _error(400, "verified delivery carries no usable event id", exc.reason)
 
     try:
-        return await _deliver(d, body)
+        if provider.event_id.is_batch:
+            return await _deliver_batch(d, body, items)
+        return await _deliver(d, body, event_id)
     except StoreError as exc:
         d.result = "store_error"
         d.fields["error"] = str(exc)
@@ -115,54 +123,67 @@ async def _process(d: _Delivery) -> web.StreamResponse:
                       {"Retry-After": STORE_RETRY_AFTER})
 
 
-async def _deliver(d: _Delivery, body: bytes) -> web.StreamResponse:
+@dataclass(frozen=True, slots=True)
+class _Mine:
+    """This delivery owns the event's attempt: forward it."""
+
+    attempt: int
+    label: str  # "new" or "takeover"
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """Nothing to forward for this event; ``result`` names why."""
+
+    result: str  # duplicate | in_flight | mirrored_failure | payload_mismatch
+    row: EventRow | None = None
+    retry_after: int = 1
+
+
+_Resolution = _Mine | _Settled
+
+
+async def _resolve(d: _Delivery, event_id: str, digest: bytes, payload: StoredRequest | None,
+                   deadline: float) -> _Resolution:
+    """Claim one event id and, when another delivery has it, follow the core's decisions until
+    this delivery owns an attempt or knows the answer. Waits at most until ``deadline``."""
     app, provider = d.request.app, d.provider
-    store, event_id = app[STORE], d.event_id
-    assert event_id is not None
-    body_sha256 = hashlib.sha256(body).digest()
+    store = app[STORE]
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + provider.inflight_wait
 
-    payload = (StoredRequest(d.request.method, d.request.path_qs,
-                             tuple(d.request.headers.items()), body)
-               if provider.store_payload else None)
-    t0 = time.monotonic()
-    claim = await store.claim(provider.key, event_id, body_sha256, provider.lease, app[OWNER],
-                              payload)
-    claim_s = time.monotonic() - t0
-    app[METRICS].claim_latency.labels(provider.key).observe(claim_s)
-    d.fields["claim_ms"] = round(claim_s * 1000, 2)
-    if claim.won:
-        return await _forward(d, body, claim.row.attempt, "new")
+    async def claim() -> EventRow | None:
+        t0 = time.monotonic()
+        result = await store.claim(provider.key, event_id, digest, provider.lease, app[OWNER],
+                                   payload)
+        claim_s = time.monotonic() - t0
+        app[METRICS].claim_latency.labels(provider.key).observe(claim_s)
+        d.fields.setdefault("claim_ms", round(claim_s * 1000, 2))
+        return None if result.won else result.row
 
-    if claim.row.body_sha256 != body_sha256:
+    row = await claim()
+    if row is None:
+        return _Mine(1, "new")
+    if row.body_sha256 != digest:
         app[METRICS].payload_mismatches.labels(provider.key).inc()
         d.fields["payload_mismatch"] = True
         log.warning("payload_mismatch", provider=provider.key, event_id=event_id)
         if provider.on_payload_mismatch == "reject":
-            d.result = "payload_mismatch"
-            return _error(422, "event id already seen with a different body", "payload_mismatch")
+            return _Settled("payload_mismatch", row)
 
-    row: EventRow | None = claim.row
     waited, delay = False, 0.02
     for _ in range(MAX_DECISION_STEPS):
         if row is None:  # deleted meanwhile (operator or retention): claim afresh
-            claim = await store.claim(provider.key, event_id, body_sha256, provider.lease,
-                                      app[OWNER], payload)
-            if claim.won:
-                return await _forward(d, body, claim.row.attempt, "new")
-            row = claim.row
-        decision = decide(row, waited=waited, wait_left=deadline - loop.time())
-        d.attempt = row.attempt
-        match decision:
-            case Replay(response):
-                d.result = "duplicate"
-                return _replay(response, row.attempt)
+            row = await claim()
+            if row is None:
+                return _Mine(1, "new")
+        match decide(row, waited=waited, wait_left=deadline - loop.time()):
+            case Replay():
+                return _Settled("duplicate", row)
             case TakeOver():
                 attempt = await store.take_over(provider.key, event_id, provider.lease,
                                                 app[OWNER])
                 if attempt is not None:
-                    return await _forward(d, body, attempt, "takeover")
+                    return _Mine(attempt, "takeover")
                 row = await store.get(provider.key, event_id)  # another delivery won it
             case Wait(lease_remaining):
                 pause = min(delay, max(deadline - loop.time(), 0.0), lease_remaining)
@@ -171,24 +192,87 @@ async def _deliver(d: _Delivery, body: bytes) -> web.StreamResponse:
                 waited = True
                 row = await store.get(provider.key, event_id)
             case Busy(retry_after):
-                d.result = "in_flight"
-                return _error(409, "this event is being processed; retry later", "in_flight",
-                              {"Retry-After": str(retry_after)})
+                return _Settled("in_flight", row, retry_after)
             case MirrorFailure(failed):
-                d.result = "mirrored_failure"
-                status = failure_status(failed.outcome or Outcome.DISCONNECTED, failed.response)
-                return _error(status if status >= 300 else 502, "the attempt for this event "
-                              "failed; retry later", "upstream_failed", {"Retry-After": "1"})
+                return _Settled("mirrored_failure", failed)
     raise StoreError("event row kept changing; giving up this delivery")
 
 
-async def _forward(d: _Delivery, body: bytes, attempt: int, label: str) -> web.StreamResponse:
+def _payload(d: _Delivery, body: bytes) -> StoredRequest | None:
+    if not d.provider.store_payload:
+        return None
     request = d.request
-    assert d.event_id is not None
-    d.attempt = attempt
+    return StoredRequest(request.method, request.path_qs, tuple(request.headers.items()), body)
+
+
+async def _deliver(d: _Delivery, body: bytes, event_id: str) -> web.StreamResponse:
+    d.event_id = event_id
+    deadline = asyncio.get_running_loop().time() + d.provider.inflight_wait
+    resolution = await _resolve(d, event_id, hashlib.sha256(body).digest(), _payload(d, body),
+                                deadline)
+    if isinstance(resolution, _Mine):
+        return await _forward(d, body, [(event_id, resolution.attempt)], resolution.label)
+    if resolution.row is not None:
+        d.attempt = resolution.row.attempt
+    return _settled_response(d, resolution)
+
+
+async def _deliver_batch(d: _Delivery, body: bytes, items: list[BatchItem]) -> web.StreamResponse:
+    """Claim every item; forward once with the items this delivery owns (see core.batch)."""
+    provider = d.provider
+    d.event_id = items[0].event_id
+    d.fields["batch_size"] = len(items)
+    deadline = asyncio.get_running_loop().time() + provider.inflight_wait
+    payload = _payload(d, body)
+    mine: list[tuple[BatchItem, _Mine]] = []
+    settled: list[_Settled] = []
+    for item in items:
+        resolution = await _resolve(d, item.event_id, item_digest(item), payload, deadline)
+        if isinstance(resolution, _Mine):
+            mine.append((item, resolution))
+        else:
+            settled.append(resolution)
+    unfinished = [s for s in settled if s.result != "duplicate"]
+    d.fields["batch_forwarded"] = len(mine)
+    if mine:
+        forward_body = filtered_body(provider.event_id, body,
+                                     {item.position for item, _ in mine}, items)
+        label = "new" if all(m.label == "new" for _, m in mine) else "takeover"
+        response = await _forward(d, forward_body, [(i.event_id, m.attempt) for i, m in mine],
+                                  label)
+        if not unfinished or response.status >= 300:
+            return response
+        # Our items are done, but others are still in flight elsewhere or failed there:
+        # the provider must retry; our items will then be duplicates.
+    if unfinished:
+        return _settled_response(d, unfinished[0])
+    return _settled_response(d, settled[0])  # every item was already done: replay one
+
+
+def _settled_response(d: _Delivery, settled: _Settled) -> web.StreamResponse:
+    d.result = settled.result
+    match settled.result:
+        case "duplicate":
+            assert settled.row is not None
+            return _replay(settled.row.response, settled.row.attempt)
+        case "in_flight":
+            return _error(409, "this event is being processed; retry later", "in_flight",
+                          {"Retry-After": str(settled.retry_after)})
+        case "payload_mismatch":
+            return _error(422, "event id already seen with a different body", "payload_mismatch")
+    assert settled.row is not None
+    row = settled.row
+    status = failure_status(row.outcome or Outcome.DISCONNECTED, row.response)
+    return _error(status if status >= 300 else 502, "the attempt for this event failed; retry "
+                  "later", "upstream_failed", {"Retry-After": "1"})
+
+
+async def _forward(d: _Delivery, body: bytes, rows: list[tuple[str, int]],
+                   label: str) -> web.StreamResponse:
+    request = d.request
+    d.attempt = max(attempt for _, attempt in rows)
     done = await request.app[FORWARDER].forward(
-        d.provider, d.event_id, attempt, request.method, request.path_qs,
-        request.headers.items(), body)
+        d.provider, rows, request.method, request.path_qs, request.headers.items(), body)
     d.fields["upstream_ms"] = round(done.result.latency_ms, 2)
     if done.upstream_error:
         d.fields["upstream_error"] = done.upstream_error
@@ -200,11 +284,12 @@ async def _forward(d: _Delivery, body: bytes, attempt: int, label: str) -> web.S
     response = done.response
     if done.result.state is EventState.DONE and response is not None:
         d.result = label
-        return _from_recorded(response, {ATTEMPT_HEADER: str(attempt)})
+        return _from_recorded(response, {ATTEMPT_HEADER: str(d.attempt)})
     d.result = "upstream_error"
     retry_after = _header(response, "Retry-After") or "1"
     if response is not None:
-        return _from_recorded(response, {ATTEMPT_HEADER: str(attempt), "Retry-After": retry_after})
+        return _from_recorded(response, {ATTEMPT_HEADER: str(d.attempt),
+                                         "Retry-After": retry_after})
     outcome = done.result.outcome
     return _error(failure_status(outcome, None), f"upstream {outcome.value.replace('_', ' ')}",
                   outcome.value, {"Retry-After": retry_after})

@@ -10,13 +10,42 @@ from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
 from sidecar.core.signing import parse_signature_spec
 
-EXPECTED = ["github", "shopify", "slack", "standard-webhooks", "stripe", "svix"]
+EXPECTED = [
+    "adyen", "bitbucket", "clerk", "discord", "github", "gitlab", "hubspot", "intercom",
+    "lemonsqueezy", "linear", "mailgun", "mollie", "paddle", "razorpay", "resend", "sendgrid",
+    "shopify", "slack", "square", "standard-webhooks", "stripe", "svix", "twilio", "twitch",
+    "workos", "zoom",
+]
+# URL-signed schemes: the public URL can only come from the user's config.
+NEEDS_URL = {"square", "hubspot", "twilio"}
 ALLOWED_KEYS = {"description", "signature", "event_id", "retention", "inflight_wait", "lease",
                 "handshake"}
 
-# providers.md §0/§1: (window in which the same event can arrive again, delivery timeout), in
-# seconds. GitHub has no automatic retries but allows manual redelivery for about 30 days.
+# providers.md §0/§1/§2: (window in which the same event can arrive again, delivery timeout),
+# in seconds; None where unpublished. GitHub has no automatic retries but allows manual
+# redelivery for about 30 days; GitLab resends by hand; Discord does not retry at all.
+HOUR, DAY = 3600, 86400
 FACTS = {
+    "clerk": (27 * HOUR + 35 * 60, 15),
+    "resend": (27 * HOUR + 35 * 60, 15),
+    "square": (72 * HOUR, 10),
+    "paddle": (3 * DAY, 5),
+    "workos": (3 * DAY, None),
+    "zoom": (85 * 60, 3),
+    "twitch": (DAY, 3),
+    "hubspot": (DAY, 5),
+    "linear": (7 * HOUR + 1 * 60, 5),
+    "intercom": (HOUR, 5),
+    "bitbucket": (DAY, 10),
+    "lemonsqueezy": (155, None),
+    "razorpay": (7 * DAY, None),  # 24 h of retries, dashboard replays of the last 7 days
+    "mollie": (26 * HOUR, 15),
+    "gitlab": (DAY, 10),
+    "discord": (0, 3),
+    "sendgrid": (DAY, None),
+    "twilio": (HOUR, 15),
+    "adyen": (30 * DAY, 10),
+    "mailgun": (8 * HOUR, None),
     "stripe": (3 * 86400, None),
     "github": (30 * 86400, 10),
     "shopify": (4 * 3600, 5),
@@ -36,7 +65,14 @@ def test_preset_parses(name: str) -> None:
     assert set(data) <= ALLOWED_KEYS
     assert {"description", "signature", "event_id", "retention", "inflight_wait"} <= set(data)
     assert isinstance(data["description"], str) and data["description"]
-    parse_signature_spec(data["signature"], f"presets.{name}.signature")
+    signature = data["signature"]
+    assert isinstance(signature, dict)
+    if name in NEEDS_URL:
+        with pytest.raises(ConfigError) as caught:
+            parse_signature_spec(signature, f"presets.{name}.signature")
+        assert caught.value.path == f"presets.{name}.signature.url"
+        signature["url"] = "https://hooks.example.com/webhooks/x"
+    parse_signature_spec(signature, f"presets.{name}.signature")
     parse_event_id_spec(data["event_id"], f"presets.{name}.event_id")
     retry_window, timeout = FACTS[name]
     retention = parse_duration(data["retention"], f"presets.{name}.retention")
@@ -84,4 +120,4 @@ def test_unknown_preset(name: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_preset(name)
     assert caught.value.path == ""
-    assert f"unknown preset {name!r}; known: github, shopify" in caught.value.message
+    assert f"unknown preset {name!r}; known: adyen, bitbucket" in caught.value.message

@@ -3,7 +3,17 @@
 Pure functions: no I/O, no clock (``now`` is passed in), no aiohttp or asyncpg.
 """
 
-from sidecar.core.signing.sign import sign
+from sidecar.core.signing.asymmetric import PrivateKey, PublicKey
+from sidecar.core.signing.plugins import PLUGINS, Delivery, PluginSpec, SignedDelivery
+from sidecar.core.signing.scheme import (
+    SignatureSpec,
+    decode_secret,
+    decode_signing_key,
+    parse_signature_spec,
+    sign,
+    sign_delivery,
+    verify,
+)
 from sidecar.core.signing.spec import (
     ALGORITHMS,
     ENCODINGS,
@@ -11,39 +21,47 @@ from sidecar.core.signing.spec import (
     SECRET_DECODERS,
     Algorithm,
     Codec,
+    DeclarativeSpec,
     HeaderParts,
     KvListFormat,
     MessageTemplate,
     PlainFormat,
     SecretSpec,
     SignatureFormat,
-    SignatureSpec,
     TimestampSpec,
     VersionedListFormat,
-    parse_signature_spec,
 )
-from sidecar.core.signing.verify import decode_secret, header_value, signed_message, verify
+from sidecar.core.signing.verify import header_value, signed_message
 
 __all__ = [
     "ALGORITHMS",
     "ENCODINGS",
     "FORMATS",
+    "PLUGINS",
     "SECRET_DECODERS",
     "Algorithm",
     "Codec",
+    "DeclarativeSpec",
+    "Delivery",
     "HeaderParts",
     "KvListFormat",
     "MessageTemplate",
     "PlainFormat",
+    "PluginSpec",
+    "PrivateKey",
+    "PublicKey",
     "SecretSpec",
     "SignatureFormat",
     "SignatureSpec",
+    "SignedDelivery",
     "TimestampSpec",
     "VersionedListFormat",
     "decode_secret",
+    "decode_signing_key",
     "header_value",
     "parse_signature_spec",
     "sign",
+    "sign_delivery",
     "signed_message",
     "verify",
 ]

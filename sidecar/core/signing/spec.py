@@ -9,23 +9,36 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, VerificationError
+from sidecar.core.signing.asymmetric import EcdsaP256Sha256, Ed25519
 
 # --- algorithms -----------------------------------------------------------------------------
 
 
 class Algorithm(Protocol):
-    """Signs and verifies a message with one key. ``verify`` must compare in constant time."""
+    """Signs and verifies a message with one key. ``verify`` must compare in constant time
+    (symmetric algorithms) and must not raise: a malformed key or candidate simply fails.
+
+    ``asymmetric`` algorithms verify with a public key and sign with a private key (see
+    ``asymmetric.py`` for the key formats); ``check_key`` raises ``ValueError`` when a
+    configured verification key is unusable, so that config loading can reject it."""
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def asymmetric(self) -> bool: ...
+
+    def check_key(self, key: bytes) -> None: ...
 
     def sign(self, key: bytes, message: bytes) -> bytes: ...
 
@@ -36,6 +49,13 @@ class Algorithm(Protocol):
 class Hmac:
     name: str
     digest: str
+
+    @property
+    def asymmetric(self) -> bool:
+        return False
+
+    def check_key(self, key: bytes) -> None:
+        return None
 
     def sign(self, key: bytes, message: bytes) -> bytes:
         return hmac.new(key, message, self.digest).digest()
@@ -49,9 +69,38 @@ class Hmac:
         return matched
 
 
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A shared token sent as is (GitLab's ``X-Gitlab-Token``): the "signature" is the header
+    value itself and the key is the configured token. Nothing is signed, so the message is
+    ignored. Compared as SHA-256 digests so neither the content nor the length leaks."""
+
+    name: str = "token"
+
+    @property
+    def asymmetric(self) -> bool:
+        return False
+
+    def check_key(self, key: bytes) -> None:
+        return None
+
+    def sign(self, key: bytes, message: bytes) -> bytes:
+        return bytes(key)
+
+    def verify(self, key: bytes, message: bytes, signatures: Sequence[bytes]) -> bool:
+        expected = hashlib.sha256(key).digest()
+        matched = False
+        for candidate in signatures:
+            matched |= hmac.compare_digest(expected, hashlib.sha256(candidate).digest())
+        return matched
+
+
 ALGORITHMS: dict[str, Algorithm] = {
     "hmac-sha256": Hmac("hmac-sha256", "sha256"),
     "hmac-sha1": Hmac("hmac-sha1", "sha1"),
+    "ed25519": Ed25519(),
+    "ecdsa-p256-sha256": EcdsaP256Sha256(),
+    "token": Token(),
 }
 
 # --- encodings ------------------------------------------------------------------------------
@@ -81,6 +130,8 @@ class Codec:
 ENCODINGS: dict[str, Codec] = {
     "hex": Codec("hex", bytes.hex, _hex_decode),
     "base64": Codec("base64", lambda raw: base64.b64encode(raw).decode("ascii"), _base64_decode),
+    # The header value as text (the `token` algorithm). Undecodable text cannot match.
+    "utf8": Codec("utf8", lambda raw: raw.decode("utf-8"), lambda text: text.encode("utf-8")),
 }
 
 # How the configured secret text becomes key bytes; each raises ValueError on bad input.
@@ -188,10 +239,12 @@ def get_str_list(data: Mapping[str, object], key: str, path: str) -> tuple[str, 
 @dataclass(frozen=True, slots=True)
 class HeaderParts:
     """What a signature header holds: candidate signatures (still encoded) and, for formats
-    that carry one, the timestamp text exactly as received."""
+    that carry one, the timestamp text exactly as received. ``labels`` (versioned lists only)
+    holds each signature's version, which may select its algorithm."""
 
     signatures: tuple[str, ...]
     timestamp: str | None = None
+    labels: tuple[str, ...] = ()
 
 
 class SignatureFormat(Protocol):
@@ -202,7 +255,9 @@ class SignatureFormat(Protocol):
         """Split a header value; raises only ``VerificationError``."""
         ...
 
-    def render(self, signature: str, timestamp: str | None) -> str: ...
+    def render(self, signature: str, timestamp: str | None, label: str | None = None) -> str:
+        """The header value for one signature; ``label`` picks a version (versioned lists)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +276,7 @@ class PlainFormat:
         signature = value[len(self.prefix) :]
         return HeaderParts((signature,) if signature else ())
 
-    def render(self, signature: str, timestamp: str | None) -> str:
+    def render(self, signature: str, timestamp: str | None, label: str | None = None) -> str:
         return self.prefix + signature
 
 
@@ -254,7 +309,7 @@ class KvListFormat:
                 signatures.append(text)
         return HeaderParts(tuple(signatures), timestamp)
 
-    def render(self, signature: str, timestamp: str | None) -> str:
+    def render(self, signature: str, timestamp: str | None, label: str | None = None) -> str:
         pairs = []
         if self.timestamp_key is not None and timestamp is not None:
             pairs.append(f"{self.timestamp_key}{self.kv_separator}{timestamp}")
@@ -264,26 +319,31 @@ class KvListFormat:
 
 @dataclass(frozen=True, slots=True)
 class VersionedListFormat:
-    """``v1,<sig> v1a,<sig>``: entries whose version is not accepted are ignored."""
+    """``v1,<sig> v1a,<sig>``: entries whose version is not accepted are ignored.
+    ``algorithms`` maps a version to an algorithm name other than the spec's own (Standard
+    Webhooks: ``v1a`` is Ed25519)."""
 
     versions: tuple[str, ...]
     list_separator: str = " "
     version_separator: str = ","
+    algorithms: tuple[tuple[str, str], ...] = ()
 
     @property
     def carries_timestamp(self) -> bool:
         return False
 
     def parse(self, value: str) -> HeaderParts:
-        signatures = []
+        signatures: list[str] = []
+        labels: list[str] = []
         for entry in value.split(self.list_separator):
             version, found, text = entry.strip(" \t").partition(self.version_separator)
             if found and version in self.versions and text:
                 signatures.append(text)
-        return HeaderParts(tuple(signatures))
+                labels.append(version)
+        return HeaderParts(tuple(signatures), None, tuple(labels))
 
-    def render(self, signature: str, timestamp: str | None) -> str:
-        return f"{self.versions[0]}{self.version_separator}{signature}"
+    def render(self, signature: str, timestamp: str | None, label: str | None = None) -> str:
+        return f"{label or self.versions[0]}{self.version_separator}{signature}"
 
 
 def _separators(
@@ -317,11 +377,20 @@ def _kv_list(data: Mapping[str, object], path: str) -> SignatureFormat:
 
 
 def _versioned_list(data: Mapping[str, object], path: str) -> SignatureFormat:
-    optional = ("list_separator", "version_separator")
+    optional = ("list_separator", "version_separator", "algorithms")
     context = " for type versioned_list"
     check_keys(data, path, required=("type", "versions"), optional=optional, context=context)
     items, version = _separators(data, path, ("list_separator", " "), ("version_separator", ","))
-    return VersionedListFormat(get_str_list(data, "versions", path), items, version)
+    versions = get_str_list(data, "versions", path)
+    algorithms: list[tuple[str, str]] = []
+    if data.get("algorithms") is not None:
+        where = join_path(path, "algorithms")
+        mapping = as_mapping(data["algorithms"], where)
+        for name in mapping:
+            if name not in versions:
+                raise ConfigError(join_path(where, name), "is not one of the listed versions")
+            algorithms.append((name, get_choice(mapping, name, where, ALGORITHMS, None)))
+    return VersionedListFormat(versions, items, version, tuple(algorithms))
 
 
 FORMATS: dict[str, Callable[[Mapping[str, object], str], SignatureFormat]] = {
@@ -336,7 +405,8 @@ FORMATS: dict[str, Callable[[Mapping[str, object], str], SignatureFormat]] = {
 @dataclass(frozen=True, slots=True)
 class Part:
     """One piece of the signed message: ``text`` (``data`` holds its UTF-8), ``body``,
-    ``timestamp`` or ``header`` (``name`` is the header)."""
+    ``timestamp``, ``header`` (``name`` is the header), ``url`` (the configured public URL)
+    or ``method`` (the request's HTTP method)."""
 
     kind: str
     data: bytes = b""
@@ -352,12 +422,17 @@ class MessageTemplate:
     def uses_timestamp(self) -> bool:
         return any(part.kind == "timestamp" for part in self.parts)
 
+    @property
+    def uses_url(self) -> bool:
+        return any(part.kind == "url" for part in self.parts)
+
 
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 
 
 def parse_template(text: str, path: str) -> MessageTemplate:
-    """``{body}``, ``{timestamp}``, ``{header:Name}``; ``{{``/``}}`` are literal braces."""
+    """``{body}``, ``{timestamp}``, ``{header:Name}``, ``{url}``, ``{method}``; ``{{``/``}}``
+    are literal braces."""
     parts: list[Part] = []
     literal: list[str] = []
 
@@ -378,12 +453,12 @@ def parse_template(text: str, path: str) -> MessageTemplate:
         if name is None:
             raise ConfigError(path, "unbalanced brace; write {{ or }} for a literal one")
         flush()
-        if name in ("body", "timestamp"):
+        if name in ("body", "timestamp", "url", "method"):
             parts.append(Part(name))
         elif name.startswith("header:") and _TOKEN.fullmatch(name[7:]):
             parts.append(Part("header", name=name[7:]))
         else:
-            hint = "use {body}, {timestamp} or {header:Name}"
+            hint = "use {body}, {timestamp}, {header:Name}, {url} or {method}"
             raise ConfigError(path, f"unknown placeholder {{{name}}}; {hint}")
     literal.append(text[position:])
     flush()
@@ -397,20 +472,31 @@ def parse_template(text: str, path: str) -> MessageTemplate:
 
 @dataclass(frozen=True, slots=True)
 class SecretSpec:
+    """How a configured secret becomes key bytes.
+
+    ``public_key_prefix``: in a scheme that mixes HMAC and public-key versions (Standard
+    Webhooks ``v1``/``v1a``), a secret with this prefix (``whpk_``) is a public key, any other
+    is a shared secret; the two are never interchangeable. ``private_key_prefix`` (``whsk_``)
+    marks a private key given to ``sign``/``send``; it is never a valid verification secret."""
+
     encoding: str = "utf8"
     strip_prefix: str = ""
+    public_key_prefix: str = ""
+    private_key_prefix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class TimestampSpec:
     header: str | None  # None: carried in the signature header (format's timestamp key)
-    unit: str  # "s" | "ms"
+    unit: str  # "s" | "ms" | "rfc3339"
     tolerance: float  # seconds
     direction: str  # "both" rejects too old and too new; "past" only too old
 
 
 @dataclass(frozen=True, slots=True)
-class SignatureSpec:
+class DeclarativeSpec:
+    """A signature scheme described entirely by data (the ``signature:`` block)."""
+
     algorithm: Algorithm
     header: str
     format: SignatureFormat
@@ -418,14 +504,56 @@ class SignatureSpec:
     message: MessageTemplate
     secret: SecretSpec
     timestamp: TimestampSpec | None
+    url: str | None = None  # the public URL the provider signs ({url}), from config
+    append_query: bool = False  # {url} also carries "?" + the request's query string
+    version_algorithms: tuple[tuple[str, Algorithm], ...] = ()
+
+    def algorithm_for(self, label: str) -> Algorithm:
+        for version, algorithm in self.version_algorithms:
+            if version == label:
+                return algorithm
+        return self.algorithm
+
+    @property
+    def algorithms(self) -> tuple[Algorithm, ...]:
+        found = [self.algorithm]
+        for _, algorithm in self.version_algorithms:
+            if algorithm not in found:
+                found.append(algorithm)
+        return tuple(found)
+
+    @property
+    def asymmetric_algorithm(self) -> Algorithm | None:
+        return next((a for a in self.algorithms if a.asymmetric), None)
+
+    @property
+    def has_symmetric(self) -> bool:
+        return any(not a.asymmetric for a in self.algorithms)
+
+    def label_for(self, algorithm: Algorithm) -> str | None:
+        """The first version signed with ``algorithm`` (for ``sign``); None if unversioned."""
+        if not isinstance(self.format, VersionedListFormat):
+            return None
+        for version in self.format.versions:
+            if self.algorithm_for(version) == algorithm:
+                return version
+        return None
+
+
+_SPEC_KEYS = ("algorithm", "header", "format", "encoding", "message", "secret", "timestamp",
+              "url", "append_query")
+_TOKEN_UNUSED = ("message", "timestamp", "url", "append_query")
 
 
 def _parse_secret(data: object, path: str) -> SecretSpec:
     mapping = as_mapping(data, path)
-    check_keys(mapping, path, optional=("encoding", "strip_prefix"))
+    optional = ("encoding", "strip_prefix", "public_key_prefix", "private_key_prefix")
+    check_keys(mapping, path, optional=optional)
     return SecretSpec(
         get_choice(mapping, "encoding", path, SECRET_DECODERS, "utf8"),
         get_str(mapping, "strip_prefix", path, "", allow_empty=True),
+        get_str(mapping, "public_key_prefix", path, "", allow_empty=True),
+        get_str(mapping, "private_key_prefix", path, "", allow_empty=True),
     )
 
 
@@ -451,25 +579,73 @@ def _parse_timestamp(data: object, path: str, fmt: SignatureFormat) -> Timestamp
         raise ConfigError(tolerance_path, "must be more than zero")
     return TimestampSpec(
         header,
-        get_choice(mapping, "unit", path, ("s", "ms"), "s"),
+        get_choice(mapping, "unit", path, ("s", "ms", "rfc3339"), "s"),
         tolerance,
         get_choice(mapping, "direction", path, ("both", "past"), "both"),
     )
 
 
-def parse_signature_spec(data: object, path: str) -> SignatureSpec:
-    """Parse a provider's ``signature:`` block; every error names the key path under ``path``."""
+def parse_public_url(data: Mapping[str, object], key: str, path: str) -> str:
+    """An absolute http(s) URL without credentials or fragment, kept verbatim: it is signed."""
+    text = get_str(data, key, path)
+    where = join_path(path, key)
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        raise ConfigError(where, "is not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(where, "must be the absolute http(s) URL the provider calls, e.g. "
+                          "${PUBLIC_URL}/webhooks/square")
+    if "@" in parts.netloc or parts.fragment or any(char.isspace() for char in text):
+        raise ConfigError(where, "must not contain credentials, a #fragment or whitespace")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise ConfigError(where, "has an invalid port") from None
+    return text
+
+
+def _check_algorithms(spec: DeclarativeSpec, path: str) -> None:
+    asymmetric = {a.name for a in spec.algorithms if a.asymmetric}
+    if len(asymmetric) > 1:
+        raise ConfigError(join_path(path, "format.algorithms"),
+                          "at most one public-key algorithm per scheme (keys would be ambiguous)")
+    if asymmetric and spec.has_symmetric and not spec.secret.public_key_prefix:
+        raise ConfigError(
+            join_path(path, "secret.public_key_prefix"),
+            "required when a scheme mixes shared secrets and public keys (e.g. whpk_), so a "
+            "public key can never be used as an HMAC secret",
+        )
+    if spec.algorithm.name == "token" and len(spec.algorithms) > 1:
+        raise ConfigError(join_path(path, "format.algorithms"), "not used with algorithm token")
+
+
+def parse_declarative_spec(data: object, path: str) -> DeclarativeSpec:
+    """Parse a declarative ``signature:`` block; every error names the key path."""
     mapping = as_mapping(data, path)
-    required = ("algorithm", "header", "format", "encoding", "message")
-    check_keys(mapping, path, required=required, optional=("secret", "timestamp"))
+    check_keys(mapping, path, optional=_SPEC_KEYS)  # unknown keys first: typos are common
     algorithm = ALGORITHMS[get_choice(mapping, "algorithm", path, ALGORITHMS, None)]
+    is_token = algorithm.name == "token"
+    if is_token:
+        for key in _TOKEN_UNUSED:
+            if mapping.get(key) is not None:
+                raise ConfigError(join_path(path, key),
+                                  "not used by algorithm token (the header is the token)")
+        required: tuple[str, ...] = ("algorithm", "header", "format")
+    else:
+        required = ("algorithm", "header", "format", "encoding", "message")
+    check_keys(mapping, path, required=required, optional=_SPEC_KEYS)
     header = get_header_name(mapping, "header", path)
     format_path = join_path(path, "format")
     format_data = as_mapping(mapping["format"], format_path)
     format_type = get_choice(format_data, "type", format_path, FORMATS, None)
     fmt = FORMATS[format_type](format_data, format_path)
-    encoding = ENCODINGS[get_choice(mapping, "encoding", path, ENCODINGS, None)]
-    message = parse_template(get_str(mapping, "message", path), join_path(path, "message"))
+    default_encoding = "utf8" if is_token else None
+    encoding = ENCODINGS[get_choice(mapping, "encoding", path, ENCODINGS, default_encoding)]
+    message_path = join_path(path, "message")
+    message = parse_template(
+        "{body}" if is_token else get_str(mapping, "message", path), message_path
+    )
     secret_data = mapping.get("secret")
     secret = _parse_secret({} if secret_data is None else secret_data, join_path(path, "secret"))
     timestamp = None
@@ -477,7 +653,7 @@ def parse_signature_spec(data: object, path: str) -> SignatureSpec:
         timestamp = _parse_timestamp(mapping["timestamp"], join_path(path, "timestamp"), fmt)
 
     if message.uses_timestamp and timestamp is None:
-        raise ConfigError(join_path(path, "message"), "uses {timestamp} but no timestamp is set")
+        raise ConfigError(message_path, "uses {timestamp} but no timestamp is set")
     if timestamp is not None and not message.uses_timestamp:
         # An unsigned timestamp can be replaced by an attacker: tolerance would prove nothing.
         raise ConfigError(join_path(path, "timestamp"), "the message must sign {timestamp}")
@@ -485,4 +661,25 @@ def parse_signature_spec(data: object, path: str) -> SignatureSpec:
         raise ConfigError(
             join_path(format_path, "timestamp_key"), "needs timestamp: {from: signature}"
         )
-    return SignatureSpec(algorithm, header, fmt, encoding, message, secret, timestamp)
+    url: str | None = None
+    if message.uses_url:
+        if mapping.get("url") is None:
+            raise ConfigError(join_path(path, "url"), "required: the message signs {url}, the "
+                              "public URL the provider calls (e.g. ${PUBLIC_URL}/webhooks/x); "
+                              "behind a proxy the request's own URL is not the signed one")
+        url = parse_public_url(mapping, "url", path)
+    elif mapping.get("url") is not None:
+        raise ConfigError(join_path(path, "url"), "the message does not use {url}")
+    append_query = mapping.get("append_query", False)
+    if not isinstance(append_query, bool):
+        raise ConfigError(join_path(path, "append_query"), "must be true or false")
+    if append_query and url is None:
+        raise ConfigError(join_path(path, "append_query"), "needs {url} in the message")
+
+    version_algorithms: tuple[tuple[str, Algorithm], ...] = ()
+    if isinstance(fmt, VersionedListFormat):
+        version_algorithms = tuple((v, ALGORITHMS[name]) for v, name in fmt.algorithms)
+    spec = DeclarativeSpec(algorithm, header, fmt, encoding, message, secret, timestamp, url,
+                           append_query, version_algorithms)
+    _check_algorithms(spec, path)
+    return spec

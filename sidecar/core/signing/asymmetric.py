@@ -1,0 +1,126 @@
+"""Public-key signature algorithms: Ed25519 (Discord, Standard Webhooks ``v1a``) and ECDSA
+P-256 / SHA-256 with DER-encoded signatures (SendGrid).
+
+Verification keys are *public* keys, so a key that verifies one of these must never be usable as
+an HMAC secret (anyone could then forge the HMAC scheme). Keys are therefore typed: a configured
+public key is decoded into a ``PublicKey`` and a signing key given to ``sign`` into a
+``PrivateKey``; both are ``bytes`` so they travel through the config unchanged.
+
+Key formats (the bytes inside ``PublicKey`` / ``PrivateKey``):
+
+- ``ed25519``: public key = the raw 32 bytes; private key = the raw 32-byte seed (a 64-byte
+  NaCl "secret key", seed followed by the public key, is accepted too).
+- ``ecdsa-p256-sha256``: public key = DER SubjectPublicKeyInfo; private key = DER PKCS#8.
+
+Pure computation: no I/O.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import load_der_private_key, load_der_public_key
+
+
+class PublicKey(bytes):
+    """A verification key for an asymmetric algorithm; never used as an HMAC secret."""
+
+    __slots__ = ()
+
+
+class PrivateKey(bytes):
+    """A signing key for an asymmetric algorithm (only ``sign`` and ``send`` use these)."""
+
+    __slots__ = ()
+
+
+@functools.lru_cache(maxsize=64)
+def _ed25519_public(key: bytes) -> Ed25519PublicKey:
+    return Ed25519PublicKey.from_public_bytes(bytes(key))
+
+
+@functools.lru_cache(maxsize=64)
+def _p256_public(key: bytes) -> ec.EllipticCurvePublicKey:
+    try:
+        loaded = load_der_public_key(bytes(key))
+    except (ValueError, UnsupportedAlgorithm):
+        raise ValueError("not a DER SubjectPublicKeyInfo") from None
+    if not isinstance(loaded, ec.EllipticCurvePublicKey) or loaded.curve.name != "secp256r1":
+        raise ValueError("not a P-256 (secp256r1) public key")
+    return loaded
+
+
+@dataclass(frozen=True, slots=True)
+class Ed25519:
+    name: str = "ed25519"
+
+    @property
+    def asymmetric(self) -> bool:
+        return True
+
+    def check_key(self, key: bytes) -> None:
+        _ed25519_public(key)  # ValueError unless exactly 32 bytes
+
+    def sign(self, key: bytes, message: bytes) -> bytes:
+        if len(key) not in (32, 64):
+            raise ValueError("an Ed25519 signing key is a 32-byte seed (or 64-byte seed+public)")
+        return Ed25519PrivateKey.from_private_bytes(bytes(key[:32])).sign(message)
+
+    def verify(self, key: bytes, message: bytes, signatures: Sequence[bytes]) -> bool:
+        try:
+            public = _ed25519_public(key)
+        except ValueError:
+            return False
+        matched = False
+        for candidate in signatures:
+            try:
+                public.verify(candidate, message)
+                matched = True
+            except (InvalidSignature, ValueError):
+                continue
+        return matched
+
+
+@dataclass(frozen=True, slots=True)
+class EcdsaP256Sha256:
+    """ECDSA over P-256 with SHA-256; signatures are DER ``SEQUENCE {r, s}``."""
+
+    name: str = "ecdsa-p256-sha256"
+
+    @property
+    def asymmetric(self) -> bool:
+        return True
+
+    def check_key(self, key: bytes) -> None:
+        _p256_public(key)
+
+    def sign(self, key: bytes, message: bytes) -> bytes:
+        try:
+            private = load_der_private_key(bytes(key), password=None)
+        except (ValueError, TypeError, UnsupportedAlgorithm):
+            raise ValueError("an ECDSA signing key is a DER PKCS#8 P-256 private key") from None
+        if not isinstance(private, ec.EllipticCurvePrivateKey) or (
+            private.curve.name != "secp256r1"
+        ):
+            raise ValueError("an ECDSA signing key is a DER PKCS#8 P-256 private key")
+        return private.sign(message, ec.ECDSA(hashes.SHA256()))
+
+    def verify(self, key: bytes, message: bytes, signatures: Sequence[bytes]) -> bool:
+        try:
+            public = _p256_public(key)
+        except ValueError:
+            return False
+        matched = False
+        for candidate in signatures:
+            try:
+                public.verify(candidate, message, ec.ECDSA(hashes.SHA256()))
+                matched = True
+            except (InvalidSignature, ValueError):
+                continue
+        return matched

@@ -1,0 +1,107 @@
+"""The public entry points: one ``SignatureSpec`` type whether a scheme is data
+(``DeclarativeSpec``) or a named plugin (``PluginSpec``), and ``verify``/``sign`` for both.
+
+``verify`` and ``sign`` take the request's method and raw query string as keyword arguments
+(defaults ``"POST"`` and ``""``): URL-signed schemes (Square, HubSpot, Twilio) sign the
+configured public URL, to which HubSpot and Twilio add the query string of the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
+
+from sidecar.core.signing.plugins import Delivery, PluginSpec, SignedDelivery, parse_plugin_spec
+from sidecar.core.signing.sign import sign_declarative
+from sidecar.core.signing.spec import DeclarativeSpec, as_mapping, parse_declarative_spec
+from sidecar.core.signing.verify import (
+    decode_declarative_secret,
+    decode_declarative_signing_key,
+    decode_symmetric_secret,
+    verify_declarative,
+)
+
+SignatureSpec: TypeAlias = DeclarativeSpec | PluginSpec
+
+
+def parse_signature_spec(data: object, path: str) -> SignatureSpec:
+    """Parse a provider's ``signature:`` block; every error names the key path under ``path``.
+    A block with ``plugin:`` names a plugin; any other is declarative."""
+    mapping = as_mapping(data, path)
+    if "plugin" in mapping:
+        return parse_plugin_spec(mapping, path)
+    return parse_declarative_spec(mapping, path)
+
+
+def decode_secret(spec: SignatureSpec, raw: str, path: str) -> bytes:
+    """Turn a configured secret into key bytes; ``ConfigError`` (without the secret) if bad.
+    For public-key algorithms the result is a ``PublicKey`` (still ``bytes``)."""
+    if isinstance(spec, PluginSpec):
+        return decode_symmetric_secret(spec.secret, raw, path)
+    return decode_declarative_secret(spec, raw, path)
+
+
+def decode_signing_key(spec: SignatureSpec, raw: str, path: str) -> bytes:
+    """Turn a signing key given to ``send`` into the bytes ``sign`` takes: the shared secret,
+    or for public-key schemes a ``PrivateKey`` (Discord: hex 32-byte seed; SendGrid: base64
+    DER PKCS#8; Standard Webhooks: ``whsk_`` + base64 seed)."""
+    if isinstance(spec, PluginSpec):
+        return decode_symmetric_secret(spec.secret, raw, path)
+    return decode_declarative_signing_key(spec, raw, path)
+
+
+def verify(
+    spec: SignatureSpec,
+    keys: Sequence[bytes],
+    body: bytes,
+    headers: Mapping[str, str],
+    now: float,
+    *,
+    method: str = "POST",
+    query: str = "",
+) -> None:
+    """Return if the delivery is authentic under any of ``keys``; else raise
+    ``VerificationError`` (and nothing else, whatever the request holds).
+
+    ``method`` is the request's HTTP method; ``query`` its raw query string as received
+    (without ``?``)."""
+    if isinstance(spec, PluginSpec):
+        spec.scheme.verify(keys, Delivery(body, headers, method, query), now)
+    else:
+        verify_declarative(spec, keys, body, headers, now, method=method, query=query)
+
+
+def sign_delivery(
+    spec: SignatureSpec,
+    key: bytes,
+    body: bytes,
+    headers: Mapping[str, str],
+    now: float,
+    *,
+    method: str = "POST",
+    query: str = "",
+) -> SignedDelivery:
+    """Sign as the provider would: the body to send (changed only by schemes that sign inside
+    it, Adyen and Mailgun) and the headers to add. ``ValueError`` if it cannot be signed."""
+    if isinstance(spec, PluginSpec):
+        return spec.scheme.sign(key, Delivery(body, headers, method, query), now)
+    added = sign_declarative(spec, key, body, headers, now, method=method, query=query)
+    return SignedDelivery(body, added)
+
+
+def sign(
+    spec: SignatureSpec,
+    key: bytes,
+    body: bytes,
+    headers: Mapping[str, str],
+    now: float,
+    *,
+    method: str = "POST",
+    query: str = "",
+) -> dict[str, str]:
+    """The headers that make ``body`` verify (signature, and timestamp if any). For schemes
+    that sign inside the body use ``sign_delivery``; here they raise ``ValueError``."""
+    signed = sign_delivery(spec, key, body, headers, now, method=method, query=query)
+    if signed.body != body:
+        raise ValueError("this scheme signs inside the body: use sign_delivery")
+    return signed.headers

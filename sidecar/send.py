@@ -1,0 +1,249 @@
+"""``webhook-sidecar send``: sign a payload as a provider would and deliver it to a URL — once,
+N times one after another (redeliveries of one event), or N times at once — printing every
+response. Used to try a deployment, and to watch the dedupe work: every copy carries the same
+event id, so the app behind the proxy should see it once.
+
+The scheme comes from a config file (``--config FILE --provider KEY``: signature block, event
+id and first secret as the proxy would use them) or from a preset (``--preset NAME --secret
+S``). Public-key schemes (Discord, SendGrid, Standard Webhooks ``v1a``) verify with a public
+key, so signing needs the private key: pass it with ``--secret`` (Discord: hex 32-byte seed;
+SendGrid: base64 DER PKCS#8; Standard Webhooks: ``whsk_`` + base64 seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+from sidecar.config.presets import load_preset, preset_names
+from sidecar.core.errors import ConfigError
+from sidecar.core.eventid import EventIdSpec, parse_event_id_spec
+from sidecar.core.signing import (
+    DeclarativeSpec,
+    PluginSpec,
+    SignatureSpec,
+    decode_signing_key,
+    header_value,
+    parse_signature_spec,
+    sign_delivery,
+)
+
+REPLAY_HEADER = "X-Webhook-Sidecar-Replay"
+ATTEMPT_HEADER = "X-Webhook-Sidecar-Attempt"
+
+
+@dataclass(frozen=True, slots=True)
+class Scheme:
+    """What ``send`` needs to sign like a provider: the signature spec, the signing key and
+    where the event id lives (to generate one when it is a header nobody gave)."""
+
+    signature: SignatureSpec
+    key: bytes
+    event_id: EventIdSpec | None
+    form_body: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    index: int
+    status: int | None
+    replay: str
+    attempt: str
+    latency_ms: float
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_argument_group("scheme (one of)")
+    source.add_argument("--config", "-c", help="YAML config file of the proxy")
+    source.add_argument("--provider", help="provider key in --config")
+    source.add_argument("--preset", help=f"preset name: {', '.join(preset_names())}")
+    parser.add_argument("--secret", help="signing secret (with --preset; or, with --config, a "
+                        "private key for public-key schemes)")
+    parser.add_argument("--url", required=True, help="where to deliver, e.g. "
+                        "http://127.0.0.1:8080/webhooks/stripe")
+    parser.add_argument("--signed-url", help="with --preset, the public URL URL-signed schemes "
+                        "sign (Square, HubSpot, Twilio); default: --url without its query")
+    parser.add_argument("--file", "-f", required=True, help="payload file, or - for stdin")
+    parser.add_argument("--header", "-H", action="append", default=[], metavar="K=V",
+                        help="extra request header (repeatable), e.g. webhook-id=msg_1 to "
+                        "reuse an event id")
+    parser.add_argument("--method", default="POST", help="HTTP method (default POST)")
+    parser.add_argument("--count", "-n", type=int, default=1, help="deliveries (default 1)")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="send all --count deliveries at once (default: one after another)")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds to wait for each response (default 30)")
+
+
+def _headers(pairs: list[str]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for pair in pairs:
+        name, found, value = pair.partition("=")
+        if not found or not name.strip():
+            raise ConfigError("--header", f"{pair!r} is not NAME=VALUE")
+        headers[name.strip()] = value
+    return headers
+
+
+def _needs_url(data: Mapping[str, object]) -> bool:
+    message = data.get("message")
+    return data.get("plugin") == "twilio" or (isinstance(message, str) and "{url}" in message)
+
+
+def _from_preset(args: argparse.Namespace) -> Scheme:
+    if not args.secret:
+        raise ConfigError("--secret", "required with --preset")
+    data = load_preset(args.preset)
+    signature = data["signature"]
+    assert isinstance(signature, dict)
+    if _needs_url(signature):
+        parts = urlsplit(args.url)
+        signature["url"] = args.signed_url or urlunsplit(parts._replace(query="", fragment=""))
+    spec = parse_signature_spec(signature, f"preset {args.preset}.signature")
+    event_id = parse_event_id_spec(data["event_id"], f"preset {args.preset}.event_id")
+    key = decode_signing_key(spec, args.secret, "--secret")
+    return Scheme(spec, key, event_id, _is_form(spec))
+
+
+def _from_config(args: argparse.Namespace) -> Scheme:
+    from sidecar.config.loader import load_config_file
+
+    if not args.provider:
+        raise ConfigError("--provider", "required with --config")
+    config = load_config_file(args.config)
+    provider = next((p for p in config.providers if p.key == args.provider), None)
+    if provider is None:
+        known = ", ".join(p.key for p in config.providers)
+        raise ConfigError("--provider", f"no provider {args.provider!r} in the config ({known})")
+    if args.secret:
+        key = decode_signing_key(provider.signature, args.secret, "--secret")
+    else:
+        key = provider.keys[0]
+        if isinstance(provider.signature, DeclarativeSpec) and (
+            provider.signature.asymmetric_algorithm is not None
+            and not provider.signature.has_symmetric
+        ):
+            raise ConfigError("--secret", f"provider {provider.key!r} verifies with public "
+                              "keys: pass the private key to sign with")
+    return Scheme(provider.signature, key, provider.event_id, _is_form(provider.signature))
+
+
+def _is_form(spec: SignatureSpec) -> bool:
+    return isinstance(spec, PluginSpec) and spec.plugin == "twilio"
+
+
+def _generated(scheme: Scheme, headers: dict[str, str], now: float) -> dict[str, str]:
+    """Headers the scheme needs that were not given: an event id header (one id for every
+    copy, so copies are redeliveries) and any other header the signature covers."""
+    added: dict[str, str] = {}
+    names: list[str] = []
+    if scheme.event_id is not None and scheme.event_id.header is not None:
+        names.append(scheme.event_id.header)
+    spec = scheme.signature
+    if isinstance(spec, DeclarativeSpec):
+        names += [part.name for part in spec.message.parts if part.kind == "header"]
+    for name in names:
+        if header_value({**headers, **added}, name) is not None:
+            continue
+        if "timestamp" in name.lower():
+            added[name] = str(int(now))
+        elif name.lower() in ("webhook-id", "svix-id"):
+            added[name] = f"msg_{uuid.uuid4().hex}"
+        else:
+            added[name] = str(uuid.uuid4())
+    return added
+
+
+async def _deliver(
+    session: aiohttp.ClientSession, args: argparse.Namespace, scheme: Scheme, body: bytes,
+    headers: dict[str, str], index: int,
+) -> Outcome:
+    query = urlsplit(args.url).query
+    signed = sign_delivery(scheme.signature, scheme.key, body, headers, time.time(),
+                           method=args.method.upper(), query=query)
+    started = time.monotonic()
+    try:
+        async with session.request(args.method.upper(), args.url, data=signed.body,
+                                   headers={**headers, **signed.headers}) as response:
+            await response.read()
+            return Outcome(index, response.status, response.headers.get(REPLAY_HEADER, "-"),
+                           response.headers.get(ATTEMPT_HEADER, "-"),
+                           (time.monotonic() - started) * 1000)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return Outcome(index, None, "-", "-", (time.monotonic() - started) * 1000,
+                       f"{type(exc).__name__}: {exc}".rstrip(": "))
+
+
+def _line(outcome: Outcome) -> str:
+    status = str(outcome.status) if outcome.status is not None else f"error ({outcome.error})"
+    return (f"#{outcome.index} status={status} replay={outcome.replay} "
+            f"attempt={outcome.attempt} latency={outcome.latency_ms:.1f}ms")
+
+
+async def send(args: argparse.Namespace, scheme: Scheme, body: bytes) -> list[Outcome]:
+    headers = _headers(args.header)
+    if header_value(headers, "Content-Type") is None:
+        form = "application/x-www-form-urlencoded"
+        headers["Content-Type"] = form if scheme.form_body else "application/json"
+    headers.update(_generated(scheme, headers, time.time()))
+    timeout = aiohttp.ClientTimeout(total=args.timeout)
+    connector = aiohttp.TCPConnector(limit=max(args.count, 1))
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        if args.concurrent:
+            outcomes = await asyncio.gather(*(
+                _deliver(session, args, scheme, body, headers, i)
+                for i in range(1, args.count + 1)
+            ))
+            for outcome in outcomes:
+                print(_line(outcome), flush=True)
+            return list(outcomes)
+        done = []
+        for i in range(1, args.count + 1):
+            outcome = await _deliver(session, args, scheme, body, headers, i)
+            print(_line(outcome), flush=True)
+            done.append(outcome)
+        return done
+
+
+def _read_body(name: str) -> bytes:
+    if name == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(name, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise ConfigError("--file", f"cannot read {name}: {exc.strerror}") from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when every response was 2xx, 1 otherwise (2 for a usage/config error, raised as
+    ``ConfigError`` to the CLI)."""
+    if (args.config is None) == (args.preset is None):
+        raise ConfigError("", "give --config FILE --provider KEY, or --preset NAME --secret S")
+    if args.count < 1:
+        raise ConfigError("--count", "must be at least 1")
+    scheme = _from_config(args) if args.config else _from_preset(args)
+    body = _read_body(args.file)
+    try:
+        outcomes = asyncio.run(send(args, scheme, body))
+    except ValueError as exc:  # the payload cannot be signed this way (e.g. not JSON)
+        raise ConfigError("--file", str(exc)) from None
+    ok = sum(outcome.ok for outcome in outcomes)
+    errors = sum(outcome.status is None for outcome in outcomes)
+    replays = sum(outcome.replay == "true" for outcome in outcomes)
+    print(f"sent {len(outcomes)}: {ok} 2xx, {len(outcomes) - ok - errors} other, "
+          f"{errors} errors, {replays} replays")
+    return 0 if ok == len(outcomes) else 1
