@@ -1,19 +1,43 @@
 # syntax=docker/dockerfile:1
-# Multi-stage: dependencies are installed before the source, so code changes reuse that layer.
-FROM python:3.11-slim AS build
+# webhook-sidecar image: multi-stage, small, non-root. Dependencies are installed before the
+# source is copied, so a code change reuses the dependency layer.
+#   docker build -t webhook-sidecar .
+#   docker run -v "$PWD/config.yaml:/etc/webhook-sidecar/config/config.yaml:ro" webhook-sidecar
+# Both stages use the same base image: the virtualenv built in the first is copied as is.
+
+FROM python:3.11-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /src
+# 1. Runtime dependencies only, read from pyproject.toml (no source yet).
 COPY pyproject.toml README.md ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml','rb'))['project']['dependencies']))" > requirements.txt \
- && /opt/venv/bin/pip install --no-cache-dir -r requirements.txt
+ && /opt/venv/bin/pip install -r requirements.txt
+# 2. The package itself, without touching the dependencies (installs the console script).
 COPY sidecar ./sidecar
-RUN /opt/venv/bin/pip install --no-cache-dir --no-deps .
+RUN /opt/venv/bin/pip install --no-deps . \
+ && /opt/venv/bin/webhook-sidecar --version
 
-FROM python:3.11-slim
+FROM python:3.11-slim-bookworm
+LABEL org.opencontainers.image.title="webhook-sidecar" \
+      org.opencontainers.image.description="A verifying, deduplicating reverse proxy for inbound webhooks" \
+      org.opencontainers.image.licenses="MIT"
 COPY --from=build /opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1
+# A writable home for the embedded SQLite store; everything else can be read-only.
+RUN install -d -o 10001 -g 10001 -m 0750 /var/lib/webhook-sidecar
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    WEBHOOK_SIDECAR_CONFIG=/etc/webhook-sidecar/config/config.yaml \
+    WEBHOOK_SIDECAR_HEALTHCHECK_URL=http://127.0.0.1:9090/healthz
+WORKDIR /var/lib/webhook-sidecar
 USER 10001:10001
+# 8080: `listen` (provider traffic); 9090: `admin_listen` (/healthz, /readyz, /metrics).
 EXPOSE 8080 9090
-HEALTHCHECK --interval=10s --timeout=3s CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:9090/healthz', timeout=2).status == 200 else 1)"]
+# Liveness on the admin listener (the config's admin_listen; set the URL if you change it).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["python", "-c", "import os, sys, urllib.request; sys.exit(0 if urllib.request.urlopen(os.environ['WEBHOOK_SIDECAR_HEALTHCHECK_URL'], timeout=2).status == 200 else 1)"]
 ENTRYPOINT ["webhook-sidecar"]
-CMD ["run", "--config", "/etc/webhook-sidecar/config.yaml"]
+# The config file comes from $WEBHOOK_SIDECAR_CONFIG; any other command works too
+# (docker run IMAGE check-config, migrate, events list …).
+CMD ["run"]

@@ -51,7 +51,9 @@ _PROVIDER_KEYS = {
     "on_payload_mismatch", "store_payload", "retry_window",
 }
 _PROVIDER_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
+# ASCII digits only: \d and str.isdigit() also accept other scripts' digits.
+_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
+_PORT_RE = re.compile(r"^[0-9]{1,5}$")
 _SIZE_UNITS = {
     None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 1024**2,
     "GB": 1000**3, "GiB": 1024**3,
@@ -152,6 +154,8 @@ def _provider(
         if required not in data:
             hint = " (or name a preset)" if required in ("signature", "event_id") else ""
             raise ConfigError(f"{path}.{required}", f"is required{hint}")
+    if not isinstance(data.get("description", ""), str):
+        raise ConfigError(f"{path}.description", "must be a string")
     route = data["path"]
     if not isinstance(route, str) or not route.startswith("/") or "{" in route:
         raise ConfigError(f"{path}.path", "must be a literal URL path starting with '/'")
@@ -249,8 +253,10 @@ def _maintenance(raw: object, path: str) -> MaintenanceConfig:
 def _upstream(raw: object, path: str) -> UpstreamConfig:
     data = _mapping(raw, path, _UPSTREAM_KEYS)
     url = data.get("url")
-    if not isinstance(url, str) or urlsplit_scheme(url) not in ("http", "https"):
-        raise ConfigError(f"{path}.url", "must be an http:// or https:// URL of the app")
+    if (not isinstance(url, str) or urlsplit_scheme(url) not in ("http", "https")
+            or not url.partition("://")[2].split("/", 1)[0]):
+        raise ConfigError(f"{path}.url", "must be an http:// or https:// URL of the app, "
+                          "with a host")
     return UpstreamConfig(
         url=url.rstrip("/"),
         timeout=parse_duration(data.get("timeout", "10s"), f"{path}.timeout"),
@@ -302,7 +308,7 @@ def _address(raw: object, path: str) -> Address:
         raise ConfigError(path, "must be HOST:PORT, e.g. 0.0.0.0:8080")
     host, _, port_text = raw.rpartition(":")
     host = host.strip("[]")
-    if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+    if not host or not _PORT_RE.match(port_text) or not 0 <= int(port_text) <= 65535:
         raise ConfigError(path, f"{raw!r} is not HOST:PORT with a port from 0 to 65535")
     return Address(host, int(port_text))
 
@@ -362,12 +368,32 @@ def _mapping(raw: object, path: str, allowed: set[str]) -> dict[str, Any]:
     return raw
 
 
-def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """The user's provider block over its preset; mappings merge, everything else replaces."""
+_EVENT_ID_SOURCES = ("header", "json", "composite", "batch")
+
+
+def _replaces(where: tuple[str, ...], value: dict[str, Any], preset: dict[str, Any]) -> bool:
+    """Whether a user's block replaces the preset's whole: when it makes a different choice
+    that the preset's other keys belong to (another event-id source, another signature format
+    type, another handshake condition), merging would mix the two."""
+    if where == ("handshake",):
+        return "when" in value
+    if where == ("event_id",):
+        return any(source in value for source in _EVENT_ID_SOURCES)
+    if where == ("signature", "format"):
+        return "type" in value and value["type"] != preset.get("type")
+    return False
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any],
+                at: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The user's provider block over its preset; mappings merge (so one can change a
+    tolerance or add a URL) unless ``_replaces`` says otherwise; everything else replaces."""
     merged = copy.deepcopy(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+        where = (*at, key)
+        if (isinstance(value, dict) and isinstance(merged.get(key), dict)
+                and not _replaces(where, value, merged[key])):
+            merged[key] = _deep_merge(merged[key], value, where)
         else:
             merged[key] = value
     return merged

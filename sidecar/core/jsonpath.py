@@ -11,7 +11,7 @@ from sidecar.core.errors import ConfigError
 
 _STEP = re.compile(
     r"""\.(?P<name>[A-Za-z0-9_-]+)
-      | \[(?P<index>\d+)\]
+      | \[(?P<index>[0-9]+)\]
       | (?P<wildcard>\[\*\])
       | \[(?P<quote>['"])(?P<key>(?:(?!(?P=quote)).)*)(?P=quote)\]""",
     re.VERBOSE,

@@ -143,3 +143,18 @@ def test_yaml_syntax_errors_are_config_errors(tmp_path: Path) -> None:
     bad.write_text("providers: [unclosed")
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config_file(bad)
+
+
+def test_a_block_that_makes_another_choice_replaces_the_presets() -> None:
+    provider = parse_config(minimal(event_id={"header": "X-Event"}), env={}).providers[0]
+    assert provider.event_id.header == "X-Event" and provider.event_id.json_path is None
+    # a tweak inside the preset's own choice still merges
+    provider = parse_config(minimal(event_id={"max_length": 64}), env={}).providers[0]
+    assert provider.event_id.json_path is not None and provider.event_id.max_length == 64
+
+
+def test_non_ascii_digits_and_hostless_urls_are_rejected() -> None:
+    assert error_path({**minimal(), "listen": "0.0.0.0:\u00b2"}) == "listen"
+    assert error_path({**minimal(), "listen": "0.0.0.0:\u0668\u0660"}) == "listen"
+    assert error_path({**minimal(), "max_body_bytes": "\u0665MiB"}) == "max_body_bytes"
+    assert error_path({**minimal(), "upstream": {"url": "http://"}}) == "upstream.url"

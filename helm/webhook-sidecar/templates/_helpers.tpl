@@ -1,0 +1,310 @@
+{{/*
+Named templates. Those marked PUBLIC are the sidecar-mode interface: an app chart that depends
+on this chart includes them with a context built from this chart's values, e.g.
+
+  {{- $sidecar := dict "Values" .Values.webhookSidecar "Release" .Release }}
+  containers:
+    - name: app …
+    {{- include "webhook-sidecar.containers" $sidecar | nindent 8 }}
+  volumes:
+    {{- include "webhook-sidecar.volumes" $sidecar | nindent 8 }}
+
+They read only .Values and .Release, so they render the same in this chart and in the parent.
+*/}}
+
+{{- define "webhook-sidecar.name" -}}
+{{- default "webhook-sidecar" .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "webhook-sidecar.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := include "webhook-sidecar.name" . }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "webhook-sidecar.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "webhook-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "webhook-sidecar.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "webhook-sidecar.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The image tag by default; kept equal to Chart.yaml's appVersion (a test checks). */}}
+{{- define "webhook-sidecar.appVersion" -}}0.1.0{{- end }}
+
+{{- define "webhook-sidecar.image" -}}
+{{- $tag := .Values.image.tag | default (include "webhook-sidecar.appVersion" .) }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{- define "webhook-sidecar.configDir" -}}/etc/webhook-sidecar/config{{- end }}
+{{- define "webhook-sidecar.secretsDir" -}}/etc/webhook-sidecar/secrets{{- end }}
+
+{{/* The store kind: postgresql when a URL comes from a Secret or names postgres, else sqlite. */}}
+{{- define "webhook-sidecar.storeKind" -}}
+{{- if or .Values.store.existingSecret.name (hasPrefix "postgres" (.Values.store.url | default "")) -}}
+postgresql
+{{- else -}}
+sqlite
+{{- end }}
+{{- end }}
+
+{{- define "webhook-sidecar.upstreamUrl" -}}
+{{- if eq .Values.mode "standalone" -}}
+{{- required "standalone.upstreamUrl is required in standalone mode" .Values.standalone.upstreamUrl }}
+{{- else -}}
+{{- printf "http://127.0.0.1:%d" (int .Values.sidecar.appPort) }}
+{{- end }}
+{{- end }}
+
+{{/* The environment variable a provider's env-mode secret reference is passed in. */}}
+{{- define "webhook-sidecar.secretEnvName" -}}
+{{- $provider := index . 0 }}{{ $index := index . 1 -}}
+{{- printf "WEBHOOK_SIDECAR_SECRET_%s_%d" ($provider | upper | replace "-" "_") (int $index) }}
+{{- end }}
+
+{{/* One volume per Secret mounted as files, named from a hash of the Secret's name. */}}
+{{- define "webhook-sidecar.secretVolumeName" -}}
+{{- printf "webhook-sidecar-s-%s" (sha256sum . | trunc 12) }}
+{{- end }}
+
+{{/* The Secret names whose keys are mounted as files (sorted, unique), as a JSON list. */}}
+{{- define "webhook-sidecar.fileSecretNames" -}}
+{{- $names := list }}
+{{- range $key, $provider := .Values.providers }}
+{{- range $ref := $provider.secrets | default list }}
+{{- if and (kindIs "map" $ref) (hasKey $ref "secretKeyRef") (ne ($ref.as | default "file") "env") }}
+{{- $names = append $names $ref.secretKeyRef.name }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $names | uniq | sortAlpha | toJson }}
+{{- end }}
+
+{{/* The config file (YAML), rendered from values. */}}
+{{- define "webhook-sidecar.configYaml" -}}
+{{- $v := .Values }}
+{{- $config := deepCopy ($v.config | default dict) }}
+{{- $upstream := deepCopy (get $config "upstream" | default dict) }}
+{{- $_ := set $upstream "url" (include "webhook-sidecar.upstreamUrl" .) }}
+{{- $store := deepCopy (get $config "store" | default dict) }}
+{{- if $v.store.existingSecret.name }}
+{{- $_ := set $store "url" "${WEBHOOK_SIDECAR_STORE_URL}" }}
+{{- else if $v.store.url }}
+{{- $_ := set $store "url" $v.store.url }}
+{{- else }}
+{{- $_ := set $store "url" (printf "sqlite:///%s" $v.store.sqlitePath) }}
+{{- end }}
+{{- $providers := dict }}
+{{- range $key, $provider := $v.providers }}
+{{- $block := omit (deepCopy $provider) "secrets" }}
+{{- $secrets := list }}
+{{- range $index, $ref := $provider.secrets | default list }}
+{{- if and (kindIs "map" $ref) (hasKey $ref "secretKeyRef") }}
+{{- if eq ($ref.as | default "file") "env" }}
+{{- $secrets = append $secrets (dict "env" (include "webhook-sidecar.secretEnvName" (list $key $index))) }}
+{{- else }}
+{{- $secrets = append $secrets (dict "file" (printf "%s/%s/%s" (include "webhook-sidecar.secretsDir" $) $ref.secretKeyRef.name $ref.secretKeyRef.key)) }}
+{{- end }}
+{{- else }}
+{{- $secrets = append $secrets $ref }}
+{{- end }}
+{{- end }}
+{{- $_ := set $block "secrets" $secrets }}
+{{- $_ := set $providers $key $block }}
+{{- end }}
+{{- $_ := set $config "listen" (printf "0.0.0.0:%d" (int $v.ports.proxy)) }}
+{{- $_ := set $config "admin_listen" (printf "0.0.0.0:%d" (int $v.ports.admin)) }}
+{{- $_ := set $config "shutdown_timeout" (printf "%ds" (int $v.shutdownTimeoutSeconds)) }}
+{{- $_ := set $config "upstream" $upstream }}
+{{- $_ := set $config "store" $store }}
+{{- if $v.adminToken.existingSecret.name }}
+{{- $_ := set $config "admin_token" "${WEBHOOK_SIDECAR_ADMIN_TOKEN}" }}
+{{- end }}
+{{- $_ := set $config "providers" $providers }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/* Render-time checks that values.schema.json cannot express. */}}
+{{- define "webhook-sidecar.validate" -}}
+{{- $grace := int .Values.terminationGracePeriodSeconds }}
+{{- $needed := add (int .Values.shutdownTimeoutSeconds) (int .Values.preStopSleepSeconds) }}
+{{- if ge $needed $grace }}
+{{- fail (printf "shutdownTimeoutSeconds (%d) + preStopSleepSeconds (%d) must be below terminationGracePeriodSeconds (%d): the kubelet kills the proxy at the end of the grace period, before in-flight deliveries are recorded" (int .Values.shutdownTimeoutSeconds) (int .Values.preStopSleepSeconds) $grace) }}
+{{- end }}
+{{- if eq (int .Values.ports.proxy) (int .Values.ports.admin) }}
+{{- fail "ports.proxy and ports.admin must differ: admin routes are never served to providers" }}
+{{- end }}
+{{- if and (eq .Values.mode "sidecar") (eq (int .Values.sidecar.appPort) (int .Values.ports.proxy)) }}
+{{- fail "sidecar.appPort must differ from ports.proxy: both listen in the same pod" }}
+{{- end }}
+{{- if and (eq .Values.mode "standalone") (gt (int .Values.standalone.replicaCount) 1) (eq (include "webhook-sidecar.storeKind" .) "sqlite") }}
+{{- fail "standalone.replicaCount > 1 needs the PostgreSQL store (store.existingSecret or store.url): SQLite is one pod only" }}
+{{- end }}
+{{- range $key, $provider := .Values.providers }}
+{{- range $ref := $provider.secrets | default list }}
+{{- if and (kindIs "map" $ref) (hasKey $ref "secretKeyRef") }}
+{{- if or (not $ref.secretKeyRef.name) (not $ref.secretKeyRef.key) }}
+{{- fail (printf "providers.%s.secrets: secretKeyRef needs name and key" $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Pod annotations that roll the pods when the config changes. PUBLIC. */}}
+{{- define "webhook-sidecar.podAnnotations" -}}
+checksum/webhook-sidecar-config: {{ include "webhook-sidecar.configYaml" . | sha256sum }}
+{{- end }}
+
+{{/* The grace period the pod needs. PUBLIC: use it for the pod's terminationGracePeriodSeconds. */}}
+{{- define "webhook-sidecar.terminationGracePeriodSeconds" -}}
+{{- include "webhook-sidecar.validate" . }}
+{{- int .Values.terminationGracePeriodSeconds }}
+{{- end }}
+
+{{- define "webhook-sidecar.env" -}}
+- name: WEBHOOK_SIDECAR_CONFIG
+  value: {{ include "webhook-sidecar.configDir" . }}/config.yaml
+{{- if .Values.store.existingSecret.name }}
+- name: WEBHOOK_SIDECAR_STORE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.store.existingSecret.name }}
+      key: {{ .Values.store.existingSecret.key }}
+{{- end }}
+{{- if .Values.adminToken.existingSecret.name }}
+- name: WEBHOOK_SIDECAR_ADMIN_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.adminToken.existingSecret.name }}
+      key: {{ .Values.adminToken.existingSecret.key }}
+{{- end }}
+{{- range $key, $provider := .Values.providers }}
+{{- range $index, $ref := $provider.secrets | default list }}
+{{- if and (kindIs "map" $ref) (hasKey $ref "secretKeyRef") (eq ($ref.as | default "file") "env") }}
+- name: {{ include "webhook-sidecar.secretEnvName" (list $key $index) }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.secretKeyRef.name }}
+      key: {{ $ref.secretKeyRef.key }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "webhook-sidecar.volumeMounts" -}}
+- name: webhook-sidecar-config
+  mountPath: {{ include "webhook-sidecar.configDir" . }}
+  readOnly: true
+{{- range $name := include "webhook-sidecar.fileSecretNames" . | fromJsonArray }}
+- name: {{ include "webhook-sidecar.secretVolumeName" $name }}
+  mountPath: {{ include "webhook-sidecar.secretsDir" $ }}/{{ $name }}
+  readOnly: true
+{{- end }}
+{{- if eq (include "webhook-sidecar.storeKind" .) "sqlite" }}
+- name: webhook-sidecar-data
+  mountPath: {{ dir .Values.store.sqlitePath }}
+{{- end }}
+- name: webhook-sidecar-tmp
+  mountPath: /tmp
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The pod volumes the proxy needs. PUBLIC. */}}
+{{- define "webhook-sidecar.volumes" -}}
+- name: webhook-sidecar-config
+  configMap:
+    name: {{ include "webhook-sidecar.fullname" . }}-config
+{{- range $name := include "webhook-sidecar.fileSecretNames" . | fromJsonArray }}
+- name: {{ include "webhook-sidecar.secretVolumeName" $name }}
+  secret:
+    secretName: {{ $name }}
+    defaultMode: {{ int $.Values.secretFileMode }}
+{{- end }}
+{{- if eq (include "webhook-sidecar.storeKind" .) "sqlite" }}
+- name: webhook-sidecar-data
+  emptyDir: {}
+{{- end }}
+- name: webhook-sidecar-tmp
+  emptyDir:
+    medium: Memory
+    sizeLimit: 16Mi
+{{- end }}
+
+{{/* The proxy container (one list item). `native` adds restartPolicy: Always. */}}
+{{- define "webhook-sidecar.container" -}}
+{{- include "webhook-sidecar.validate" . -}}
+- name: webhook-sidecar
+  image: {{ include "webhook-sidecar.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- if and (eq .Values.mode "sidecar") .Values.sidecar.native }}
+  restartPolicy: Always
+  {{- end }}
+  args: ["run"]
+  ports:
+    - name: webhooks
+      containerPort: {{ int .Values.ports.proxy }}
+      protocol: TCP
+    - name: webhook-admin
+      containerPort: {{ int .Values.ports.admin }}
+      protocol: TCP
+  env:
+    {{- include "webhook-sidecar.env" . | nindent 4 }}
+  volumeMounts:
+    {{- include "webhook-sidecar.volumeMounts" . | nindent 4 }}
+  startupProbe:
+    httpGet: {path: /healthz, port: webhook-admin}
+    {{- toYaml .Values.probes.startup | nindent 4 }}
+  livenessProbe:
+    httpGet: {path: /healthz, port: webhook-admin}
+    {{- toYaml .Values.probes.liveness | nindent 4 }}
+  readinessProbe:
+    httpGet: {path: {{ .Values.readinessPath }}, port: webhook-admin}
+    {{- toYaml .Values.probes.readiness | nindent 4 }}
+  {{- if gt (int .Values.preStopSleepSeconds) 0 }}
+  lifecycle:
+    preStop:
+      exec:
+        command: ["sleep", "{{ int .Values.preStopSleepSeconds }}"]
+  {{- end }}
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.securityContext | nindent 4 }}
+{{- end }}
+
+{{/* PUBLIC: the proxy for the pod's `containers:` list (nothing when native). */}}
+{{- define "webhook-sidecar.containers" -}}
+{{- if not .Values.sidecar.native }}
+{{- include "webhook-sidecar.container" . }}
+{{- end }}
+{{- end }}
+
+{{/* PUBLIC: the proxy for the pod's `initContainers:` list (only when native). */}}
+{{- define "webhook-sidecar.initContainers" -}}
+{{- if .Values.sidecar.native }}
+{{- include "webhook-sidecar.container" . }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,1 @@
+"""Deployment artefacts: the config JSON Schema, the Helm chart, the Dockerfile."""

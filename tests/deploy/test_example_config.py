@@ -1,0 +1,50 @@
+"""``config.example.yaml`` is valid by the schema and starts the proxy: run as a subprocess
+(``python -m sidecar run``) on a copy with a temporary SQLite store and free ports, it logs
+``listening``, answers /healthz and /readyz on its admin address and exits 0 on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aiohttp
+import jsonschema
+import pytest
+import yaml
+
+from sidecar.config.schema import SCHEMA_FILE
+from tests.support import ProxyProcess
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def test_example_config_validates_and_starts_the_proxy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    example = yaml.safe_load((REPO / "config.example.yaml").read_text(encoding="utf-8"))
+    schema = json.loads((REPO / SCHEMA_FILE).read_text(encoding="utf-8"))
+    jsonschema.validate(example, schema, cls=jsonschema.Draft202012Validator)
+
+    config = dict(example, listen="127.0.0.1:0", admin_listen="127.0.0.1:0")
+    jsonschema.validate(config, schema, cls=jsonschema.Draft202012Validator)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    (tmp_path / "acme-secret.txt").write_text("acme-secret\n", encoding="utf-8")  # {file: ./…}
+    monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", "whsec_example")
+    monkeypatch.setenv("GITHUB_WEBHOOK_SECRET", "github-example")
+    monkeypatch.setenv("WEBHOOK_SIDECAR_STORE_URL", f"sqlite:///{tmp_path / 'events.db'}")
+    monkeypatch.delenv("APP_URL", raising=False)
+
+    proxy = await ProxyProcess(path).start(timeout=30)
+    try:
+        listening = next(e for e in proxy.logs if e.get("event") == "listening")
+        assert listening["store"] == "sqlite"
+        assert sorted(listening["providers"]) == sorted(example["providers"])
+        async with aiohttp.ClientSession() as client:
+            async with client.get(f"{proxy.admin_url}/healthz") as resp:
+                assert resp.status == 200
+            async with client.get(f"{proxy.admin_url}/readyz") as resp:
+                assert resp.status == 200
+    finally:
+        code = await proxy.terminate(timeout=30)
+    assert code == 0, "\n".join(proxy.raw_logs)
+    assert (tmp_path / "events.db").exists()

@@ -1,0 +1,512 @@
+"""The Helm chart, rendered offline with Helm's Go SDK (helm-python-sdk): it lints, renders in
+sidecar mode (the example app chart that includes the named templates, classic and native) and
+standalone mode and for realistic values, every manifest validates against the Kubernetes
+schemas, the rendered config passes the config schema and the loader with its secrets mounted
+the way the pod mounts them, and bad values are refused at install time."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import promql_parser
+import pytest
+import yaml
+
+from sidecar.config import loader
+from sidecar.config.loader import parse_config
+from sidecar.config.schema import SCHEMA_FILE
+from sidecar.core.durations import parse_duration
+from sidecar.obs.metrics import Metrics
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "webhook-sidecar"
+EXAMPLE = REPO / "helm" / "examples" / "app-with-sidecar"
+VALUES = {name: yaml.safe_load((CHART / "ci" / f"{name}-values.yaml").read_text())
+          for name in ("sidecar", "standalone", "realistic")}
+# The oldest Kubernetes with native sidecars on by default, and the newest the schemas know.
+KUBE_VERSIONS = ("1.29.0", kubernetes_validate.latest_version() + ".0")
+
+Manifest = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def example_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example app chart with its webhook-sidecar dependency built (file://, offline)."""
+    root = tmp_path_factory.mktemp("helm")
+    shutil.copytree(REPO / "helm", root / "helm",
+                    ignore=shutil.ignore_patterns("charts", "Chart.lock"))
+    chart = root / "helm" / "examples" / "app-with-sidecar"
+    helm.dependency_build(chart)
+    return chart
+
+
+def render(chart: Path, values: dict[str, Any] | None = None, **kw: Any) -> list[Manifest]:
+    with helm.Chart.load(chart) as loaded:
+        out = loaded.render(values, name=kw.get("name", "shop"),
+                            namespace=kw.get("namespace", "shop"), is_install=True)
+    docs = []
+    for path, text in sorted(out.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+def example_values(**sidecar: Any) -> dict[str, Any]:
+    values = yaml.safe_load((EXAMPLE / "values.yaml").read_text())
+    values["webhookSidecar"]["sidecar"].update(sidecar)
+    return values
+
+
+def kinds(docs: list[Manifest], kind: str) -> list[Manifest]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[Manifest], kind: str, name_suffix: str = "") -> Manifest:
+    found = [d for d in kinds(docs, kind) if d["metadata"]["name"].endswith(name_suffix)]
+    assert len(found) == 1, (kind, name_suffix, [d["metadata"]["name"] for d in found])
+    return found[0]
+
+
+RENDERINGS = ["sidecar", "standalone", "realistic", "example", "example-native"]
+
+
+@pytest.fixture(scope="module")
+def rendered(example_chart: Path) -> dict[str, list[Manifest]]:
+    out = {name: render(CHART, VALUES[name]) for name in ("sidecar", "standalone", "realistic")}
+    out["example"] = render(example_chart, example_values())
+    out["example-native"] = render(example_chart, example_values(native=True))
+    return out
+
+
+# --- lint -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_chart_lints_strictly(name: str) -> None:
+    report = helm.lint(CHART, VALUES[name], strict=True, kube_version="v1.29.0")
+    assert report["errors"] == [] and report["messages"] == [], report
+
+
+def test_default_values_lack_only_a_provider() -> None:
+    """The defaults are complete except for what only the user knows: a provider."""
+    report = helm.lint(CHART, strict=True)
+    assert report["errors"] and all("/providers" in e for e in report["errors"]), report
+    assert not helm.lint(CHART, {"providers": VALUES["sidecar"]["providers"]},
+                         strict=True)["errors"]
+
+
+def test_example_app_chart_lints_strictly(example_chart: Path) -> None:
+    report = helm.lint(example_chart, strict=True, kube_version="v1.29.0")
+    assert report["errors"] == [] and report["messages"] == [], report
+
+
+# --- every manifest is valid Kubernetes -----------------------------------------------------
+
+SERVICE_MONITOR_SUBSET = {  # the fields this chart sets, as the prometheus-operator CRD types them
+    "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {"spec": {
+        "type": "object", "additionalProperties": False, "required": ["selector", "endpoints"],
+        "properties": {
+            "selector": {"type": "object", "properties": {"matchLabels": {
+                "type": "object", "additionalProperties": {"type": "string"}}}},
+            "namespaceSelector": {"type": "object", "properties": {
+                "matchNames": {"type": "array", "items": {"type": "string"}}}},
+            "endpoints": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "additionalProperties": False, "required": ["port"],
+                "properties": {"port": {"type": "string"}, "path": {"type": "string"},
+                               "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                               "scrapeTimeout": {"type": "string",
+                                                 "pattern": "^[0-9]+(ms|s|m|h)$"}}}},
+        }}},
+}
+PROMETHEUS_RULE_SUBSET = {
+    "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {"spec": {
+        "type": "object", "additionalProperties": False, "required": ["groups"],
+        "properties": {"groups": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "additionalProperties": False, "required": ["name", "rules"],
+            "properties": {"name": {"type": "string"}, "rules": {"type": "array", "items": {
+                "type": "object", "additionalProperties": False, "required": ["alert", "expr"],
+                "properties": {
+                    "alert": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                    "expr": {"type": "string"},
+                    "for": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h|d)$"},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "annotations": {"type": "object",
+                                    "additionalProperties": {"type": "string"}}}}}}}}}}},
+}
+
+
+@pytest.mark.parametrize("name", RENDERINGS)
+def test_rendered_manifests_validate_against_the_kubernetes_schemas(
+        name: str, rendered: dict[str, list[Manifest]]) -> None:
+    docs = rendered[name]
+    assert docs
+    for doc in docs:
+        if doc["apiVersion"] == "monitoring.coreos.com/v1":
+            subset = {"ServiceMonitor": SERVICE_MONITOR_SUBSET,
+                      "PrometheusRule": PROMETHEUS_RULE_SUBSET}[doc["kind"]]
+            jsonschema.validate(doc, subset)
+            continue
+        for version in KUBE_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+# --- the sidecar pod --------------------------------------------------------------------------
+
+def config_of(docs: list[Manifest], name_suffix: str = "-config") -> dict[str, Any]:
+    configmap = one(docs, "ConfigMap", name_suffix)
+    config: dict[str, Any] = yaml.safe_load(configmap["data"]["config.yaml"])
+    return config
+
+
+def port_of(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def proxy_container(pod: Manifest) -> Manifest:
+    found = [c for c in [*pod.get("initContainers", []), *pod["containers"]]
+             if c["name"] == "webhook-sidecar"]
+    assert len(found) == 1
+    return found[0]
+
+
+def named_port(container: Manifest, name: str) -> int:
+    return int(next(p["containerPort"] for p in container["ports"] if p["name"] == name))
+
+
+def check_pod_runs_the_proxy(docs: list[Manifest], pod: Manifest, service: Manifest) -> None:
+    """The wiring a running pod depends on, checked on the rendered objects."""
+    config = config_of(docs)
+    proxy = proxy_container(pod)
+    # The Service's webhook port reaches the proxy, which listens there.
+    target = next(p["targetPort"] for p in service["spec"]["ports"] if p["name"] == "webhooks")
+    assert named_port(proxy, target) == port_of(config["listen"])
+    assert config["listen"].startswith("0.0.0.0:")
+    # Probes and metrics on the admin listener, reachable by the kubelet (not 127.0.0.1).
+    admin = named_port(proxy, "webhook-admin")
+    assert config["admin_listen"] == f"0.0.0.0:{admin}"
+    assert proxy["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "webhook-admin"}
+    assert proxy["readinessProbe"]["httpGet"]["port"] == "webhook-admin"
+    assert proxy["readinessProbe"]["httpGet"]["path"] in ("/readyz", "/healthz")
+    assert proxy["startupProbe"]["httpGet"]["port"] == "webhook-admin"
+    # The config file: the env var names it, a volume of the rendered ConfigMap holds it.
+    env = {e["name"]: e for e in proxy["env"]}
+    mounts = {m["name"]: m for m in proxy["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    config_path = Path(env["WEBHOOK_SIDECAR_CONFIG"]["value"])
+    config_mount = next(m for m in mounts.values() if m["mountPath"] == str(config_path.parent))
+    configmap = one(docs, "ConfigMap", "-config")["metadata"]["name"]
+    assert volumes[config_mount["name"]]["configMap"]["name"] == configmap
+    # No subPath: updated Secrets (and ConfigMaps) reach the running pod.
+    assert all("subPath" not in m for m in proxy["volumeMounts"])
+    # Every secret the config names is there: files in mounted Secret volumes, env from Secrets.
+    for provider in config["providers"].values():
+        for ref in provider["secrets"]:
+            if "file" in ref:
+                path = Path(ref["file"])
+                mount = next(m for m in mounts.values() if m["mountPath"] == str(path.parent))
+                secret = volumes[mount["name"]]["secret"]
+                assert secret["secretName"] == path.parent.name and "items" not in secret
+            elif "env" in ref:
+                assert "secretKeyRef" in env[ref["env"]]["valueFrom"]
+    for var in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", yaml.safe_dump(config)):
+        assert var in env, f"the config interpolates ${{{var}}} but the container has no {var}"
+    # Graceful shutdown fits in the grace period; the container runs as non-root.
+    grace = pod["terminationGracePeriodSeconds"]
+    pre_stop = int(proxy["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert parse_duration(config["shutdown_timeout"], "shutdown_timeout") + pre_stop < grace
+    context = proxy["securityContext"]
+    assert context["runAsNonRoot"] is True and context["runAsUser"] != 0
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert proxy["resources"]["requests"]["cpu"] and proxy["resources"]["requests"]["memory"]
+
+
+def test_sidecar_pod_has_the_app_and_the_proxy(rendered: dict[str, list[Manifest]]) -> None:
+    docs = rendered["example"]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["app", "webhook-sidecar"]
+    assert "initContainers" not in pod
+    config = config_of(docs)
+    app_port = next(p["containerPort"] for p in pod["containers"][0]["ports"])
+    assert config["upstream"]["url"] == f"http://127.0.0.1:{app_port}"
+    check_pod_runs_the_proxy(docs, pod, one(docs, "Service", "-orders"))
+    annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/webhook-sidecar-config"])
+
+
+def test_readiness_follows_the_store_unless_told_otherwise(example_chart: Path) -> None:
+    for path in ("/readyz", "/healthz"):
+        values = example_values()
+        values["webhookSidecar"]["readinessPath"] = path
+        pod = one(render(example_chart, values), "Deployment")["spec"]["template"]["spec"]
+        assert proxy_container(pod)["readinessProbe"]["httpGet"]["path"] == path
+
+
+def test_native_sidecar_is_an_init_container_that_keeps_running(
+        rendered: dict[str, list[Manifest]]) -> None:
+    docs = rendered["example-native"]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["app"]
+    assert [c["name"] for c in pod["initContainers"]] == ["webhook-sidecar"]
+    assert pod["initContainers"][0]["restartPolicy"] == "Always"
+    check_pod_runs_the_proxy(docs, pod, one(docs, "Service", "-orders"))
+
+
+@pytest.mark.parametrize("name", ["standalone", "realistic"])
+def test_standalone_deployment_and_service_front_the_upstream(
+        name: str, rendered: dict[str, list[Manifest]]) -> None:
+    docs = rendered[name]
+    deployment = one(docs, "Deployment")
+    service = one(docs, "Service", "-webhook-sidecar")
+    pod = deployment["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["webhook-sidecar"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert config_of(docs)["upstream"]["url"] == VALUES[name]["standalone"]["upstreamUrl"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    check_pod_runs_the_proxy(docs, pod, service)
+
+
+# --- the rendered config is one the proxy accepts --------------------------------------------
+
+def materialise(config: dict[str, Any], pod: Manifest | None,
+                root: Path) -> tuple[Any, dict[str, str]]:
+    """The config with its mounted secret files under ``root`` and the environment the pod
+    would give it (dummy secret values, a PostgreSQL URL, an admin token)."""
+    config = copy.deepcopy(config)
+    for provider in config["providers"].values():
+        for ref in provider["secrets"]:
+            if "file" in ref:
+                local = root / Path(ref["file"]).relative_to("/")
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.write_text("whsec_rendered-secret-value\n")
+                ref["file"] = str(local)
+    if pod is not None:  # what the pod sets from Secrets
+        names = [var["name"] for var in proxy_container(pod)["env"] if "valueFrom" in var]
+    else:  # no pod rendered (sidecar mode alone): everything the config refers to
+        text = yaml.safe_dump(config)
+        names = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", text) + [
+            ref["env"] for provider in config["providers"].values()
+            for ref in provider["secrets"] if "env" in ref]
+    env = {name: {
+        "WEBHOOK_SIDECAR_STORE_URL": "postgresql://sidecar:pw@db:5432/sidecar",
+        "WEBHOOK_SIDECAR_ADMIN_TOKEN": "admin-token-0123456789",
+    }.get(name, "rendered-secret-value") for name in names}
+    return config, env
+
+
+@pytest.mark.parametrize("name", RENDERINGS)
+def test_rendered_config_passes_the_schema_and_the_loader(
+        name: str, rendered: dict[str, list[Manifest]], tmp_path: Path) -> None:
+    docs = rendered[name]
+    config = config_of(docs)
+    schema = json.loads((REPO / SCHEMA_FILE).read_text())
+    jsonschema.validate(config, schema, cls=jsonschema.Draft202012Validator)
+    # The chart alone in sidecar mode renders no pod (the app chart does).
+    pod = (one(docs, "Deployment")["spec"]["template"]["spec"]
+           if kinds(docs, "Deployment") else None)
+    data, env = materialise(config, pod, tmp_path)
+    parsed = parse_config(data, env=env, base_dir=tmp_path)
+    assert [p.key for p in parsed.providers] == sorted(config["providers"])
+    if pod is not None:
+        assert parsed.shutdown_timeout < pod["terminationGracePeriodSeconds"]
+
+
+def test_migrate_hook_job_uses_the_same_config_on_postgres(
+        rendered: dict[str, list[Manifest]]) -> None:
+    docs = rendered["realistic"]
+    job = one(docs, "Job", "-migrate")
+    hook_config = one(docs, "ConfigMap", "-migrate")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert (int(hook_config["metadata"]["annotations"]["helm.sh/hook-weight"])
+            < int(job["metadata"]["annotations"]["helm.sh/hook-weight"]))
+    assert hook_config["data"] == one(docs, "ConfigMap", "-config")["data"]
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"] == ["migrate"] and pod["restartPolicy"] == "Never"
+    volume = next(v for v in pod["volumes"] if "configMap" in v)
+    assert volume["configMap"]["name"] == hook_config["metadata"]["name"]
+    # Not matched by the proxy's Service or PodDisruptionBudget.
+    selector = one(docs, "Service", "-webhook-sidecar")["spec"]["selector"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert not selector.items() <= labels.items()
+    # SQLite migrates itself: no hook Job.
+    assert kinds(rendered["standalone"], "Job") == [] and kinds(rendered["sidecar"], "Job") == []
+
+
+# --- monitoring -------------------------------------------------------------------------------
+
+def metric_names() -> set[str]:
+    """Every series name the proxy exports (labelled families have no samples until used)."""
+    suffixes = {"counter": ("_total",), "gauge": ("",),
+                "histogram": ("_bucket", "_sum", "_count")}
+    return {family.name + suffix for family in Metrics().registry.collect()
+            for suffix in suffixes[family.type]}
+
+
+@pytest.mark.parametrize("name", ["realistic", "example"])
+def test_alerts_parse_and_use_exported_metrics(
+        name: str, rendered: dict[str, list[Manifest]]) -> None:
+    rule = one(rendered[name], "PrometheusRule")
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(alerts) == {"WebhookSidecarEventsStuck", "WebhookSidecarSignatureFailures",
+                           "WebhookSidecarStoreErrors"}
+    exported = metric_names()
+    for alert in alerts.values():
+        promql_parser.parse(alert["expr"])
+        used = set(re.findall(r"\b(webhook_[a-z_]+)\b", alert["expr"]))
+        assert used and used <= exported, used - exported
+        parse_duration(alert["for"], "for")
+    assert "webhook_events_stuck" in alerts["WebhookSidecarEventsStuck"]["expr"]
+    assert 'result="invalid_signature"' in alerts["WebhookSidecarSignatureFailures"]["expr"]
+    assert 'result="store_error"' in alerts["WebhookSidecarStoreErrors"]["expr"]
+
+
+def test_service_monitor_scrapes_the_admin_port(rendered: dict[str, list[Manifest]]) -> None:
+    for name in ("realistic", "example"):
+        docs = rendered[name]
+        monitor = one(docs, "ServiceMonitor")
+        service = one(docs, "Service", "-metrics")
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= (
+            service["metadata"]["labels"].items())
+        endpoint = monitor["spec"]["endpoints"][0]
+        assert endpoint["port"] == service["spec"]["ports"][0]["name"] == "webhook-admin"
+        assert endpoint["path"] == "/metrics"
+        pod = one(docs, "Deployment")["spec"]["template"]
+        assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+
+
+# --- bad values fail at install time ---------------------------------------------------------
+
+def bad(base: str, change: Any) -> dict[str, Any]:
+    values = copy.deepcopy(VALUES[base])
+    change(values)
+    return values
+
+
+INVALID_VALUES = [
+    ("unknown-mode", bad("sidecar", lambda v: v.update(mode="daemonset")), "mode"),
+    ("unknown-top-key", bad("sidecar", lambda v: v.update(replicas=3)), "replicas"),
+    ("no-providers", bad("sidecar", lambda v: v.update(providers={})), "providers"),
+    ("provider-key-uppercase", bad("sidecar", lambda v: v.update(
+        providers={"Stripe": v["providers"]["stripe"]})), "Stripe"),
+    ("provider-without-path", bad("sidecar", lambda v: v["providers"]["stripe"].pop("path")),
+     "path"),
+    ("provider-unknown-key", bad("sidecar", lambda v: v["providers"]["stripe"].update(
+        leese="30s")), "leese"),
+    ("provider-without-secrets", bad("sidecar", lambda v: v["providers"]["stripe"].pop(
+        "secrets")), "secrets"),
+    ("secret-ref-without-key", bad("sidecar", lambda v: v["providers"]["stripe"].update(
+        secrets=[{"secretKeyRef": {"name": "stripe-webhook"}}])), "key"),
+    ("secret-ref-bad-mode", bad("sidecar", lambda v: v["providers"]["stripe"].update(
+        secrets=[{"secretKeyRef": {"name": "s", "key": "k"}, "as": "volume"}])), "as"),
+    ("port-zero", bad("sidecar", lambda v: v.update(ports={"proxy": 0, "admin": 9090})),
+     "proxy"),
+    ("ports-equal", bad("sidecar", lambda v: v.update(ports={"proxy": 9090, "admin": 9090})),
+     "must differ"),
+    ("app-port-is-proxy-port", bad("sidecar", lambda v: v["sidecar"].update(appPort=8080)),
+     "appPort"),
+    ("standalone-without-upstream", bad("standalone", lambda v: v["standalone"].pop(
+        "upstreamUrl")), "upstreamUrl"),
+    ("standalone-upstream-not-url", bad("standalone", lambda v: v["standalone"].update(
+        upstreamUrl="orders:8080")), "upstreamUrl"),
+    ("grace-too-short", bad("standalone", lambda v: v.update(
+        terminationGracePeriodSeconds=30, shutdownTimeoutSeconds=25, preStopSleepSeconds=5)),
+     "terminationGracePeriodSeconds"),
+    ("sqlite-with-replicas", bad("standalone", lambda v: v["standalone"].update(
+        replicaCount=3)), "PostgreSQL"),
+    ("chart-owned-config-key", bad("sidecar", lambda v: v.update(
+        config={"upstream": {"url": "http://elsewhere"}})), "url"),
+    ("config-unknown-key", bad("sidecar", lambda v: v.update(config={"lsten": "x"})), "lsten"),
+    ("config-bad-log-level", bad("sidecar", lambda v: v.update(
+        config={"log": {"level": "verbose"}})), "level"),
+    ("store-url-mysql", bad("sidecar", lambda v: v.update(store={"url": "mysql://db"})), "url"),
+    ("image-digest-not-sha256", bad("sidecar", lambda v: v.update(
+        image={"repository": "x", "digest": "latest"})), "digest"),
+    ("monitor-without-pod-selector", bad("sidecar", lambda v: v.update(
+        metrics={"serviceMonitor": {"enabled": True}})), "podSelector"),
+    ("signature-ratio-over-one", bad("realistic", lambda v: v["metrics"]["prometheusRule"].update(
+        signatureFailures={"ratio": 2})), "ratio"),
+]
+
+
+@pytest.mark.parametrize(("values", "mentions"), [(v, m) for _, v, m in INVALID_VALUES],
+                         ids=[i for i, _, _ in INVALID_VALUES])
+def test_invalid_values_are_rejected(values: dict[str, Any], mentions: str) -> None:
+    with pytest.raises((helm.HelmValuesError, helm.HelmRenderError)) as info:
+        render(CHART, values)
+    assert mentions in str(info.value)
+
+
+def test_lint_reports_schema_violations() -> None:
+    report = helm.lint(CHART, {**VALUES["sidecar"], "mode": "daemonset"}, strict=True)
+    assert any("mode" in error for error in report["errors"]), report
+
+
+# --- the chart's contract with the config loader ----------------------------------------------
+
+def test_values_schema_knows_every_provider_key_and_no_chart_owned_config_key() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    provider = schema["properties"]["providers"]["additionalProperties"]
+    assert set(provider["properties"]) == loader._PROVIDER_KEYS
+    config = schema["properties"]["config"]["properties"]
+    owned = {"listen", "admin_listen", "shutdown_timeout", "providers", "admin_token"}
+    assert set(config) <= loader._TOP_KEYS - owned
+    assert set(config["upstream"]["properties"]) == loader._UPSTREAM_KEYS - {"url"}
+    assert set(config["store"]["properties"]) == loader._STORE_KEYS - {"url"}
+    assert set(config["log"]["properties"]) == loader._LOG_KEYS
+    assert set(config["maintenance"]["properties"]) == loader._MAINTENANCE_KEYS
+
+
+def test_default_image_tag_is_the_charts_app_version(rendered: dict[str, list[Manifest]]) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    image = proxy_container(one(rendered["example"], "Deployment")["spec"]["template"]["spec"])[
+        "image"]
+    assert image.endswith(":" + chart["appVersion"])
+
+
+
+
+# --- the values shown in the docs render ----------------------------------------------------
+
+def doc_values() -> list[tuple[str, dict[str, Any]]]:
+    text = (REPO / "docs" / "kubernetes.md").read_text(encoding="utf-8")
+    found = []
+    for index, block in enumerate(re.findall(r"```yaml\n(.*?)```", text, re.S)):
+        if "{{" in block:
+            continue
+        data = yaml.safe_load(block)
+        if isinstance(data, dict) and "mode" in data:
+            found.append((f"block-{index}", data))
+        elif isinstance(data, dict) and "webhookSidecar" in data:
+            found.append((f"block-{index}", data["webhookSidecar"]))
+    return found
+
+
+DOC_VALUES = doc_values()
+
+
+@pytest.mark.parametrize(("block", "values"), DOC_VALUES, ids=[b for b, _ in DOC_VALUES])
+def test_values_shown_in_the_docs_render_and_validate(
+        block: str, values: dict[str, Any], tmp_path: Path) -> None:
+    docs = render(CHART, values)
+    for doc in docs:
+        if doc["apiVersion"] != "monitoring.coreos.com/v1":
+            kubernetes_validate.validate(doc, KUBE_VERSIONS[-1], strict=True)
+    pod = (one(docs, "Deployment")["spec"]["template"]["spec"]
+           if kinds(docs, "Deployment") else None)
+    data, env = materialise(config_of(docs), pod, tmp_path)
+    parse_config(data, env=env, base_dir=tmp_path)
+
+
+def test_the_docs_show_both_modes() -> None:
+    assert {values["mode"] for _, values in DOC_VALUES} == {"sidecar", "standalone"}
