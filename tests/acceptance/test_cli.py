@@ -38,6 +38,19 @@ async def test_check_config_accepts_a_valid_file_and_names_bad_keys(tmp_path: Pa
     assert code == 2 and "cannot read config file" in err
 
 
+async def test_check_config_warns_when_retention_is_shorter_than_the_retry_window(
+    tmp_path: Path,
+) -> None:
+    config = base_config("http://127.0.0.1:3000", "sqlite:///events.db")
+    code, out, _ = await run_cli("check-config", "--config", str(write_config(tmp_path, config)))
+    assert code == 0 and "retry window" not in out
+    config["providers"]["stripe"]["retention"] = "1d"  # Stripe retries for 3 days
+    code, out, _ = await run_cli("check-config", "--config", str(write_config(tmp_path, config)))
+    assert code == 0
+    assert "warning: providers.stripe.retention (86400s) is shorter than the provider's retry " \
+           "window (259200s)" in out
+
+
 async def test_demo_exits_zero() -> None:
     code, out, err = await run_cli("demo")
     assert code == 0, out + err

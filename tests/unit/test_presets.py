@@ -19,7 +19,7 @@ EXPECTED = [
 # URL-signed schemes: the public URL can only come from the user's config.
 NEEDS_URL = {"square", "hubspot", "twilio"}
 ALLOWED_KEYS = {"description", "signature", "event_id", "retention", "inflight_wait", "lease",
-                "handshake"}
+                "handshake", "retry_window"}
 
 # providers.md §0/§1/§2: (window in which the same event can arrive again, delivery timeout),
 # in seconds; None where unpublished. GitHub has no automatic retries but allows manual
@@ -77,6 +77,9 @@ def test_preset_parses(name: str) -> None:
     retry_window, timeout = FACTS[name]
     retention = parse_duration(data["retention"], f"presets.{name}.retention")
     assert retention >= retry_window  # a redelivery inside the window is still recognised
+    if "retry_window" in data:  # what check-config compares a user's retention with
+        declared = parse_duration(data["retry_window"], f"presets.{name}.retry_window")
+        assert retry_window <= declared <= retention
     inflight_wait = parse_duration(data["inflight_wait"], f"presets.{name}.inflight_wait")
     assert 0 < inflight_wait < (timeout or 10)  # answered before the provider gives up
     if "lease" in data:
