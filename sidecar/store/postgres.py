@@ -12,7 +12,6 @@ The schema is applied by :func:`migrate_postgres` (``webhook-sidecar migrate``);
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,11 +23,10 @@ from sidecar.core.events import (
     Claim,
     EventRow,
     EventState,
-    Outcome,
-    RecordedResponse,
     StoredRequest,
 )
 from sidecar.store import migrations
+from sidecar.store.rows import event_row, result_values
 from sidecar.store.sqlfiles import query
 
 DIALECT = "postgres"
@@ -63,51 +61,6 @@ async def _no_session_state(conn: asyncpg.Connection) -> None:
     """The pool's per-release reset. The store never changes session state (no SET, LISTEN,
     cursors, session advisory locks, open transactions), so asyncpg's default reset query
     (``RESET ALL; UNLISTEN *; …``) would only add a round trip to every call."""
-
-
-def _row(record: asyncpg.Record) -> EventRow:
-    status = record["response_status"]
-    response: RecordedResponse | None = None
-    if status is not None:
-        raw_headers = record["response_headers"]
-        pairs = json.loads(raw_headers) if raw_headers is not None else []
-        response = RecordedResponse(
-            status=status,
-            headers=tuple((str(name), str(value)) for name, value in pairs),
-            body=bytes(record["response_body"] or b""),
-        )
-    outcome = record["outcome"]
-    return EventRow(
-        provider=record["provider"],
-        event_id=record["event_id"],
-        state=EventState(record["state"]),
-        attempt=record["attempt"],
-        body_sha256=bytes(record["body_sha256"]),
-        received_at=record["received_at"],
-        updated_at=record["updated_at"],
-        lease_until=record["lease_until"],
-        outcome=Outcome(outcome) if outcome is not None else None,
-        response=response,
-        latency_ms=record["latency_ms"],
-        now=record["now"],
-    )
-
-
-def _result_params(result: AttemptResult) -> tuple[Any, ...]:
-    if result.state is EventState.PROCESSING:
-        raise ValueError("an attempt's result must be DONE or FAILED, not PROCESSING")
-    response = result.response
-    if response is None:
-        return (result.state.value, result.outcome.value, None, None, None, result.latency_ms)
-    headers = json.dumps([[name, value] for name, value in response.headers])
-    return (
-        result.state.value,
-        result.outcome.value,
-        response.status,
-        headers,
-        response.body,
-        result.latency_ms,
-    )
 
 
 class PostgresStore:
@@ -226,11 +179,11 @@ class PostgresStore:
                 records = []
             if records:
                 record = records[0]
-                return Claim(won=bool(record["won"]), row=_row(record))
+                return Claim(won=bool(record["won"]), row=event_row(record))
             # The competing insert committed after this statement's snapshot: read it anew.
             existing = await self._fetchrow("get", provider, event_id)
             if existing is not None:
-                return Claim(won=False, row=_row(existing))
+                return Claim(won=False, row=event_row(existing))
             # The competitor rolled back or the row was purged in between: claim again.
         raise StoreError(f"claim of {provider}:{event_id} did not settle after 3 tries")
 
@@ -243,13 +196,16 @@ class PostgresStore:
     async def complete(
         self, provider: str, event_id: str, attempt: int, result: AttemptResult
     ) -> bool:
-        params = _result_params(result)
-        written = await self._fetchval("complete", provider, event_id, attempt, *params)
+        values = result_values(result)
+        written = await self._fetchval(
+            "complete", provider, event_id, attempt, values["state"], values["outcome"],
+            values["response_status"], values["response_headers"], values["response_body"],
+            values["latency_ms"])
         return written is not None
 
     async def get(self, provider: str, event_id: str) -> EventRow | None:
         record = await self._fetchrow("get", provider, event_id)
-        return _row(record) if record is not None else None
+        return event_row(record) if record is not None else None
 
     async def list_events(
         self,
@@ -261,7 +217,7 @@ class PostgresStore:
         state_value = EventState(state).value if state is not None else None
         older = float(older_than_seconds) if older_than_seconds is not None else None
         records = await self._fetch("list_events", provider, state_value, limit, older)
-        return [_row(r) for r in records]
+        return [event_row(r) for r in records]
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
         record = await self._fetchrow("get_payload", provider, event_id)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import sqlite3
 import time
@@ -29,11 +28,10 @@ from sidecar.core.events import (
     Claim,
     EventRow,
     EventState,
-    Outcome,
-    RecordedResponse,
     StoredRequest,
 )
 from sidecar.store import migrations
+from sidecar.store.rows import event_row, result_values
 from sidecar.store.sqlfiles import query
 
 DIALECT = "sqlite"
@@ -43,36 +41,6 @@ T = TypeVar("T")
 
 def _q(name: str) -> str:
     return query(DIALECT, name)
-
-
-def _row(record: sqlite3.Row) -> EventRow:
-    status = record["response_status"]
-    response: RecordedResponse | None = None
-    if status is not None:
-        raw_headers = record["response_headers"]
-        pairs = json.loads(raw_headers) if raw_headers is not None else []
-        response = RecordedResponse(
-            status=int(status),
-            headers=tuple((str(name), str(value)) for name, value in pairs),
-            body=bytes(record["response_body"] or b""),
-        )
-    outcome = record["outcome"]
-    latency = record["latency_ms"]
-    lease_until = record["lease_until"]
-    return EventRow(
-        provider=record["provider"],
-        event_id=record["event_id"],
-        state=EventState(record["state"]),
-        attempt=int(record["attempt"]),
-        body_sha256=bytes(record["body_sha256"]),
-        received_at=float(record["received_at"]),
-        updated_at=float(record["updated_at"]),
-        lease_until=float(lease_until) if lease_until is not None else None,
-        outcome=Outcome(outcome) if outcome is not None else None,
-        response=response,
-        latency_ms=float(latency) if latency is not None else None,
-        now=float(record["now"]),
-    )
 
 
 @contextmanager
@@ -154,12 +122,12 @@ class SQLiteStore:
         with _immediate(con):
             inserted = con.execute(_q("claim"), params).fetchall()
             if inserted:
-                return Claim(won=True, row=_row(inserted[0]))
+                return Claim(won=True, row=event_row(inserted[0]))
             existing = con.execute(_q("get"), params).fetchall()
         if not existing:  # impossible under the write lock; never report a claim we lack
             key = f"{params['provider']}:{params['event_id']}"
             raise sqlite3.IntegrityError(f"claim of {key} found no row")
-        return Claim(won=False, row=_row(existing[0]))
+        return Claim(won=False, row=event_row(existing[0]))
 
     async def take_over(
         self, provider: str, event_id: str, lease_seconds: float, owner: str
@@ -176,29 +144,15 @@ class SQLiteStore:
     async def complete(
         self, provider: str, event_id: str, attempt: int, result: AttemptResult
     ) -> bool:
-        if result.state is EventState.PROCESSING:
-            raise ValueError("an attempt's result must be DONE or FAILED, not PROCESSING")
-        response = result.response
-        params: dict[str, Any] = {
-            "provider": provider,
-            "event_id": event_id,
-            "attempt": attempt,
-            "state": result.state.value,
-            "outcome": result.outcome.value,
-            "response_status": response.status if response else None,
-            "response_headers": (
-                json.dumps([[n, v] for n, v in response.headers]) if response else None
-            ),
-            "response_body": response.body if response else None,
-            "latency_ms": float(result.latency_ms),
-        }
+        params = {"provider": provider, "event_id": event_id, "attempt": attempt,
+                  **result_values(result)}
         rows = await self._call("complete", self._write_sync, "complete", params)
         return bool(rows)
 
     async def get(self, provider: str, event_id: str) -> EventRow | None:
         params = {"provider": provider, "event_id": event_id}
         rows = await self._call("get", self._read_sync, "get", params)
-        return _row(rows[0]) if rows else None
+        return event_row(rows[0]) if rows else None
 
     async def list_events(
         self,
@@ -214,7 +168,7 @@ class SQLiteStore:
             "older_than": float(older_than_seconds) if older_than_seconds is not None else None,
         }
         rows = await self._call("list_events", self._read_sync, "list_events", params)
-        return [_row(r) for r in rows]
+        return [event_row(r) for r in rows]
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
         params = {"provider": provider, "event_id": event_id}

@@ -1,0 +1,62 @@
+"""Rows as both adapters read and write them: one mapping between database records (asyncpg
+``Record`` or ``sqlite3.Row``, both indexable by column name) and the core's values."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from sidecar.core.events import AttemptResult, EventRow, EventState, Outcome, RecordedResponse
+
+
+class Record(Protocol):
+    def __getitem__(self, key: str) -> Any: ...
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if value is not None else None
+
+
+def event_row(record: Record) -> EventRow:
+    """An ``EventRow`` from a record with the columns of the ``get`` queries."""
+    status = record["response_status"]
+    response: RecordedResponse | None = None
+    if status is not None:
+        raw_headers = record["response_headers"]
+        pairs = json.loads(raw_headers) if raw_headers is not None else []
+        response = RecordedResponse(
+            status=int(status),
+            headers=tuple((str(name), str(value)) for name, value in pairs),
+            body=bytes(record["response_body"] or b""),
+        )
+    outcome = record["outcome"]
+    return EventRow(
+        provider=record["provider"],
+        event_id=record["event_id"],
+        state=EventState(record["state"]),
+        attempt=int(record["attempt"]),
+        body_sha256=bytes(record["body_sha256"]),
+        received_at=float(record["received_at"]),
+        updated_at=float(record["updated_at"]),
+        lease_until=_float(record["lease_until"]),
+        outcome=Outcome(outcome) if outcome is not None else None,
+        response=response,
+        latency_ms=_float(record["latency_ms"]),
+        now=float(record["now"]),
+    )
+
+
+def result_values(result: AttemptResult) -> dict[str, Any]:
+    """The columns ``complete`` writes for an attempt's result."""
+    if result.state is EventState.PROCESSING:
+        raise ValueError("an attempt's result must be DONE or FAILED, not PROCESSING")
+    response = result.response
+    return {
+        "state": result.state.value,
+        "outcome": result.outcome.value,
+        "response_status": response.status if response else None,
+        "response_headers": (json.dumps([[n, v] for n, v in response.headers])
+                             if response else None),
+        "response_body": response.body if response else None,
+        "latency_ms": float(result.latency_ms),
+    }
