@@ -57,6 +57,7 @@ async def open_store(config: StoreConfig) -> Store:
         lock_timeout=config.lock_timeout,
         command_timeout=config.statement_timeout + 1.0,
         statement_cache_size=config.statement_cache_size,
+        session_settings=config.session_settings,
     )
 
 

@@ -77,29 +77,34 @@ class Forwarder:
         elapsed = time.monotonic() - started
         self._metrics.upstream_latency.labels(provider.key).observe(elapsed)
         result = result_of(outcome, response, elapsed * 1000, provider.retryable_statuses)
-        outcomes = [await self._record(provider.key, event_id, row_attempt, result)
-                    for event_id, row_attempt in rows]
-        errors = [e for _, e in outcomes if e is not None]
-        recorded = (None if errors else all(written for written, _ in outcomes))
-        return Forwarded(result, response, error, recorded, errors[0] if errors else None)
+        recorded, record_error = await self._record(provider.key, rows, result)
+        return Forwarded(result, response, error, recorded, record_error)
 
-    async def _record(self, provider: str, event_id: str, attempt: int,
+    async def _record(self, provider: str, rows: Sequence[tuple[str, int]],
                       result: AttemptResult) -> tuple[bool | None, str | None]:
-        """Write the result, protected from cancellation of the caller (a shutdown past its
-        timeout, or a client that went away): the write goes on and is awaited on shutdown."""
-        task = asyncio.ensure_future(self._store.complete(provider, event_id, attempt, result))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
-        try:
-            recorded = await asyncio.shield(task)
-        except StoreError as exc:
-            # The app has answered; we could not record it. The row stays `processing` until
-            # its lease expires, then a redelivery is forwarded again (attempt + 1).
-            log.error("record_failed", provider=provider, event_id=event_id, attempt=attempt,
-                      error=str(exc))
-            return None, str(exc)
-        if not recorded:
-            self._metrics.superseded.labels(provider).inc()
-            log.warning("attempt_superseded", provider=provider, event_id=event_id,
-                        attempt=attempt)
-        return recorded, None
+        """Write the result on every row, protected from cancellation of the caller (a
+        shutdown past its timeout, or a client that went away): all writes are started before
+        any is awaited, go on regardless, and are awaited on shutdown."""
+        tasks = [asyncio.ensure_future(self._store.complete(provider, event_id, attempt, result))
+                 for event_id, attempt in rows]
+        for task in tasks:
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+        outcomes = await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        error: str | None = None
+        for (event_id, attempt), outcome in zip(rows, outcomes, strict=True):
+            if isinstance(outcome, StoreError):
+                # The app has answered; we could not record it. The row stays `processing`
+                # until its lease expires, then a redelivery is forwarded again (attempt + 1).
+                log.error("record_failed", provider=provider, event_id=event_id,
+                          attempt=attempt, error=str(outcome))
+                error = error or str(outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            elif not outcome:
+                self._metrics.superseded.labels(provider).inc()
+                log.warning("attempt_superseded", provider=provider, event_id=event_id,
+                            attempt=attempt)
+        if error is not None:
+            return None, error
+        return all(outcomes), None

@@ -70,10 +70,16 @@ class Maintenance:
             except StoreError as exc:
                 self._metrics.maintenance_errors.inc()
                 log.warning("maintenance_failed", error=str(exc))
+            except Exception:  # a bug must not end retention for the life of the process
+                self._metrics.maintenance_errors.inc()
+                log.exception("maintenance_crashed")
             await asyncio.sleep(self._config.maintenance.interval)
 
     async def run_secret_reloads(self) -> None:
         """Forever: re-read secret files every ``maintenance.secrets_reload_interval``."""
         while True:
             await asyncio.sleep(self._config.maintenance.secrets_reload_interval)
-            await asyncio.to_thread(self.reload_secrets)
+            try:
+                await asyncio.to_thread(self.reload_secrets)
+            except Exception:  # keep watching: the next rotation must still be picked up
+                log.exception("secrets_reload_crashed")

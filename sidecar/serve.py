@@ -50,10 +50,11 @@ async def _bind(runner: web.AppRunner, address: Address) -> Address:
 
 
 async def stop(running: Running) -> None:
-    """Stop accepting, let in-flight deliveries finish and record (up to shutdown_timeout),
-    then close the store. The admin listener stays up until the proxy has drained."""
-    await running.proxy_runner.cleanup()
+    """Stop the admin listener (so no operator action starts against a closing store), then
+    stop accepting deliveries, let in-flight ones finish and record (up to shutdown_timeout),
+    and close the store."""
     await running.admin_runner.cleanup()
+    await running.proxy_runner.cleanup()
 
 
 async def serve(config: Config) -> int:

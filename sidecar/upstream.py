@@ -24,12 +24,15 @@ _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "date", "se
                                "set-cookie"}
 
 
+OWN_PREFIX = "x-webhook-sidecar-"  # headers only the proxy sets; a sender's copies are dropped
+
+
 def forwardable_headers(
     headers: Iterable[tuple[str, str]], added: dict[str, str]
 ) -> list[tuple[str, str]]:
     """Request headers for the upstream hop: hop-by-hop ones and any named in ``Connection``
-    removed, and any incoming copy of a header we add replaced by ours (a sender cannot spoof
-    the attempt number)."""
+    removed, and every incoming ``X-Webhook-Sidecar-*`` and ``Idempotency-Key`` dropped, so a
+    sender cannot spoof what only the proxy says (event id, attempt, replay, batch size)."""
     pairs = list(headers)
     named = {
         token.strip().lower()
@@ -37,7 +40,9 @@ def forwardable_headers(
         for token in value.split(",")
     }
     ours = {name.lower() for name in added}
-    kept = [(n, v) for n, v in pairs if n.lower() not in _REQUEST_DROP | named | ours]
+    dropped = _REQUEST_DROP | named | ours | {"idempotency-key"}
+    kept = [(n, v) for n, v in pairs
+            if n.lower() not in dropped and not n.lower().startswith(OWN_PREFIX)]
     return kept + list(added.items())
 
 

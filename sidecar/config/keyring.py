@@ -57,6 +57,8 @@ class Keyring:
             raw = Path(secret.file).read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise ConfigError(path, f"cannot read {secret.file}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(path, f"{secret.file} is not UTF-8 text") from exc
         if not raw:
             raise ConfigError(path, f"{secret.file} is empty")
         return decode_secret(provider.signature, raw, path)

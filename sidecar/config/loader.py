@@ -33,7 +33,7 @@ DEFAULT_RETRYABLE = ("3xx", 408, 425, 429, "5xx")
 
 _TOP_KEYS = {
     "listen", "admin_listen", "max_body_bytes", "upstream", "store", "providers",
-    "shutdown_timeout", "log", "maintenance", "admin_token",
+    "shutdown_timeout", "log", "maintenance", "admin_token", "body_read_timeout",
 }
 _MAINTENANCE_KEYS = {"interval", "retention_batch_size", "secrets_reload_interval"}
 _UPSTREAM_KEYS = {
@@ -42,7 +42,7 @@ _UPSTREAM_KEYS = {
 }
 _STORE_KEYS = {
     "url", "pool_min_size", "pool_max_size", "acquire_timeout", "statement_timeout",
-    "lock_timeout", "statement_cache_size",
+    "lock_timeout", "statement_cache_size", "session_settings",
 }
 _LOG_KEYS = {"level", "format"}
 _PROVIDER_KEYS = {
@@ -99,6 +99,9 @@ def parse_config(
     level = _choice(log.get("level", "info"), "log.level", ("debug", "info", "warning", "error"))
     fmt = _choice(log.get("format", "auto"), "log.format", ("auto", "json", "console"))
     shutdown = parse_duration(top.get("shutdown_timeout", "30s"), "shutdown_timeout")
+    body_read_timeout = parse_duration(top.get("body_read_timeout", "10s"), "body_read_timeout")
+    if body_read_timeout <= 0:
+        raise ConfigError("body_read_timeout", "must be positive")
     maintenance = _maintenance(top.get("maintenance", {}), "maintenance")
     admin_token = top.get("admin_token")
     if admin_token is not None and (not isinstance(admin_token, str) or len(admin_token) < 16):
@@ -132,7 +135,8 @@ def parse_config(
     return Config(
         listen=listen, admin_listen=admin, upstream=upstream, store=store,
         providers=tuple(providers), shutdown_timeout=shutdown, log_level=level, log_format=fmt,
-        maintenance=maintenance, admin_token=admin_token, warnings=tuple(warnings),
+        maintenance=maintenance, admin_token=admin_token, body_read_timeout=body_read_timeout,
+        warnings=tuple(warnings),
     )
 
 
@@ -169,6 +173,10 @@ def _provider(
     inflight_wait = parse_duration(data.get("inflight_wait", "5s"), f"{path}.inflight_wait")
     if inflight_wait > lease:
         raise ConfigError(f"{path}.inflight_wait", "must not exceed the lease")
+    if event_id.is_batch and lease <= upstream.timeout + inflight_wait:
+        raise ConfigError(f"{path}.lease", f"must exceed upstream.timeout + inflight_wait "
+                          f"({upstream.timeout + inflight_wait:g}s) for a batch provider: an "
+                          "item's lease runs while the delivery waits for its other items")
     retention = parse_duration(data.get("retention", "7d"), f"{path}.retention")
     if retention <= lease:
         raise ConfigError(f"{path}.retention", "must exceed the lease")
@@ -179,9 +187,7 @@ def _provider(
                        ("duplicate", "reject"))
     handshake = (parse_handshake_spec(data["handshake"], f"{path}.handshake")
                  if data.get("handshake") is not None else None)
-    store_payload = data.get("store_payload", False)
-    if not isinstance(store_payload, bool):
-        raise ConfigError(f"{path}.store_payload", "must be true or false")
+    store_payload = _bool(data.get("store_payload", False), f"{path}.store_payload")
     retry_window = (parse_duration(data["retry_window"], f"{path}.retry_window")
                     if data.get("retry_window") is not None else None)
     return ProviderConfig(
@@ -232,6 +238,8 @@ def _secret_value(
         return f"file:{file_path}", file_path.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise ConfigError(f"{path}.file", f"cannot read {file_path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}.file", f"{file_path} is not UTF-8 text") from exc
 
 
 def _maintenance(raw: object, path: str) -> MaintenanceConfig:
@@ -300,6 +308,7 @@ def _store(raw: object, path: str, base: Path) -> StoreConfig:
         lock_timeout=parse_duration(data.get("lock_timeout", "2s"), f"{path}.lock_timeout"),
         statement_cache_size=_int(data.get("statement_cache_size", 100),
                                   f"{path}.statement_cache_size", 0),
+        session_settings=_bool(data.get("session_settings", True), f"{path}.session_settings"),
     )
 
 
@@ -330,6 +339,12 @@ def _size(raw: object, path: str) -> int:
 def _int(raw: object, path: str, minimum: int) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
         raise ConfigError(path, f"must be an integer ≥ {minimum}")
+    return raw
+
+
+def _bool(raw: object, path: str) -> bool:
+    if not isinstance(raw, bool):
+        raise ConfigError(path, "must be true or false")
     return raw
 
 

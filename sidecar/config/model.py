@@ -55,6 +55,7 @@ class StoreConfig:
     statement_timeout: float
     lock_timeout: float
     statement_cache_size: int
+    session_settings: bool = True  # false behind pgbouncer
 
     @property
     def kind(self) -> str:
@@ -119,6 +120,7 @@ class Config:
     log_format: str  # auto | json | console
     maintenance: MaintenanceConfig = MaintenanceConfig(60.0, 500, 10.0)
     admin_token: str | None = field(default=None, repr=False)  # required by /admin/* if set
+    body_read_timeout: float = 10.0
     warnings: tuple[str, ...] = ()
 
     @property

@@ -47,8 +47,8 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "admin_listen must differ from listen (unless the port is 0)",
     "store.pool_min_size must not exceed store.pool_max_size",
     "providers.<key>.path must be unique across providers",
-    "providers.<key>.lease must exceed upstream.timeout; inflight_wait must not exceed the "
-    "lease; retention must exceed the lease",
+    "providers.<key>.lease must exceed upstream.timeout (for a batch provider, upstream.timeout "
+    "+ inflight_wait); inflight_wait must not exceed the lease; retention must exceed the lease",
     "secrets: {env: NAME} must be set, {file: PATH} must be readable and not empty, and each "
     "secret must decode with the scheme's secret encoding (base64, hex, key prefixes)",
     "a block given next to a preset is merged over the preset first (an event_id with its own "
@@ -591,6 +591,10 @@ STORE: Final = Block("Where event rows live.", {
     "statement_cache_size": Key({"type": "integer", "minimum": 0}, "Prepared statements "
                                 "cached per connection; 0 behind pgbouncer in transaction "
                                 "mode.", "integer ≥ 0", 100),
+    "session_settings": Key({"type": "boolean"}, "Send statement_timeout, lock_timeout and "
+                            "idle_in_transaction_session_timeout as connection startup "
+                            "parameters. Set false behind pgbouncer (it refuses them; set them "
+                            "with ALTER ROLE instead).", "boolean", True),
 }, nullable=True)
 
 LOG: Final = Block("Logging.", {
@@ -676,6 +680,8 @@ TOP: Final = Block("webhook-sidecar configuration.", {
                        "least 16 characters.", "string"),
     "max_body_bytes": Key(ref("size"), "Larger bodies get 413 (per-provider override).",
                           "size", "1MiB"),
+    "body_read_timeout": Key(ref("duration"), "How long a sender may take to send a request "
+                             "body; slower requests get 408.", "duration", "10s"),
     "shutdown_timeout": Key(ref("duration"), "On SIGTERM, how long in-flight deliveries may "
                             "take to finish and record; keep it below Kubernetes "
                             "terminationGracePeriodSeconds.", "duration", "30s"),

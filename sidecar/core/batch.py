@@ -38,7 +38,8 @@ def filtered_body(spec: EventIdSpec, body: bytes, keep: Collection[int],
         array[:] = [element for i, element in enumerate(array) if i in keep]
     else:
         document = [element for i, element in enumerate(document) if i in keep]
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+    # ASCII escapes: always valid JSON bytes, even for items holding lone surrogate escapes.
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 def batch_key(provider: str, event_ids: Sequence[str]) -> str:

@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+import base64
 import enum
 import json
 from dataclasses import dataclass, field
+
+
+def headers_to_json(headers: tuple[tuple[str, str], ...]) -> list[list[object]]:
+    """Header pairs as JSON-safe values. aiohttp decodes header bytes that are not UTF-8 as lone
+    surrogates, which PostgreSQL's jsonb refuses: such a value is kept as its exact bytes,
+    ``{"b64": …}``, so it round-trips."""
+    pairs: list[list[object]] = []
+    for name, value in headers:
+        try:
+            value.encode("utf-8")
+            pairs.append([name, value])
+        except UnicodeEncodeError:
+            raw = value.encode("utf-8", "surrogateescape")
+            pairs.append([name, {"b64": base64.b64encode(raw).decode()}])
+    return pairs
+
+
+def headers_from_json(pairs: list[list[object]]) -> tuple[tuple[str, str], ...]:
+    headers: list[tuple[str, str]] = []
+    for name, value in pairs:
+        if isinstance(value, dict):
+            value = base64.b64decode(str(value["b64"])).decode("utf-8", "surrogateescape")
+        headers.append((str(name), str(value)))
+    return tuple(headers)
 
 
 class EventState(enum.StrEnum):
@@ -83,13 +108,13 @@ class StoredRequest:
 
     def meta_json(self) -> str:
         return json.dumps({"method": self.method, "path": self.path,
-                           "headers": [list(pair) for pair in self.headers]})
+                           "headers": headers_to_json(self.headers)})
 
     @classmethod
     def from_stored(cls, body: bytes, meta_json: str) -> StoredRequest:
         meta = json.loads(meta_json)
         return cls(method=str(meta["method"]), path=str(meta["path"]),
-                   headers=tuple((str(n), str(v)) for n, v in meta["headers"]), body=body)
+                   headers=headers_from_json(meta["headers"]), body=body)
 
 
 @dataclass(frozen=True, slots=True)

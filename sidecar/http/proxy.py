@@ -34,7 +34,7 @@ from sidecar.core.events import EventRow, EventState, Outcome, RecordedResponse,
 from sidecar.core.handshake import handshake_answer
 from sidecar.core.signing import verify
 from sidecar.forwarding import ATTEMPT_HEADER
-from sidecar.http.keys import CLOCK, FORWARDER, KEYRING, METRICS, OWNER, STORE
+from sidecar.http.keys import CLOCK, CONFIG, FORWARDER, KEYRING, METRICS, OWNER, STORE
 from sidecar.obs.logs import get_logger
 from sidecar.upstream import read_bounded
 
@@ -81,7 +81,20 @@ async def _process(d: _Delivery) -> web.StreamResponse:
     if request.content_length is not None and request.content_length > limit:
         d.result = "too_large"
         return _error(413, f"body exceeds {limit} bytes", "too_large")
-    body = await read_bounded(request.content, limit + 1)
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding != "identity":
+        # Signatures cover the bytes as sent and the app expects them so: no decoding here.
+        d.result = "bad_request"
+        d.fields["reason"] = "content_encoding"
+        return _error(415, f"Content-Encoding {encoding!r} is not accepted", "content_encoding")
+    try:
+        async with asyncio.timeout(app[CONFIG].body_read_timeout):
+            body = await read_bounded(request.content, limit + 1)
+    except TimeoutError:
+        d.result = "bad_request"
+        d.fields["reason"] = "body_timeout"
+        return _error(408, "request body not received in time", "body_timeout",
+                      {"Connection": "close"})
     if len(body) > limit:
         d.result = "too_large"
         return _error(413, f"body exceeds {limit} bytes", "too_large")

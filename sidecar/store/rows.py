@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from sidecar.core.events import AttemptResult, EventRow, EventState, Outcome, RecordedResponse
+from sidecar.core.events import (
+    AttemptResult,
+    EventRow,
+    EventState,
+    Outcome,
+    RecordedResponse,
+    headers_from_json,
+    headers_to_json,
+)
 
 
 class Record(Protocol):
@@ -26,7 +34,7 @@ def event_row(record: Record) -> EventRow:
         pairs = json.loads(raw_headers) if raw_headers is not None else []
         response = RecordedResponse(
             status=int(status),
-            headers=tuple((str(name), str(value)) for name, value in pairs),
+            headers=headers_from_json(pairs),
             body=bytes(record["response_body"] or b""),
         )
     outcome = record["outcome"]
@@ -55,7 +63,7 @@ def result_values(result: AttemptResult) -> dict[str, Any]:
         "state": result.state.value,
         "outcome": result.outcome.value,
         "response_status": response.status if response else None,
-        "response_headers": (json.dumps([[n, v] for n, v in response.headers])
+        "response_headers": (json.dumps(headers_to_json(response.headers))
                              if response else None),
         "response_body": response.body if response else None,
         "latency_ms": float(result.latency_ms),

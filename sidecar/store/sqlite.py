@@ -60,11 +60,15 @@ def _immediate(con: sqlite3.Connection) -> Iterator[None]:
 class SQLiteStore:
     """``sidecar.core.ports.Store`` on a SQLite file. Create with :meth:`open`."""
 
-    def __init__(self, path: str, con: sqlite3.Connection, executor: ThreadPoolExecutor) -> None:
+    def __init__(self, path: str, con: sqlite3.Connection, executor: ThreadPoolExecutor,
+                 deadline: float = 5.0) -> None:
         self._path = path
         self._con = con
         self._executor = executor
         self._closed = False
+        # Every call, queue time included, answers within this bound (StoreError after it),
+        # so a held write lock turns into prompt 503s instead of an ever longer queue.
+        self._deadline = deadline
 
     def __repr__(self) -> str:
         return f"<SQLiteStore {self._path!r}>"
@@ -93,7 +97,9 @@ class SQLiteStore:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(filename, con, executor)
+        # Past SQLite's own busy timeout, so a statement waiting on a lock fails cleanly (and
+        # changes nothing) before the caller stops waiting for it.
+        return cls(filename, con, executor, deadline=busy_timeout + 0.5)
 
     # -- the Store verbs -------------------------------------------------------------------
 
@@ -228,8 +234,14 @@ class SQLiteStore:
         if self._closed:
             raise StoreError(f"{what}: the SQLite store is closed")
         loop = asyncio.get_running_loop()
+        job = loop.run_in_executor(self._executor, functools.partial(fn, *args))
         try:
-            return await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+            # A job still queued when the deadline passes never runs; one already running
+            # finishes on the worker thread, and its outcome is unknown to the caller.
+            return await asyncio.wait_for(job, self._deadline)
+        except TimeoutError as exc:
+            raise StoreError(f"{what}: no answer within {self._deadline:g}s (database busy)") \
+                from exc
         except sqlite3.Error as exc:
             raise StoreError(f"{what}: {type(exc).__name__}: {exc}") from exc
         except RuntimeError as exc:  # the executor was shut down by a concurrent close()

@@ -4,6 +4,7 @@ two sharing PostgreSQL (deliveries alternate between them)."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import hmac
 import json
@@ -27,7 +28,10 @@ async def deliver(dep: Deployment, i: int, body: bytes, headers: dict[str, str] 
 async def test_first_delivery_forwarded_once_then_replayed(deployment: Deployment) -> None:
     await deployment.start()
     body = stripe_event("evt_first")
-    status, headers, payload = await deliver(deployment, 0, body)
+    spoofed = {**stripe_headers(body), "Idempotency-Key": "forged",
+               "X-Webhook-Sidecar-Replay": "true", "X-Webhook-Sidecar-Event-Id": "evt_forged",
+               "X-Webhook-Sidecar-Batch-Size": "7"}
+    status, headers, payload = await deliver(deployment, 0, body, spoofed)
     assert status == 200
     assert json.loads(payload)["event"] == "evt_first"
     seen = deployment.stub.seen[0]
@@ -35,6 +39,9 @@ async def test_first_delivery_forwarded_once_then_replayed(deployment: Deploymen
     assert seen.idempotency_key == "stripe:evt_first"
     assert seen.attempt == 1
     assert seen.headers["X-Webhook-Sidecar-Provider"] == "stripe"
+    assert seen.headers["X-Webhook-Sidecar-Event-Id"] == "evt_first"  # never the sender's copy
+    assert "X-Webhook-Sidecar-Replay" not in seen.headers
+    assert "X-Webhook-Sidecar-Batch-Size" not in seen.headers
     row = await deployment.rows.one("stripe", "evt_first")
     assert row is not None and row["state"] == "done" and row["response_status"] == 200
 
@@ -147,6 +154,10 @@ async def test_rejections_write_nothing_and_reach_nothing(deployment: Deployment
 
     assert (await deliver(deployment, 0, body, path="/webhooks/nobody"))[0] == 404
 
+    gzipped = {**good, "Content-Encoding": "gzip"}
+    status, _, payload = await deliver(deployment, 0, gzip.compress(body), gzipped)
+    assert status == 415 and json.loads(payload)["reason"] == "content_encoding"
+
     assert await deployment.rows.all() == []
     assert deployment.stub.count() == 0
 
@@ -200,3 +211,20 @@ async def test_concurrent_burst_reaches_the_app_once(deployment: Deployment) -> 
     assert deployment.stub.count("evt_burst") == 1
     rows = await deployment.rows.all()
     assert [(r["event_id"], r["state"], r["attempt"]) for r in rows] == [("evt_burst", "done", 1)]
+
+
+async def test_a_body_that_never_arrives_gets_408(deployment: Deployment) -> None:
+    deployment.config["body_read_timeout"] = "300ms"
+    await deployment.start(1)
+    host, port = deployment.procs[0].listen.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        # Headers promise 100 bytes; the body never comes (a slow or stalled sender).
+        writer.write(b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+                     b"Content-Type: application/json\r\n\r\n{")
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), 10)
+        assert status_line.startswith(b"HTTP/1.1 408")
+    finally:
+        writer.close()
+    assert deployment.stub.count() == 0 and await deployment.rows.all() == []

@@ -165,7 +165,7 @@ def test_documented_defaults_are_the_loaders(base_dir: Path) -> None:
     provider["signature"]["format"].update(
         {k: v["default"] for k, v in FORMAT_KEYS["kv_list"].items() if "default" in v})
     provider["event_id"]["max_length"] = defs["event_id"]["properties"]["max_length"]["default"]
-    assert len(_defaults(TOP)) == 4 and len(_defaults(PROVIDER)) == 6
+    assert len(_defaults(TOP)) == 5 and len(_defaults(PROVIDER)) == 6
     assert (parse_config(explicit, env={}, base_dir=base_dir)
             == parse_config(omitted, env={}, base_dir=base_dir))
 

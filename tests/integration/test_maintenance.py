@@ -84,3 +84,9 @@ async def test_secret_files_are_reloaded_when_they_change(tmp_path: Path) -> Non
     result = keyring.reload()
     assert result.changed == () and "is empty" in result.errors[0]
     assert keyring.keys("stripe") == (b"whsec_new", b"whsec_inline")
+
+    secret.write_bytes(b"\xff\xfe not text")  # nor a file that is not text
+    result = keyring.reload()
+    assert result.changed == () and "not UTF-8" in result.errors[0]
+    secret.write_text("whsec_newer\n")  # and the next good write is still picked up
+    assert keyring.reload().changed == ("stripe",)

@@ -32,7 +32,7 @@ from sidecar.core.events import (
 from sidecar.core.ports import Store
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
-from tests.backdoor import Backdoor, PgBackdoor
+from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
 from tests.pgserver import ThrowawayCluster, free_port
 
 LEASE = 30.0
@@ -320,6 +320,20 @@ async def test_payload_is_kept_only_when_given_and_never_changed(store: Store) -
     await store.claim("stripe", "evt_2", BODY, LEASE, "o")
     assert await store.get_payload("stripe", "evt_2") is None
     assert await store.get_payload("stripe", "missing") is None
+
+
+async def test_header_values_that_are_not_utf8_round_trip(store: Store) -> None:
+    # aiohttp decodes header bytes that are not UTF-8 (e.g. Latin-1 "café") as lone
+    # surrogates; PostgreSQL's jsonb refuses those in text, so they must survive some other way.
+    odd = b'attachment; filename="caf\xe9"'.decode("utf-8", "surrogateescape")
+    payload = StoredRequest(method="POST", path="/x", headers=(("X-Name", odd),), body=b"{}")
+    assert (await store.claim("stripe", "evt_odd", BODY, LEASE, "o", payload)).won
+    assert await store.get_payload("stripe", "evt_odd") == payload
+    result = AttemptResult(EventState.DONE, Outcome.RESPONSE,
+                           RecordedResponse(200, (("Content-Disposition", odd),), b"ok"), 1.0)
+    assert await store.complete("stripe", "evt_odd", 1, result)
+    row = await _row(store, "stripe", "evt_odd")
+    assert row.response == result.response
 
 
 async def test_stuck_counts_only_expired_processing_rows(store: Store) -> None:
@@ -614,5 +628,25 @@ async def test_sqlite_two_processes_sharing_the_file_claim_each_key_once(tmp_pat
     try:
         rows = await store.list_events(provider="stripe", limit=1000)
         assert len(rows) == 40 and all(r.attempt == 1 for r in rows)
+    finally:
+        await store.close()
+
+
+async def test_sqlite_calls_queued_behind_a_held_lock_fail_within_the_deadline(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "events.db")
+    store = await SQLiteStore.open(path, busy_timeout=0.3)
+    try:
+        async with SqliteBackdoor(path).hold_write_lock("stripe", "evt_1"):
+            started = time.monotonic()
+            results = await asyncio.gather(
+                *(store.claim("stripe", f"evt_{i}", BODY, LEASE, "o") for i in range(5)),
+                return_exceptions=True)
+            elapsed = time.monotonic() - started
+        assert all(isinstance(r, StoreError) for r in results), results
+        # One worker thread: without a deadline the five would fail one busy timeout apart.
+        assert elapsed < 5 * 0.3
+        assert (await store.claim("stripe", "evt_after", BODY, LEASE, "o")).won
     finally:
         await store.close()

@@ -158,3 +158,24 @@ def test_non_ascii_digits_and_hostless_urls_are_rejected() -> None:
     assert error_path({**minimal(), "listen": "0.0.0.0:\u0668\u0660"}) == "listen"
     assert error_path({**minimal(), "max_body_bytes": "\u0665MiB"}) == "max_body_bytes"
     assert error_path({**minimal(), "upstream": {"url": "http://"}}) == "upstream.url"
+
+
+def test_batch_providers_need_a_lease_covering_the_wait_and_the_forward() -> None:
+    public_key = ("MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1"
+                  "flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==")  # SendGrid's test key
+    data = minimal(preset="sendgrid", secrets=[public_key], lease="12s",
+                   inflight_wait="5s")  # upstream.timeout is 10s
+    assert error_path(data) == "providers.stripe.lease"
+    data["providers"]["stripe"]["lease"] = "16s"
+    assert parse_config(data, env={}).providers[0].lease == 16
+
+
+def test_store_session_settings_and_body_read_timeout() -> None:
+    data = minimal()
+    data["store"] = {"url": "postgresql://db/x", "session_settings": False,
+                     "statement_cache_size": 0}
+    data["body_read_timeout"] = "3s"
+    config = parse_config(data, env={})
+    assert config.store.session_settings is False and config.body_read_timeout == 3
+    data["store"]["session_settings"] = "no"
+    assert error_path(data) == "store.session_settings"
