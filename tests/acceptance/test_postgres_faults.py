@@ -8,13 +8,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import asyncpg
 import pytest
+from aiohttp import web
 
 from tests.acceptance.conftest import Deployment, run_cli
 from tests.pgserver import ThrowawayCluster
 from tests.support import (
     ProxyProcess,
     Rows,
+    Seen,
     StubApp,
     base_config,
     post,
@@ -151,3 +154,64 @@ async def test_postgres_stopped_mid_run_gives_503_then_recovers(
     finally:
         await proc.terminate()
         await stub.stop()
+
+
+async def test_crash_between_the_apps_answer_and_the_record_is_retried_once(
+    pg_deployment: Deployment,
+) -> None:
+    """The documented at-least-once window: the app answered, the proxy died before recording
+    it. The provider never got a 2xx; after the lease expires the redelivery is forwarded again,
+    marked attempt 2, and nothing after that reaches the app."""
+    dep = pg_deployment
+    dep.config["providers"]["stripe"]["inflight_wait"] = "200ms"
+    await dep.start(2)
+    assert dep.client is not None
+    victim, survivor = dep.procs
+    locker = await asyncpg.connect(dep.store_url)
+    lock = locker.transaction()
+
+    async def answer_then_block_the_record(seen: Seen) -> web.StreamResponse:
+        if seen.attempt == 1:
+            # Hold the event's row so the proxy's result write waits, then answer: the app has
+            # done its work; the proxy has not recorded it.
+            await lock.start()
+            await locker.execute("SELECT 1 FROM webhook_event WHERE event_id = $1 FOR UPDATE",
+                                 seen.event_id)
+        return web.json_response({"ok": True})
+
+    dep.stub.behaviour = answer_then_block_the_record
+    body = stripe_event("evt_window")
+    first = asyncio.create_task(post(dep.client, victim.url + STRIPE, body, stripe_headers(body)))
+    try:
+        for _ in range(200):  # until the proxy's UPDATE is waiting on our row lock
+            waiting = await locker.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%UPDATE webhook_event%' AND pid <> pg_backend_pid()")
+            if waiting:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            pytest.fail("the proxy never tried to record the result")
+        # The host dies: the process and its connection. (A killed process alone leaves its
+        # backend waiting, and the write would still commit once the lock is free.)
+        await victim.kill()
+        await locker.execute("SELECT pg_terminate_backend($1)", waiting)
+    finally:
+        await lock.rollback()
+        await locker.close()
+    with pytest.raises(aiohttp.ClientError):
+        await first  # the provider saw no answer, certainly no 2xx
+    row = await dep.rows.one("stripe", "evt_window")
+    assert row is not None and (row["state"], row["attempt"]) == ("processing", 1)
+
+    for _ in range(200):
+        if await dep.rows.lease_expired("stripe", "evt_window"):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the lease never expired")
+    status, headers, _ = await post(dep.client, survivor.url + STRIPE, body, stripe_headers(body))
+    assert status == 200 and headers["X-Webhook-Sidecar-Attempt"] == "2"
+    status, headers, _ = await post(dep.client, survivor.url + STRIPE, body, stripe_headers(body))
+    assert status == 200 and headers["X-Webhook-Sidecar-Replay"] == "true"
+    assert dep.stub.attempts("evt_window") == [1, 2]  # the window, pinned: twice, marked
