@@ -8,6 +8,7 @@ metric per delivery.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -30,7 +31,14 @@ from sidecar.core.decision import (
 )
 from sidecar.core.errors import EventIdError, StoreError, VerificationError
 from sidecar.core.eventid import BatchItem, batch_items, extract_event_id
-from sidecar.core.events import EventRow, EventState, Outcome, RecordedResponse, StoredRequest
+from sidecar.core.events import (
+    AttemptResult,
+    EventRow,
+    EventState,
+    Outcome,
+    RecordedResponse,
+    StoredRequest,
+)
 from sidecar.core.handshake import handshake_answer
 from sidecar.core.signing import verify
 from sidecar.forwarding import ATTEMPT_HEADER
@@ -239,12 +247,16 @@ async def _deliver_batch(d: _Delivery, body: bytes, items: list[BatchItem]) -> w
     payload = _payload(d, body)
     mine: list[tuple[BatchItem, _Mine]] = []
     settled: list[_Settled] = []
-    for item in items:
-        resolution = await _resolve(d, item.event_id, item_digest(item), payload, deadline)
-        if isinstance(resolution, _Mine):
-            mine.append((item, resolution))
-        else:
-            settled.append(resolution)
+    try:
+        for item in items:
+            resolution = await _resolve(d, item.event_id, item_digest(item), payload, deadline)
+            if isinstance(resolution, _Mine):
+                mine.append((item, resolution))
+            else:
+                settled.append(resolution)
+    except StoreError:
+        await _abandon(d, [(item.event_id, m.attempt) for item, m in mine])
+        raise
     unfinished = [s for s in settled if s.result != "duplicate"]
     d.fields["batch_forwarded"] = len(mine)
     if mine:
@@ -260,6 +272,18 @@ async def _deliver_batch(d: _Delivery, body: bytes, items: list[BatchItem]) -> w
     if unfinished:
         return _settled_response(d, unfinished[0])
     return _settled_response(d, settled[0])  # every item was already done: replay one
+
+
+async def _abandon(d: _Delivery, rows: list[tuple[str, int]]) -> None:
+    """Best effort: mark attempts this delivery claimed but will not forward as failed (never
+    reached the app), so the next redelivery takes them over at once instead of after the
+    lease. Fenced by attempt; if the store is still failing, the leases expire as after a
+    crash."""
+    not_sent = AttemptResult(EventState.FAILED, Outcome.CONNECT_ERROR, None, 0.0)
+    store = d.request.app[STORE]
+    for event_id, attempt in rows:
+        with contextlib.suppress(StoreError):
+            await store.complete(d.provider.key, event_id, attempt, not_sent)
 
 
 def _settled_response(d: _Delivery, settled: _Settled) -> web.StreamResponse:

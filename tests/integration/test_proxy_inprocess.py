@@ -4,16 +4,23 @@ pooled connection is held while the app works."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from sidecar.config.loader import parse_config
-from sidecar.core.events import AttemptResult, Claim
+from sidecar.core.errors import StoreError
+from sidecar.core.events import AttemptResult, Claim, EventState
 from sidecar.serve import Running, start, stop
 from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.sqlite import SQLiteStore
 from tests.support import StubApp, base_config, post, stripe_event, stripe_headers
 
 
@@ -93,3 +100,48 @@ async def test_no_connection_is_held_across_the_upstream_call(
         await stub.wait_for(lambda: stub.count() == 5)
         stub.hold.set()
         assert [r[0] for r in await asyncio.gather(*inflight)] == [200] * 5
+
+
+class SecondClaimFails:
+    """A real SQLite store whose second claim fails, as if the database went away mid-batch."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.claims = 0
+
+    async def claim(self, *args: Any) -> Claim:
+        self.claims += 1
+        if self.claims == 2:
+            raise StoreError("connection lost")
+        return await self.inner.claim(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_store_failure_mid_batch_frees_the_items_already_claimed(tmp_path: Any) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = base64.b64encode(key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)).decode()
+    stub = await StubApp().start()
+    data = base_config(stub.url, f"sqlite:///{tmp_path / 'events.db'}")
+    data["providers"] = {"sendgrid": {"path": "/sg", "preset": "sendgrid", "secrets": [public],
+                                      "lease": "60s", "inflight_wait": "1s"}}
+    inner = await SQLiteStore.open(str(tmp_path / "events.db"))
+    running = await start(parse_config(data, env={}), store=SecondClaimFails(inner))
+    try:
+        body = json.dumps([{"sg_event_id": "a"}, {"sg_event_id": "b"}]).encode()
+        ts = str(int(time.time()))
+        signature = key.sign(ts.encode() + body, ec.ECDSA(hashes.SHA256()))
+        headers = {"X-Twilio-Email-Event-Webhook-Signature": base64.b64encode(signature).decode(),
+                   "X-Twilio-Email-Event-Webhook-Timestamp": ts}
+        async with aiohttp.ClientSession() as client:
+            status, _, _ = await post(client, f"http://{running.listen}/sg", body, headers)
+        assert status == 503 and stub.count() == 0
+        row = await inner.get("sendgrid", "a")
+        # Not left leased for a minute: failed, so the provider's retry takes it over at once.
+        assert row is not None and row.state is EventState.FAILED and not row.lease_live
+    finally:
+        await stop(running)
+        await stub.stop()
+        await inner.close()
