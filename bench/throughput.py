@@ -20,16 +20,13 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-import asyncpg
 import yaml
 
-from sidecar.config.loader import parse_config
-from sidecar.core.signing import sign
+from bench.common import signer, with_pg_database
 from tests.support import ProxyProcess, StubApp
 
 SECRET = "whsec_bench_0123456789abcdef"
@@ -46,16 +43,6 @@ def config(stub_url: str, store_url: str) -> dict[str, object]:
         "providers": {"stripe": {"path": "/webhooks/stripe", "preset": "stripe",
                                  "secrets": [SECRET]}},
     }
-
-
-def signer(store_url: str) -> Callable[[bytes], dict[str, str]]:
-    provider = parse_config(config("http://x", store_url), env={}).providers[0]
-
-    def headers(body: bytes) -> dict[str, str]:
-        return {"Content-Type": "application/json",
-                **sign(provider.signature, provider.keys[0], body, {}, time.time())}
-
-    return headers
 
 
 async def run_load(client: aiohttp.ClientSession, url: str, bodies: list[bytes],
@@ -100,7 +87,7 @@ async def bench_store(kind: str, store_url: str, events: int, tmp: Path) -> list
             sys.executable, "-m", "sidecar", "migrate", "--config", str(path))
         assert await proc.wait() == 0
     proxy = await ProxyProcess(path).start()
-    headers = signer(store_url)
+    headers = signer(config("http://x", store_url))
     url = proxy.url + "/webhooks/stripe"
     run = secrets.token_hex(3)
     bodies = [json.dumps({"id": f"evt_{run}_{i}", "type": "bench"}).encode()
@@ -127,21 +114,6 @@ async def bench_store(kind: str, store_url: str, events: int, tmp: Path) -> list
     for result in results:
         result["store"] = kind
     return results
-
-
-async def with_pg_database(run: Callable[[str], Awaitable[list[dict]]]) -> list[dict]:
-    admin = os.environ.get("SIDECAR_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-    name = f"sidecar_bench_{secrets.token_hex(4)}"
-    conn = await asyncpg.connect(admin)
-    await conn.execute(f'CREATE DATABASE "{name}"')
-    await conn.close()
-    dsn = urlunsplit(urlsplit(admin)._replace(path=f"/{name}"))
-    try:
-        return await run(dsn)
-    finally:
-        conn = await asyncpg.connect(admin)
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
 
 
 async def main() -> None:
