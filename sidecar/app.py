@@ -28,7 +28,7 @@ from sidecar.http.keys import (
     STORE,
     UPSTREAM,
 )
-from sidecar.http.proxy import delivery_handler
+from sidecar.http.proxy import delivery_handler, unrouted
 from sidecar.maintenance import Maintenance
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
@@ -69,7 +69,7 @@ def build_apps(
     clock: Callable[[], float] | None = None,
     metrics: Metrics | None = None,
 ) -> Apps:
-    proxy = web.Application(client_max_size=config.max_body_bytes + 1)
+    proxy = web.Application(client_max_size=config.max_body_bytes + 1, middlewares=[unrouted])
     proxy[CONFIG] = config
     proxy[UPSTREAM] = upstream or Upstream(config.upstream)
     proxy[METRICS] = metrics or Metrics()

@@ -359,3 +359,22 @@ def _error(status: int, message: str, reason: str,
         status=status, text=json.dumps({"error": message, "reason": reason}),
         content_type="application/json", headers=headers,
     )
+
+
+@web.middleware
+async def unrouted(request: web.Request,
+                   handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                   ) -> web.StreamResponse:
+    """Requests no provider route takes (unknown path, wrong method) get a JSON error and a log
+    line, like every other rejection."""
+    try:
+        return await handler(request)
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
+        reason = "unknown_path" if exc.status == 404 else "method_not_allowed"
+        log.info("rejected", path=request.path, method=request.method, status=exc.status,
+                 reason=reason)
+        message = ("no provider is configured at this path" if exc.status == 404
+                   else f"{request.method} is not accepted here; providers POST")
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return _error(exc.status, message, reason, headers)
+

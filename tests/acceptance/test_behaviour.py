@@ -152,7 +152,11 @@ async def test_rejections_write_nothing_and_reach_nothing(deployment: Deployment
     big = stripe_event("evt_big", filler="x" * (1024 * 1024))
     assert (await deliver(deployment, 1, big))[0] == 413
 
-    assert (await deliver(deployment, 0, body, path="/webhooks/nobody"))[0] == 404
+    status, _, payload = await deliver(deployment, 0, body, path="/webhooks/nobody")
+    assert status == 404 and json.loads(payload)["reason"] == "unknown_path"
+    assert deployment.client is not None
+    async with deployment.client.get(deployment.url(0, STRIPE)) as resp:
+        assert resp.status == 405 and (await resp.json())["reason"] == "method_not_allowed"
 
     gzipped = {**good, "Content-Encoding": "gzip"}
     status, _, payload = await deliver(deployment, 0, gzip.compress(body), gzipped)
