@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from sidecar import __version__
 from sidecar.config.loader import load_config_file
 from sidecar.config.model import Config
+from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError, SchemaError, StoreError
 from sidecar.obs.logs import configure_logging
 
@@ -122,8 +123,9 @@ def _check_config(args: argparse.Namespace) -> int:
           f"store {config.store.kind} ({config.store.redacted_url})")
     for p in config.providers:
         print(f"  {p.key}: POST {p.path}  preset={p.preset or '-'}  secrets={len(p.secrets)}  "
-              f"lease={p.lease:g}s  inflight_wait={p.inflight_wait:g}s  "
-              f"retention={p.retention:g}s")
+              f"lease={format_duration(p.lease)}  "
+              f"inflight_wait={format_duration(p.inflight_wait)}  "
+              f"retention={format_duration(p.retention)}")
     for warning in config.warnings:
         print(f"warning: {warning}")
     return 0

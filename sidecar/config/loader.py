@@ -22,7 +22,7 @@ from sidecar.config.model import (
     UpstreamConfig,
 )
 from sidecar.config.presets import load_preset
-from sidecar.core.durations import parse_duration
+from sidecar.core.durations import format_duration, parse_duration
 from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
 from sidecar.core.handshake import parse_handshake_spec
@@ -126,8 +126,9 @@ def parse_config(
         providers.append(provider)
         if provider.retry_window is not None and provider.retention < provider.retry_window:
             warnings.append(
-                f"providers.{key}.retention ({provider.retention:g}s) is shorter than the "
-                f"provider's retry window ({provider.retry_window:g}s): a redelivery arriving "
+                f"providers.{key}.retention ({format_duration(provider.retention)}) is shorter "
+                f"than the provider's retry window ({format_duration(provider.retry_window)}): "
+                "a redelivery arriving "
                 "after its row is deleted is forwarded to the app again")
     if store.kind == "sqlite":
         warnings.append("the SQLite store is correct for one host only; use PostgreSQL for "

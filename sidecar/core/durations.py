@@ -33,3 +33,14 @@ def parse_duration(value: object, path: str) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise ConfigError(path, f"{_HINT} (finite and not negative)")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The largest unit that states ``seconds`` exactly (``30d``, ``90m``, ``2.5s``, ``500ms``),
+    in the syntax ``parse_duration`` reads."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    if 0 < seconds < 1 and (seconds * 1000).is_integer():
+        return f"{int(seconds * 1000)}ms"
+    return f"{seconds:g}s"

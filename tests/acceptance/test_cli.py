@@ -47,8 +47,8 @@ async def test_check_config_warns_when_retention_is_shorter_than_the_retry_windo
     config["providers"]["stripe"]["retention"] = "1d"  # Stripe retries for 3 days
     code, out, _ = await run_cli("check-config", "--config", str(write_config(tmp_path, config)))
     assert code == 0
-    assert "warning: providers.stripe.retention (86400s) is shorter than the provider's retry " \
-           "window (259200s)" in out
+    assert "warning: providers.stripe.retention (1d) is shorter than the provider's retry " \
+           "window (3d)" in out
 
 
 async def test_demo_exits_zero() -> None:

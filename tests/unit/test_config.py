@@ -10,6 +10,7 @@ import pytest
 
 from sidecar.config.interpolate import interpolate
 from sidecar.config.loader import load_config_file, parse_config
+from sidecar.core.durations import format_duration, parse_duration
 from sidecar.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -179,3 +180,11 @@ def test_store_session_settings_and_body_read_timeout() -> None:
     assert config.store.session_settings is False and config.body_read_timeout == 3
     data["store"]["session_settings"] = "no"
     assert error_path(data) == "store.session_settings"
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (30 * 86400, "30d"), (7200, "2h"), (90 * 60, "90m"), (45, "45s"), (2.5, "2.5s"),
+    (0.5, "500ms"), (0, "0s"), (86400 + 1, "86401s")])
+def test_durations_print_in_the_syntax_they_are_read_in(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+    assert parse_duration(text, "x") == seconds
