@@ -55,15 +55,17 @@ class Forwarder:
         ids = [event_id for event_id, _ in rows]
         attempt = max(attempt for _, attempt in rows)
         added = {
-            IDEMPOTENCY_HEADER: (f"{provider.key}:{ids[0]}" if len(ids) == 1
-                                 else batch_key(provider.key, ids)),
             PROVIDER_HEADER: provider.key,
             ATTEMPT_HEADER: str(attempt),
         }
-        if len(ids) == 1:
-            added[EVENT_HEADER] = ids[0]
-        else:
+        if provider.event_id.is_batch:
+            # Items are grouped per delivery, so the key names this group; apps dedupe per
+            # item id, which each item in the body carries.
+            added[IDEMPOTENCY_HEADER] = batch_key(provider.key, ids)
             added[BATCH_SIZE_HEADER] = str(len(ids))
+        else:
+            added[IDEMPOTENCY_HEADER] = f"{provider.key}:{ids[0]}"
+            added[EVENT_HEADER] = ids[0]
         started = time.monotonic()
         response: RecordedResponse | None = None
         error: str | None = None

@@ -33,10 +33,11 @@ def _interpolate_str(text: str, env: Mapping[str, str], path: str) -> str:
         if match.group(0) == "$$":
             return "$"
         name, default = match.group(1), match.group(2)
-        if name in env:
-            return env[name]
-        if default is not None:
+        value = env.get(name)
+        if default is not None and not value:  # as in the shell: unset or empty
             return default
+        if value is not None:
+            return value
         raise ConfigError(path, f"environment variable {name} is not set "
                           f"(write ${{{name}:-default}} to give a default)")
 

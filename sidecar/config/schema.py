@@ -571,13 +571,15 @@ UPSTREAM: Final = Block("The app the proxy forwards to.", {
                            "integer ≥ 1", 100),
     "keepalive_timeout": Key(ref("duration"), "Idle pooled connections are closed after it; "
                              "keep it below the app server's idle timeout.", "duration", "4s"),
-    "max_response_bytes": Key(ref("size"), "Response bodies kept for replay are cut at this "
-                              "size.", "size", "64KiB"),
+    "max_response_bytes": Key(ref("size"), "The app's response body is read up to this size: "
+                              "longer ones are cut, in the answer to the provider and in the "
+                              "copy kept for replay.", "size", "64KiB"),
 })
 
 STORE: Final = Block("Where event rows live.", {
-    "url": Key(ref("store_url"), "sqlite:///PATH (one host only) or postgresql://… (any "
-               "number of replicas).", "URL", "sqlite:///./webhook-sidecar.db"),
+    "url": Key(ref("store_url"), "sqlite:///PATH (one host only; a relative PATH is relative to "
+               "the config file's folder) or postgresql://… (any number of replicas).", "URL",
+               "sqlite:///./webhook-sidecar.db"),
     "pool_min_size": Key({"type": "integer", "minimum": 0}, "PostgreSQL pool: connections "
                          "kept open.", "integer ≥ 0", 1),
     "pool_max_size": Key({"type": "integer", "minimum": 1}, "PostgreSQL pool: at most this "

@@ -10,7 +10,8 @@ from typing import Any
 from aiohttp import web
 
 from sidecar import operations
-from sidecar.core.errors import StoreError
+from sidecar.core.durations import parse_duration
+from sidecar.core.errors import ConfigError, StoreError
 from sidecar.http.keys import CONFIG, FORWARDER, METRICS, OWNER, STORE
 
 AdminHandler = Callable[[web.Request], Awaitable[Any]]
@@ -59,10 +60,12 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
     async def list_events(request: web.Request) -> Any:
         query = request.query
         try:
-            older = float(query["older_than"]) if "older_than" in query else None
+            older = (parse_duration(query["older_than"], "older_than")
+                     if "older_than" in query else None)
             limit = int(query.get("limit", "100"))
-        except ValueError as exc:
-            raise operations.OperationError(400, "older_than and limit must be numbers") from exc
+        except (ConfigError, ValueError) as exc:
+            raise operations.OperationError(
+                400, "older_than must be a duration (600, 10m, 2h) and limit a number") from exc
         return {"events": await operations.list_events(
             proxy_app[STORE], provider=query.get("provider"), state=query.get("state"),
             older_than=older, limit=limit)}

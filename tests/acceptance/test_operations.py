@@ -188,6 +188,10 @@ async def test_admin_api_lists_shows_and_releases(deployment: Deployment) -> Non
                           headers=auth) as resp:
         listed = (await resp.json())["events"]
     assert [(e["event_id"], e["response_status"]) for e in listed] == [("evt_admin", 200)]
+    async with client.get(proc.admin_url + "/admin/events?older_than=10m", headers=auth) as resp:
+        assert resp.status == 200 and (await resp.json())["events"] == []  # it is seconds old
+    async with client.get(proc.admin_url + "/admin/events?older_than=soon", headers=auth) as resp:
+        assert resp.status == 400
     async with client.get(proc.admin_url + "/admin/events/stripe/evt_admin",
                           headers=auth) as resp:
         shown = await resp.json()

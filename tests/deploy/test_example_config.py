@@ -28,8 +28,8 @@ async def test_example_config_validates_and_starts_the_proxy(
     jsonschema.validate(config, schema, cls=jsonschema.Draft202012Validator)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    (tmp_path / "acme-secret.txt").write_text("acme-secret\n", encoding="utf-8")  # {file: ./…}
     monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", "whsec_example")
+    monkeypatch.setenv("ACME_WEBHOOK_SECRET", "acme-example")
     monkeypatch.setenv("GITHUB_WEBHOOK_SECRET", "github-example")
     monkeypatch.setenv("WEBHOOK_SIDECAR_STORE_URL", f"sqlite:///{tmp_path / 'events.db'}")
     monkeypatch.delenv("APP_URL", raising=False)

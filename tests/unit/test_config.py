@@ -132,8 +132,8 @@ def test_password_is_redacted_from_store_repr() -> None:
 
 def test_example_config_validates(tmp_path: Path) -> None:
     shutil.copy(REPO / "config.example.yaml", tmp_path / "config.yaml")
-    (tmp_path / "acme-secret.txt").write_text("acme-secret\n")
-    env = {"STRIPE_WEBHOOK_SECRET": "whsec_x", "GITHUB_WEBHOOK_SECRET": "gh"}
+    env = {"STRIPE_WEBHOOK_SECRET": "whsec_x", "GITHUB_WEBHOOK_SECRET": "gh",
+           "ACME_WEBHOOK_SECRET": "acme"}
     config = load_config_file(tmp_path / "config.yaml", env=env)
     assert [p.key for p in config.providers] == ["stripe", "github", "acme"]
     assert config.store.sqlite_path == str(tmp_path / "webhook-sidecar.db")
@@ -188,3 +188,9 @@ def test_store_session_settings_and_body_read_timeout() -> None:
 def test_durations_print_in_the_syntax_they_are_read_in(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
     assert parse_duration(text, "x") == seconds
+
+
+def test_a_default_applies_to_an_empty_variable_as_in_the_shell() -> None:
+    assert interpolate("${APP_URL:-http://app}", {"APP_URL": ""}) == "http://app"
+    assert interpolate("${APP_URL:-http://app}", {"APP_URL": "http://set"}) == "http://set"
+    assert interpolate("${APP_URL}", {"APP_URL": ""}) == ""  # no default: the empty value

@@ -97,6 +97,16 @@ def decode_declarative_secret(spec: DeclarativeSpec, raw: str, path: str) -> byt
         except ValueError as exc:
             raise ConfigError(path, f"not a usable {asymmetric.name} public key: {exc}") from None
         return PublicKey(key)
+    shared_prefix = spec.secret.strip_prefix
+    private_prefix = spec.secret.private_key_prefix
+    if private_prefix and raw.startswith(private_prefix):
+        raise ConfigError(path, "this is a private key; configure the public key")
+    if asymmetric is not None and public_prefix and shared_prefix \
+            and not raw.startswith(shared_prefix):
+        # In a scheme that mixes shared secrets and public keys, an unmarked value could be a
+        # public key pasted without its prefix: used as an HMAC secret, anyone could sign.
+        raise ConfigError(path, f"must start with {shared_prefix!r} (a shared secret) or "
+                          f"{public_prefix!r} (a public key)")
     return decode_symmetric_secret(spec.secret, raw, path)
 
 

@@ -204,20 +204,26 @@ def sg_headers(signature: str, timestamp: str = SG_TIMESTAMP) -> dict[str, str]:
             "X-Twilio-Email-Event-Webhook-Timestamp": timestamp}
 
 
+SG_NOW = int(SG_TIMESTAMP) + 60  # the vector's clock: the preset bounds the signed timestamp
+
+
 def test_sendgrid_published_vector() -> None:
     spec = preset_spec("sendgrid")
     keys = keys_for(spec, SG_KEY)
-    verify(spec, keys, SG_BODY, sg_headers(SG_SIGNATURE), NOW)
-    assert reason(spec, keys_for(spec, SG_BAD_KEY), SG_BODY, sg_headers(SG_SIGNATURE)) == (
-        "bad_signature"
-    )
-    assert reason(spec, keys, SG_BODY, sg_headers(SG_BAD_SIGNATURE)) == "bad_signature"
-    assert reason(spec, keys, SG_BODY.rstrip(b"\r\n"), sg_headers(SG_SIGNATURE)) == (
-        "bad_signature"  # the CR LF is signed
-    )
-    assert reason(spec, keys, SG_BODY, sg_headers(SG_SIGNATURE, "1600112503")) == "bad_signature"
+    verify(spec, keys, SG_BODY, sg_headers(SG_SIGNATURE), SG_NOW)
+    assert reason(spec, keys_for(spec, SG_BAD_KEY), SG_BODY, sg_headers(SG_SIGNATURE),
+                  SG_NOW) == "bad_signature"
+    assert reason(spec, keys, SG_BODY, sg_headers(SG_BAD_SIGNATURE), SG_NOW) == "bad_signature"
+    assert reason(spec, keys, SG_BODY.rstrip(b"\r\n"), sg_headers(SG_SIGNATURE),
+                  SG_NOW) == "bad_signature"  # the CR LF is signed
+    assert reason(spec, keys, SG_BODY, sg_headers(SG_SIGNATURE, "1600112503"),
+                  SG_NOW) == "bad_signature"
     both = keys_for(spec, SG_BAD_KEY, SG_KEY)
-    verify(spec, both, SG_BODY, sg_headers(SG_SIGNATURE), NOW)
+    verify(spec, both, SG_BODY, sg_headers(SG_SIGNATURE), SG_NOW)
+    # The signed timestamp is bounded (2 days, past only): a captured batch cannot come back
+    # after its rows are deleted.
+    assert reason(spec, keys, SG_BODY, sg_headers(SG_SIGNATURE),
+                  int(SG_TIMESTAMP) + 3 * 86400) == "stale_timestamp"
 
 
 def _p256() -> tuple[ec.EllipticCurvePrivateKey, str, str]:
@@ -238,18 +244,21 @@ def test_sendgrid_signed_by_cryptography_and_sdk_accepts_ours() -> None:
     headers = sg_headers(base64.b64encode(der).decode())
     assert_tampering_fails(spec, keys_for(spec, public_b64), keys_for(spec, other_public), body,
                            headers, signature_header="X-Twilio-Email-Event-Webhook-Signature",
-                           timestamp_header="X-Twilio-Email-Event-Webhook-Timestamp")
-    verify(spec, keys_for(spec, other_public, public_b64), body, headers, NOW)
+                           timestamp_header="X-Twilio-Email-Event-Webhook-Timestamp",
+                           now=SG_NOW)
+    verify(spec, keys_for(spec, other_public, public_b64), body, headers, SG_NOW)
 
     key = decode_signing_key(spec, private_b64, "--secret")
-    added = sign(spec, key, body, {"X-Twilio-Email-Event-Webhook-Timestamp": SG_TIMESTAMP}, NOW)
+    added = sign(spec, key, body, {}, NOW)
+    stamp = added["X-Twilio-Email-Event-Webhook-Timestamp"]
+    assert stamp == str(NOW)
     webhook = EventWebhook()
     public = webhook.convert_public_key_to_ecdsa(public_b64)
     assert webhook.verify_signature(body.decode(), added["X-Twilio-Email-Event-Webhook-Signature"],
-                                    SG_TIMESTAMP, public)
+                                    stamp, public)
     assert not webhook.verify_signature(body.decode() + " ",
                                         added["X-Twilio-Email-Event-Webhook-Signature"],
-                                        SG_TIMESTAMP, public)
+                                        stamp, public)
 
 
 def test_sendgrid_keys_are_checked() -> None:
@@ -260,3 +269,13 @@ def test_sendgrid_keys_are_checked() -> None:
             decode_secret(spec, bad, "s[0]")
     with pytest.raises(ConfigError, match="private key"):
         decode_signing_key(spec, SG_KEY, "--secret")  # a public key cannot sign
+
+
+def test_a_bare_public_key_is_never_taken_for_a_shared_secret() -> None:
+    """In Standard Webhooks a value without whsec_/whpk_ is refused: a public key pasted without
+    its prefix would otherwise become an HMAC secret that anyone holding it could sign with."""
+    spec = preset_spec("standard-webhooks")
+    public = base64.b64encode(SigningKey(SEED).verify_key.encode()).decode()
+    with pytest.raises(ConfigError, match="must start with 'whsec_'"):
+        decode_secret(spec, public, "s[0]")
+    assert isinstance(decode_secret(spec, "whpk_" + public, "s[0]"), PublicKey)
