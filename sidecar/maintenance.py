@@ -39,10 +39,17 @@ class Maintenance:
                 if count < batch:
                     break
                 await asyncio.sleep(0)  # let deliveries in between batches
+            if provider.replay_nonce is not None:
+                await self._purge_nonces(provider.key, provider.retention, batch)
             deleted[provider.key] = total
             if total:
                 log.info("retention_deleted", provider=provider.key, rows=total)
         return deleted
+
+    async def _purge_nonces(self, provider: str, retention: float, batch: int) -> None:
+        count = batch
+        while count == batch:
+            count = await self._store.purge_nonces(provider, retention, batch)
 
     async def refresh_stuck(self) -> dict[str, int]:
         counts = await self._store.stuck_counts()

@@ -48,7 +48,7 @@ _LOG_KEYS = {"level", "format"}
 _PROVIDER_KEYS = {
     "path", "preset", "description", "secrets", "lease", "inflight_wait", "retention",
     "max_body_bytes", "signature", "event_id", "handshake", "retryable_statuses",
-    "on_payload_mismatch", "store_payload", "retry_window",
+    "on_payload_mismatch", "store_payload", "retry_window", "replay_nonce",
 }
 _PROVIDER_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 # ASCII digits only: \d and str.isdigit() also accept other scripts' digits.
@@ -189,6 +189,10 @@ def _provider(
     handshake = (parse_handshake_spec(data["handshake"], f"{path}.handshake")
                  if data.get("handshake") is not None else None)
     store_payload = _bool(data.get("store_payload", False), f"{path}.store_payload")
+    replay_nonce = (parse_event_id_spec(data["replay_nonce"], f"{path}.replay_nonce")
+                    if data.get("replay_nonce") is not None else None)
+    if replay_nonce is not None and replay_nonce.is_batch:
+        raise ConfigError(f"{path}.replay_nonce", "must be one value ({header: …} or {json: …})")
     retry_window = (parse_duration(data["retry_window"], f"{path}.retry_window")
                     if data.get("retry_window") is not None else None)
     return ProviderConfig(
@@ -196,6 +200,7 @@ def _provider(
         secrets=secrets, lease=lease, inflight_wait=inflight_wait, retention=retention,
         max_body_bytes=max_body, retryable_statuses=retryable, on_payload_mismatch=mismatch,
         handshake=handshake, store_payload=store_payload, retry_window=retry_window,
+        replay_nonce=replay_nonce,
     )
 
 

@@ -95,6 +95,7 @@ class ProviderConfig:
     handshake: HandshakeSpec | None
     store_payload: bool = False  # keep the first request on the row, for re-driving
     retry_window: float | None = None  # how long the provider retries (from its preset)
+    replay_nonce: EventIdSpec | None = None  # a signed nonce bound to the first body (Mailgun)
 
     @property
     def keys(self) -> tuple[bytes, ...]:

@@ -653,6 +653,10 @@ PROVIDER: Final = Block("One provider route; its key is part of the dedupe key."
                     "{composite: [...]} or {batch: {...}}.", "mapping"),
     "handshake": Key({}, "A handshake the proxy answers itself (e.g. Slack "
                      "url_verification).", "mapping"),
+    "replay_nonce": Key({"anyOf": [ref("event_id_item"), {"type": "null"}]}, "For schemes that "
+                        "sign a nonce but not the body (Mailgun): where the nonce is, as "
+                        "{header: …} or {json: …}. The first body seen with a nonce is bound to "
+                        "it; another body with the same nonce gets 401.", "mapping"),
 }, extra={
     "if": {"required": ["preset"], "properties": {"preset": {"type": "string"}}},
     "then": {"properties": {

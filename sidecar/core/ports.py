@@ -80,6 +80,17 @@ class Store(Protocol):
         ``older_than_seconds`` ago, never a ``processing`` row with a live lease."""
         ...
 
+    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
+        """Bind a signature nonce to the body hash first seen with it (atomically, across
+        processes) and return the bound hash: a different one means the signed nonce was
+        replayed with another body."""
+        ...
+
+    async def purge_nonces(self, provider: str, older_than_seconds: float,
+                           batch_size: int) -> int:
+        """Delete up to ``batch_size`` nonces of ``provider`` older than the given age."""
+        ...
+
     async def ping(self) -> None:
         """Raise ``StoreError`` unless the database answers."""
         ...

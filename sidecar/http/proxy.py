@@ -116,6 +116,23 @@ async def _process(d: _Delivery) -> web.StreamResponse:
         d.fields["reason"] = exc.reason
         return _error(401, "signature verification failed", exc.reason)
 
+    if provider.replay_nonce is not None:
+        try:
+            replayed = await _nonce_replayed(d, body)
+        except EventIdError as exc:
+            d.result = "invalid_signature"
+            d.fields["reason"] = "missing_nonce"
+            return _error(401, "signature verification failed", f"missing_nonce: {exc.reason}")
+        except StoreError as exc:
+            d.result = "store_error"
+            d.fields["error"] = str(exc)
+            return _error(503, "event store unavailable; retry later", "store_error",
+                          {"Retry-After": STORE_RETRY_AFTER})
+        if replayed:
+            d.result = "invalid_signature"
+            d.fields["reason"] = "replayed_signature"
+            return _error(401, "signature verification failed", "replayed_signature")
+
     if provider.handshake is not None:
         answer = handshake_answer(provider.handshake, body, request.headers, keys)
         if answer is not None:
@@ -217,6 +234,16 @@ async def _resolve(d: _Delivery, event_id: str, digest: bytes, payload: StoredRe
             case MirrorFailure(failed):
                 return _Settled("mirrored_failure", failed)
     raise StoreError("event row kept changing; giving up this delivery")
+
+
+async def _nonce_replayed(d: _Delivery, body: bytes) -> bool:
+    """For schemes that sign a nonce but not the body: bind the nonce to this body on first
+    sight; the same signed nonce with another body is a replay."""
+    assert d.provider.replay_nonce is not None
+    nonce = extract_event_id(d.provider.replay_nonce, body, d.request.headers)
+    digest = hashlib.sha256(body).digest()
+    bound = await d.request.app[STORE].bind_nonce(d.provider.key, nonce, digest)
+    return bound != digest
 
 
 def _payload(d: _Delivery, body: bytes) -> StoredRequest | None:

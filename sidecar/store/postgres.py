@@ -236,6 +236,21 @@ class PostgresStore:
         deleted = await self._fetchval("purge", provider, float(older_than_seconds), batch_size)
         return int(deleted or 0)
 
+    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
+        for _ in range(3):
+            bound = await self._fetchval("bind_nonce", provider, nonce, body_sha256)
+            if bound is None:  # the competing insert committed after our snapshot
+                bound = await self._fetchval("get_nonce", provider, nonce)
+            if bound is not None:
+                return bytes(bound)
+        raise StoreError(f"nonce of {provider} did not settle after 3 tries")
+
+    async def purge_nonces(self, provider: str, older_than_seconds: float,
+                           batch_size: int) -> int:
+        deleted = await self._fetchval("purge_nonces", provider, float(older_than_seconds),
+                                       batch_size)
+        return int(deleted or 0)
+
     async def ping(self) -> None:
         await self._fetchval("ping")
 

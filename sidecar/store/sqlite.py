@@ -205,6 +205,25 @@ class SQLiteStore:
         cursor = self._con.execute(_q("purge"), params)
         return max(cursor.rowcount, 0)
 
+    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
+        params = {"provider": provider, "nonce": nonce, "body_sha256": body_sha256}
+        return await self._call("bind_nonce", self._bind_nonce_sync, params)
+
+    def _bind_nonce_sync(self, params: dict[str, Any]) -> bytes:
+        with _immediate(self._con):
+            self._con.execute(_q("bind_nonce"), params)
+            (bound,) = self._con.execute(_q("get_nonce"), params).fetchone()
+        return bytes(bound)
+
+    async def purge_nonces(self, provider: str, older_than_seconds: float,
+                           batch_size: int) -> int:
+        params = {"provider": provider, "older_than": float(older_than_seconds),
+                  "batch_size": batch_size}
+        return await self._call("purge_nonces", self._purge_nonces_sync, params)
+
+    def _purge_nonces_sync(self, params: dict[str, Any]) -> int:
+        return max(self._con.execute(_q("purge_nonces"), params).rowcount, 0)
+
     async def ping(self) -> None:
         await self._call("ping", self._read_sync, "ping", {})
 

@@ -170,3 +170,40 @@ async def test_send_many_at_once_reaches_the_app_once(deployment: Deployment,
     assert code == 0, out + err
     assert deployment.stub.count("evt_sent") == 1
     assert out.count("200") >= 20
+
+
+MAILGUN_KEY = "key-mailgun-signing-0123456789"
+
+
+def mailgun_delivery(event_id: str, token: str, timestamp: int | None = None,
+                     signature: dict[str, str] | None = None) -> bytes:
+    ts = str(timestamp or int(time.time()))
+    sig = signature or {"timestamp": ts, "token": token, "signature": hmac.new(
+        MAILGUN_KEY.encode(), (ts + token).encode(), hashlib.sha256).hexdigest()}
+    return json.dumps({"signature": sig,
+                       "event-data": {"id": event_id, "event": "delivered"}}).encode()
+
+
+async def test_mailgun_signature_cannot_be_reused_for_another_body(
+    deployment: Deployment,
+) -> None:
+    deployment.config["providers"]["mailgun"] = {
+        "path": "/webhooks/mailgun", "preset": "mailgun", "secrets": [MAILGUN_KEY],
+        "lease": "4s", "inflight_wait": "1s"}
+    await deployment.start()
+    client = deployment.client
+    assert client is not None
+    url = deployment.url(0, "/webhooks/mailgun")
+    headers = {"Content-Type": "application/json"}
+    genuine = mailgun_delivery("mg_1", "tok-genuine")
+    assert (await post(client, url, genuine, headers))[0] == 200
+    status, replay_headers, _ = await post(client, deployment.url(1, "/webhooks/mailgun"),
+                                           genuine, headers)
+    assert status == 200 and replay_headers["X-Webhook-Sidecar-Replay"] == "true"
+
+    # Mailgun signs timestamp+token, not the body: the captured block on a forged body.
+    forged = mailgun_delivery("mg_forged", "", signature=json.loads(genuine)["signature"])
+    status, _, payload = await post(client, url, forged, headers)
+    assert status == 401 and json.loads(payload)["reason"] == "replayed_signature"
+    assert deployment.stub.count() == 1
+    assert {r["event_id"] for r in await deployment.rows.all()} == {"mg_1"}

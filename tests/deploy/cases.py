@@ -108,6 +108,7 @@ KITCHEN_SINK = base(
                    "lease": 30, "inflight_wait": 2.5, "retention": "30d", "retry_window": "3d",
                    "max_body_bytes": 1048576, "retryable_statuses": ["5xx", 408, 425, 429],
                    "on_payload_mismatch": "reject", "store_payload": True,
+                   "replay_nonce": {"json": "$.signature.token"},
                    "signature": {"timestamp": {"tolerance": "10m"},
                                  "format": {"signature_keys": ["v1", "v2"]}},
                    "event_id": {"max_length": 100}},

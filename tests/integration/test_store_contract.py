@@ -650,3 +650,21 @@ async def test_sqlite_calls_queued_behind_a_held_lock_fail_within_the_deadline(
         assert (await store.claim("stripe", "evt_after", BODY, LEASE, "o")).won
     finally:
         await store.close()
+
+
+async def test_a_nonce_is_bound_to_the_first_body_seen_with_it(
+    store: Store, backdoor: Backdoor
+) -> None:
+    first, other = hashlib.sha256(b"first").digest(), hashlib.sha256(b"other").digest()
+    assert await store.bind_nonce("mailgun", "tok_1", first) == first
+    assert await store.bind_nonce("mailgun", "tok_1", other) == first  # a replay: refused
+    assert await store.bind_nonce("mailgun", "tok_1", first) == first  # a redelivery: fine
+    assert await store.bind_nonce("other", "tok_1", other) == other  # per provider
+    # Concurrent first sightings with different bodies: exactly one body wins, for everyone.
+    bodies = [hashlib.sha256(f"b{i}".encode()).digest() for i in range(20)]
+    bound = await asyncio.gather(*(store.bind_nonce("mailgun", "tok_2", b) for b in bodies))
+    assert len(set(bound)) == 1 and bound[0] in bodies
+    assert await store.purge_nonces("mailgun", 3600, 10) == 0  # all fresh
+    assert await store.purge_nonces("mailgun", 0, 1) == 1  # one per batch, oldest first
+    assert await store.purge_nonces("mailgun", 0, 10) == 1
+    assert await store.bind_nonce("mailgun", "tok_1", other) == other  # forgotten once purged

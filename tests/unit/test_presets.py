@@ -19,7 +19,7 @@ EXPECTED = [
 # URL-signed schemes: the public URL can only come from the user's config.
 NEEDS_URL = {"square", "hubspot", "twilio"}
 ALLOWED_KEYS = {"description", "signature", "event_id", "retention", "inflight_wait", "lease",
-                "handshake", "retry_window"}
+                "handshake", "retry_window", "replay_nonce"}
 
 # providers.md §0/§1/§2: (window in which the same event can arrive again, delivery timeout),
 # in seconds; None where unpublished. GitHub has no automatic retries but allows manual

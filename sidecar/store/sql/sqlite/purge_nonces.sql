@@ -1,0 +1,8 @@
+-- Retention for nonces: up to :batch_size of :provider older than :older_than, oldest first.
+DELETE FROM webhook_nonce
+ WHERE rowid IN (
+       SELECT rowid FROM webhook_nonce
+        WHERE provider = :provider
+          AND received_at < (julianday('now') - 2440587.5) * 86400.0 - :older_than
+        ORDER BY received_at
+        LIMIT :batch_size);
