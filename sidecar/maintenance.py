@@ -7,6 +7,8 @@ and every step is safe to repeat.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 from sidecar.config.keyring import Keyring
 from sidecar.config.model import Config
@@ -31,25 +33,18 @@ class Maintenance:
         batch = self._config.maintenance.retention_batch_size
         deleted: dict[str, int] = {}
         for provider in self._config.providers:
-            total = 0
-            while True:
-                count = await self._store.purge(provider.key, provider.retention, batch)
-                total += count
-                self._metrics.retention_deleted.labels(provider.key).inc(count)
-                if count < batch:
-                    break
-                await asyncio.sleep(0)  # let deliveries in between batches
+            counter = self._metrics.retention_deleted.labels(provider.key)
+            total = await _in_batches(
+                partial(self._store.purge, provider.key, provider.retention, batch),
+                batch, counter.inc)
             if provider.replay_nonce is not None:
-                await self._purge_nonces(provider.key, provider.retention, batch)
+                await _in_batches(
+                    partial(self._store.purge_nonces, provider.key, provider.retention, batch),
+                    batch)
             deleted[provider.key] = total
             if total:
                 log.info("retention_deleted", provider=provider.key, rows=total)
         return deleted
-
-    async def _purge_nonces(self, provider: str, retention: float, batch: int) -> None:
-        count = batch
-        while count == batch:
-            count = await self._store.purge_nonces(provider, retention, batch)
 
     async def refresh_stuck(self) -> dict[str, int]:
         counts = await self._store.stuck_counts()
@@ -90,3 +85,18 @@ class Maintenance:
                 await asyncio.to_thread(self.reload_secrets)
             except Exception:  # keep watching: the next rotation must still be picked up
                 log.exception("secrets_reload_crashed")
+
+
+async def _in_batches(delete: Callable[[], Awaitable[int]], batch: int,
+                      on_batch: Callable[[int], object] = lambda _: None) -> int:
+    """Run ``delete`` (one short statement deleting at most ``batch`` rows) until a batch
+    comes back short; returns the total."""
+    total = 0
+    while True:
+        count = await delete()
+        on_batch(count)
+        total += count
+        if count < batch:
+            return total
+        await asyncio.sleep(0)  # let deliveries in between batches
+

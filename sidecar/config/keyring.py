@@ -12,6 +12,20 @@ from sidecar.core.errors import ConfigError
 from sidecar.core.signing import decode_secret
 
 
+def read_secret_file(file: Path, path: str) -> str:
+    """A secret file's text without surrounding whitespace (Kubernetes Secret files usually end
+    with a newline that is not part of the secret); errors name ``path``."""
+    try:
+        text = file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(path, f"cannot read {file}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, f"{file} is not UTF-8 text") from exc
+    if not text:
+        raise ConfigError(path, f"{file} is empty")
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class Reload:
     changed: tuple[str, ...]  # provider keys whose keys were replaced
@@ -53,12 +67,5 @@ class Keyring:
         path = f"providers.{provider.key}.secrets[{index}]"
         if secret.file is None:
             return secret.key
-        try:
-            raw = Path(secret.file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(path, f"cannot read {secret.file}: {exc.strerror}") from exc
-        except UnicodeDecodeError as exc:
-            raise ConfigError(path, f"{secret.file} is not UTF-8 text") from exc
-        if not raw:
-            raise ConfigError(path, f"{secret.file} is empty")
+        raw = read_secret_file(Path(secret.file), path)
         return decode_secret(provider.signature, raw, path)

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from sidecar.config.interpolate import interpolate
+from sidecar.config.keyring import read_secret_file
 from sidecar.config.model import (
     Address,
     Config,
@@ -239,13 +240,7 @@ def _secret_value(
     if not isinstance(file, str):
         raise ConfigError(f"{path}.file", "must be a path")
     file_path = Path(file) if Path(file).is_absolute() else base / file
-    try:
-        # Kubernetes Secret files usually end with a newline that is not part of the secret.
-        return f"file:{file_path}", file_path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(f"{path}.file", f"cannot read {file_path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}.file", f"{file_path} is not UTF-8 text") from exc
+    return f"file:{file_path}", read_secret_file(file_path, f"{path}.file")
 
 
 def _maintenance(raw: object, path: str) -> MaintenanceConfig:

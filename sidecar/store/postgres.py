@@ -12,7 +12,8 @@ The schema is applied by :func:`migrate_postgres` (``webhook-sidecar migrate``);
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -307,55 +308,59 @@ def _connection_is_suspect(exc: BaseException) -> bool:
     return isinstance(exc, _DRIVER_ERRORS)
 
 
-async def migrate_postgres(dsn: str, *, connect_timeout: float = 10.0) -> list[str]:
-    """Apply the pending numbered migrations, each in its own transaction under a transaction
-    advisory lock (so concurrent runs are safe: the second waits, then finds nothing to do).
-    Returns the names applied, in order; empty when the database is up to date."""
+@asynccontextmanager
+async def _single_connection(dsn: str, connect_timeout: float) -> AsyncIterator[asyncpg.Connection]:
+    """One connection outside any pool (for migrations), closed within the timeout or aborted."""
     try:
         conn = await asyncpg.connect(
-            dsn,
-            timeout=connect_timeout,
+            dsn, timeout=connect_timeout,
             server_settings={"application_name": "webhook-sidecar migrate"},
         )
     except _DRIVER_ERRORS as exc:
         raise StoreError(f"cannot connect to PostgreSQL: {_describe(exc)}") from exc
-    applied: list[str] = []
     try:
-        for migration in migrations.load_migrations(DIALECT):
-            async with conn.transaction():
-                await conn.execute(_q("migration_lock"))
-                await conn.execute(_q("migrations_table"))
-                done = {r["name"] for r in await conn.fetch(_q("migrations_applied"))}
-                if migration.name in done:
-                    continue
-                await conn.execute(migration.sql)
-                await conn.execute(_q("migration_record"), migration.name)
-            applied.append(migration.name)
-    except _DRIVER_ERRORS as exc:
-        raise StoreError(f"migration failed: {_describe(exc)}") from exc
+        yield conn
     finally:
         try:
             await asyncio.wait_for(conn.close(), timeout=connect_timeout)
         except _CLOSE_ERRORS:
             conn.terminate()
+
+
+async def migrate_postgres(dsn: str, *, connect_timeout: float = 10.0) -> list[str]:
+    """Apply the pending numbered migrations, each in its own transaction under a transaction
+    advisory lock (so concurrent runs are safe: the second waits, then finds nothing to do).
+    Returns the names applied, in order; empty when the database is up to date."""
+    applied: list[str] = []
+    async with _single_connection(dsn, connect_timeout) as conn:
+        try:
+            await _apply_migrations(conn, applied)
+        except _DRIVER_ERRORS as exc:
+            raise StoreError(f"migration failed: {_describe(exc)}") from exc
     return applied
+
+
+async def _apply_migrations(conn: asyncpg.Connection, applied: list[str]) -> None:
+    """Each pending migration in its own transaction; ``applied`` collects the names."""
+    for migration in migrations.load_migrations(DIALECT):
+        async with conn.transaction():
+            await conn.execute(_q("migration_lock"))
+            await conn.execute(_q("migrations_table"))
+            done = {r["name"] for r in await conn.fetch(_q("migrations_applied"))}
+            if migration.name in done:
+                continue
+            await conn.execute(migration.sql)
+            await conn.execute(_q("migration_record"), migration.name)
+        applied.append(migration.name)
 
 
 async def pending_postgres_migrations(dsn: str, *, connect_timeout: float = 10.0) -> list[str]:
     """Names of the migrations ``migrate_postgres`` would apply (read only)."""
-    try:
-        conn = await asyncpg.connect(dsn, timeout=connect_timeout)
-    except _DRIVER_ERRORS as exc:
-        raise StoreError(f"cannot connect to PostgreSQL: {_describe(exc)}") from exc
-    try:
-        done: set[str] = set()
-        if await conn.fetchval(_q("migrations_exist")):
-            done = {r["name"] for r in await conn.fetch(_q("migrations_applied"))}
-    except _DRIVER_ERRORS as exc:
-        raise StoreError(f"cannot read the schema version: {_describe(exc)}") from exc
-    finally:
+    done: set[str] = set()
+    async with _single_connection(dsn, connect_timeout) as conn:
         try:
-            await asyncio.wait_for(conn.close(), timeout=connect_timeout)
-        except _CLOSE_ERRORS:
-            conn.terminate()
+            if await conn.fetchval(_q("migrations_exist")):
+                done = {r["name"] for r in await conn.fetch(_q("migrations_applied"))}
+        except _DRIVER_ERRORS as exc:
+            raise StoreError(f"cannot read the schema version: {_describe(exc)}") from exc
     return [m.name for m in migrations.pending(migrations.load_migrations(DIALECT), done)]
