@@ -1,64 +1,85 @@
-"""Load and strictly validate the YAML configuration. Every error names its key path."""
+"""Load and strictly validate the YAML configuration. Every error names its key path.
+
+What each mapping allows — its keys, their kinds (types, bounds, choices) and defaults — is read
+from the declarations in ``sidecar.config.keys``, in the order declared. This module adds only
+what a declaration cannot say: the steps in ``_STEPS``, each run right after the key it is
+filed under (comparisons with earlier keys, values read with the environment or the file
+system, the provider blocks merged over their presets). ``LOADER_ONLY_RULES`` lists those the
+JSON Schema cannot express either.
+"""
 
 from __future__ import annotations
 
 import copy
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
 from sidecar.config.interpolate import interpolate
 from sidecar.config.keyring import read_secret_file
-from sidecar.config.model import (
-    Address,
-    Config,
-    MaintenanceConfig,
-    ProviderConfig,
-    SecretRef,
-    StoreConfig,
-    UpstreamConfig,
+from sidecar.config.keys import (
+    LOG,
+    MAINTENANCE,
+    NO_DEFAULT,
+    PROVIDER,
+    PROVIDER_KEY_PATTERN,
+    REQUIRED_WITHOUT_PRESET,
+    STORE,
+    TOP,
+    UPSTREAM,
+    Block,
+    Nested,
 )
+from sidecar.config.model import Config, ProviderConfig, SecretRef, StoreKind
 from sidecar.config.presets import load_preset
-from sidecar.core.durations import format_duration, parse_duration
+from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
 from sidecar.core.handshake import parse_handshake_spec
-from sidecar.core.signing import decode_secret, parse_signature_spec
+from sidecar.core.signing import SignatureSpec, decode_secret, parse_signature_spec
 
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-DEFAULT_RETRYABLE = ("3xx", 408, 425, 429, "5xx")
+# The JSON Schema accepts configs that break these; the loader rejects them (docs/configuration.md
+# lists them, and tests/deploy/cases.py shows each with a config).
+LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
+    "a value written as ${VAR} is checked after interpolation (an unset variable without a "
+    "default is an error)",
+    "admin_listen must differ from listen (unless the port is 0)",
+    "store.pool_min_size must not exceed store.pool_max_size",
+    "providers.<key>.path must be unique across providers",
+    "providers.<key>.lease must exceed upstream.timeout (for a batch provider, upstream.timeout "
+    "+ inflight_wait); inflight_wait must not exceed the lease; retention must exceed the lease",
+    "secrets: {env: NAME} must be set, {file: PATH} must be readable and not empty, and each "
+    "secret must decode with the scheme's secret encoding (base64, hex, key prefixes)",
+    "a block given next to a preset is merged over the preset first (an event_id with its own "
+    "source, a signature.format of another type, and a handshake with its own when replace "
+    "the preset's "
+    "whole), and the merged block is checked (e.g. prefix added to a kv_list format)",
+    "signature: {timestamp} in the message if and only if a timestamp is set; timestamp "
+    "{from: signature} needs a format with timestamp_key, and timestamp_key needs it; {url} in "
+    "the message if and only if url is set; append_query needs {url}; separators must differ "
+    "and not contain each other; timestamp_key is not a signature key; format.algorithms names "
+    "listed versions; at most one public-key algorithm; public_key_prefix when a scheme mixes "
+    "shared secrets and public keys",
+    "signature url: the port must be a valid number",
+    "an integer key (sizes in bytes, pool sizes, statuses, max_length) written as a float such "
+    "as 100.0 (a JSON Schema integer; the loader wants a YAML integer)",
+    "numbers that do not fit a float (1e400 as text) are not durations",
+)
 
-_TOP_KEYS = {
-    "listen", "admin_listen", "max_body_bytes", "upstream", "store", "providers",
-    "shutdown_timeout", "log", "maintenance", "admin_token", "body_read_timeout",
-}
-_MAINTENANCE_KEYS = {"interval", "retention_batch_size", "secrets_reload_interval"}
-_UPSTREAM_KEYS = {
-    "url", "timeout", "connect_timeout", "max_connections", "keepalive_timeout",
-    "max_response_bytes",
-}
-_STORE_KEYS = {
-    "url", "pool_min_size", "pool_max_size", "acquire_timeout", "statement_timeout",
-    "lock_timeout", "statement_cache_size", "session_settings",
-}
-_LOG_KEYS = {"level", "format"}
-_PROVIDER_KEYS = {
-    "path", "preset", "description", "secrets", "lease", "inflight_wait", "retention",
-    "max_body_bytes", "signature", "event_id", "handshake", "retryable_statuses",
-    "on_payload_mismatch", "store_payload", "retry_window", "replay_nonce",
-}
-_PROVIDER_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-# ASCII digits only: \d and str.isdigit() also accept other scripts' digits.
-_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
-_PORT_RE = re.compile(r"^[0-9]{1,5}$")
-_SIZE_UNITS = {
-    None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 1024**2,
-    "GB": 1000**3, "GiB": 1024**3,
-}
+# The keys each mapping allows (read by tests/deploy/test_helm_chart.py).
+_TOP_KEYS = TOP.names
+_UPSTREAM_KEYS = UPSTREAM.names
+_STORE_KEYS = STORE.names
+_LOG_KEYS = LOG.names
+_MAINTENANCE_KEYS = MAINTENANCE.names
+_PROVIDER_KEYS = PROVIDER.names
+
+_PROVIDER_KEY_RE = re.compile(PROVIDER_KEY_PATTERN)
 
 
 def load_config_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
@@ -83,70 +104,144 @@ def load_config_text(
 def parse_config(
     data: object, env: Mapping[str, str], base_dir: Path | None = None
 ) -> Config:
-    top = _mapping(data, "", _TOP_KEYS)
-    top = _mapping(interpolate(top, env), "", _TOP_KEYS)
-    base = base_dir or Path.cwd()
-    warnings: list[str] = []
+    _mapping(data, "", TOP.names)  # unknown keys first, before their values are interpolated
+    load = _Load(env=env, base=base_dir or Path.cwd())
+    values = _read(TOP, interpolate(data, env), "", "", load)
+    if values["store"].kind == StoreKind.SQLITE:
+        load.warnings.append("the SQLite store is correct for one host only; use PostgreSQL "
+                             "for several replicas")
+    return Config(**TOP.fill(values), warnings=tuple(load.warnings))
 
-    listen = _address(top.get("listen", "0.0.0.0:8080"), "listen")
-    admin = _address(top.get("admin_listen", "127.0.0.1:9090"), "admin_listen")
-    if listen == admin and listen.port != 0:
-        raise ConfigError("admin_listen", "must differ from listen (admin routes are never served "
-                          "to providers)")
-    max_body = _size(top.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES), "max_body_bytes")
-    upstream = _upstream(top.get("upstream"), "upstream")
-    store = _store(top.get("store", {}), "store", base)
-    log = _mapping(top.get("log", {}), "log", _LOG_KEYS)
-    level = _choice(log.get("level", "info"), "log.level", ("debug", "info", "warning", "error"))
-    fmt = _choice(log.get("format", "auto"), "log.format", ("auto", "json", "console"))
-    shutdown = parse_duration(top.get("shutdown_timeout", "30s"), "shutdown_timeout")
-    body_read_timeout = parse_duration(top.get("body_read_timeout", "10s"), "body_read_timeout")
-    if body_read_timeout <= 0:
-        raise ConfigError("body_read_timeout", "must be positive")
-    maintenance = _maintenance(top.get("maintenance", {}), "maintenance")
-    admin_token = top.get("admin_token")
-    if admin_token is not None and (not isinstance(admin_token, str) or len(admin_token) < 16):
-        raise ConfigError("admin_token", "must be a string of at least 16 characters")
 
-    raw_providers = top.get("providers")
-    if not isinstance(raw_providers, dict) or not raw_providers:
-        raise ConfigError("providers", "at least one provider is required (a mapping of key → "
+# --- reading a block by its declarations ------------------------------------------------------
+
+@dataclass
+class _Load:
+    """What the steps read besides the value: the environment, the config file's folder, the
+    warnings to report and, for the providers' steps, the top-level values."""
+
+    env: Mapping[str, str]
+    base: Path
+    warnings: list[str] = field(default_factory=list)
+    top: Mapping[str, Any] = field(default_factory=dict)
+
+
+# A step: (the value as its kind read it, its key path, the block's values so far, the load)
+# → the model's value, or a ConfigError.
+Step = Callable[[Any, str, dict[str, Any], _Load], Any]
+
+
+def _read(block: Block, raw: object, path: str, rule: str, load: _Load,
+          defaults: Mapping[str, object] | None = None) -> dict[str, Any]:
+    """``raw``'s values by key name, in declaration order. An absent key takes ``defaults``
+    (values known only while loading) or its declared default, else it is ``None`` (or its
+    kind's error when required); a nullable key set to null is ``None``. Each value then goes
+    through the step filed under ``rule``.key, if any. Nested blocks are read the same way."""
+    data = _mapping(raw, path, block.names)
+    values: dict[str, Any] = {}
+    for name, key in block.keys.items():
+        where, key_rule = _join(path, name), _join(rule, name)
+        if isinstance(key.kind, Nested):
+            nested = key.kind.block
+            values[name] = _build(nested, _read(nested, data.get(name), where, key_rule, load))
+            continue
+        if name in data:
+            raw_value = data[name]
+            if raw_value is None and key.nullable:
+                values[name] = None
+                continue
+        elif defaults is not None and name in defaults:
+            raw_value = defaults[name]
+        elif key.default is not NO_DEFAULT:
+            raw_value = key.default
+        elif not key.required:
+            values[name] = None
+            continue
+        else:
+            raw_value = None
+        value = key.kind.parse(raw_value, where)
+        step = _STEPS.get(key_rule)
+        values[name] = value if step is None else step(value, where, values, load)
+    return values
+
+
+def _build(block: Block, values: Mapping[str, Any]) -> Any:
+    """The block's model filled with ``values``; without a model, the fields it fills."""
+    fields = block.fill(values)
+    return fields if block.model is None else block.model(**fields)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _sibling(path: str, name: str) -> str:
+    return _join(path.rpartition(".")[0], name)
+
+
+def _mapping(raw: object, path: str, allowed: frozenset[str]) -> dict[str, Any]:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(path, "must be a mapping")
+    for key in raw:
+        if key not in allowed:
+            raise ConfigError(_join(path, str(key)),
+                              f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    return raw
+
+
+# --- the steps, filed under the key path they follow ------------------------------------------
+
+def _admin_listen(admin: Any, path: str, values: dict[str, Any], load: _Load) -> Any:
+    if admin == values["listen"] and admin.port != 0:
+        raise ConfigError(path, "must differ from listen (admin routes are never served to "
+                          "providers)")
+    return admin
+
+
+def _store_url(url: str, path: str, values: dict[str, Any], load: _Load) -> str:
+    """A relative SQLite path is relative to the config file's folder."""
+    if url.startswith("sqlite:///") and not Path(rel := url[len("sqlite:///"):]).is_absolute():
+        return "sqlite:///" + str((load.base / rel).resolve())
+    return url
+
+
+def _pool_max_size(size: int, path: str, values: dict[str, Any], load: _Load) -> int:
+    if values["pool_min_size"] > size:
+        raise ConfigError(_sibling(path, "pool_min_size"), "must not exceed pool_max_size")
+    return size
+
+
+def _providers(raw: object, path: str, values: dict[str, Any],
+               load: _Load) -> tuple[ProviderConfig, ...]:
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(path, "at least one provider is required (a mapping of key → "
                           "settings)")
     providers = []
     seen_paths: dict[str, str] = {}
-    for key, raw in raw_providers.items():
-        path = f"providers.{key}"
+    load = replace(load, top=values)  # upstream and max_body_bytes are read by now
+    for key, block in raw.items():
+        where = f"{path}.{key}"
         if not isinstance(key, str) or not _PROVIDER_KEY_RE.match(key):
-            raise ConfigError(path, "provider keys are lower-case letters, digits, '-' and '_' "
+            raise ConfigError(where, "provider keys are lower-case letters, digits, '-' and '_' "
                               "(at most 63); the key is part of the dedupe key")
-        provider = _provider(key, raw, path, max_body, upstream, base, env)
+        provider = _provider(key, block, where, load)
         if provider.path in seen_paths:
-            raise ConfigError(f"{path}.path", f"{provider.path!r} is already used by provider "
+            raise ConfigError(f"{where}.path", f"{provider.path!r} is already used by provider "
                               f"{seen_paths[provider.path]!r}")
         seen_paths[provider.path] = key
         providers.append(provider)
         if provider.retry_window is not None and provider.retention < provider.retry_window:
-            warnings.append(
-                f"providers.{key}.retention ({format_duration(provider.retention)}) is shorter "
-                f"than the provider's retry window ({format_duration(provider.retry_window)}): "
-                "a redelivery arriving "
-                "after its row is deleted is forwarded to the app again")
-    if store.kind == "sqlite":
-        warnings.append("the SQLite store is correct for one host only; use PostgreSQL for "
-                        "several replicas")
-    return Config(
-        listen=listen, admin_listen=admin, upstream=upstream, store=store,
-        providers=tuple(providers), shutdown_timeout=shutdown, log_level=level, log_format=fmt,
-        maintenance=maintenance, admin_token=admin_token, body_read_timeout=body_read_timeout,
-        warnings=tuple(warnings),
-    )
+            load.warnings.append(
+                f"{where}.retention ({format_duration(provider.retention)}) is shorter than the "
+                f"provider's retry window ({format_duration(provider.retry_window)}): a "
+                "redelivery arriving after its row is deleted is forwarded to the app again")
+    return tuple(providers)
 
 
-def _provider(
-    key: str, raw: object, path: str, default_max_body: int, upstream: UpstreamConfig,
-    base: Path, env: Mapping[str, str],
-) -> ProviderConfig:
-    data = _mapping(raw, path, _PROVIDER_KEYS)
+def _provider(key: str, raw: object, path: str, load: _Load) -> ProviderConfig:
+    data = _mapping(raw, path, PROVIDER.names)
     preset_name = data.get("preset")
     if preset_name is not None:
         if not isinstance(preset_name, str):
@@ -156,58 +251,26 @@ def _provider(
         except ConfigError as exc:
             raise ConfigError(f"{path}.preset", exc.message) from exc
         data = _deep_merge(preset, data)
-    for required in ("path", "signature", "event_id", "secrets"):
-        if required not in data:
-            hint = " (or name a preset)" if required in ("signature", "event_id") else ""
-            raise ConfigError(f"{path}.{required}", f"is required{hint}")
-    if not isinstance(data.get("description", ""), str):
-        raise ConfigError(f"{path}.description", "must be a string")
-    route = data["path"]
-    if not isinstance(route, str) or not route.startswith("/") or "{" in route:
-        raise ConfigError(f"{path}.path", "must be a literal URL path starting with '/'")
-    signature = parse_signature_spec(data["signature"], f"{path}.signature")
-    event_id = parse_event_id_spec(data["event_id"], f"{path}.event_id")
-    secrets = _secrets(data["secrets"], f"{path}.secrets", signature, base, env)
-    lease = parse_duration(data.get("lease", "60s"), f"{path}.lease")
-    if lease <= upstream.timeout:
-        raise ConfigError(f"{path}.lease", f"must exceed upstream.timeout ({upstream.timeout:g}s),"
-                          " or a slow but live first attempt would be taken over")
-    inflight_wait = parse_duration(data.get("inflight_wait", "5s"), f"{path}.inflight_wait")
-    if inflight_wait > lease:
-        raise ConfigError(f"{path}.inflight_wait", "must not exceed the lease")
-    if event_id.is_batch and lease <= upstream.timeout + inflight_wait:
-        raise ConfigError(f"{path}.lease", f"must exceed upstream.timeout + inflight_wait "
-                          f"({upstream.timeout + inflight_wait:g}s) for a batch provider: an "
-                          "item's lease runs while the delivery waits for its other items")
-    retention = parse_duration(data.get("retention", "7d"), f"{path}.retention")
-    if retention <= lease:
-        raise ConfigError(f"{path}.retention", "must exceed the lease")
-    max_body = _size(data.get("max_body_bytes", default_max_body), f"{path}.max_body_bytes")
-    retryable = _statuses(data.get("retryable_statuses", list(DEFAULT_RETRYABLE)),
-                          f"{path}.retryable_statuses")
-    mismatch = _choice(data.get("on_payload_mismatch", "duplicate"), f"{path}.on_payload_mismatch",
-                       ("duplicate", "reject"))
-    handshake = (parse_handshake_spec(data["handshake"], f"{path}.handshake")
-                 if data.get("handshake") is not None else None)
-    store_payload = _bool(data.get("store_payload", False), f"{path}.store_payload")
-    replay_nonce = (parse_event_id_spec(data["replay_nonce"], f"{path}.replay_nonce")
-                    if data.get("replay_nonce") is not None else None)
-    if replay_nonce is not None and replay_nonce.is_batch:
-        raise ConfigError(f"{path}.replay_nonce", "must be one value ({header: …} or {json: …})")
-    retry_window = (parse_duration(data["retry_window"], f"{path}.retry_window")
-                    if data.get("retry_window") is not None else None)
-    return ProviderConfig(
-        key=key, path=route, preset=preset_name, signature=signature, event_id=event_id,
-        secrets=secrets, lease=lease, inflight_wait=inflight_wait, retention=retention,
-        max_body_bytes=max_body, retryable_statuses=retryable, on_payload_mismatch=mismatch,
-        handshake=handshake, store_payload=store_payload, retry_window=retry_window,
-        replay_nonce=replay_nonce,
-    )
+    for name, declared in PROVIDER.keys.items():
+        from_preset = name in REQUIRED_WITHOUT_PRESET
+        if (declared.required or from_preset) and name not in data:
+            hint = " (or name a preset)" if from_preset else ""
+            raise ConfigError(f"{path}.{name}", f"is required{hint}")
+    values = _read(PROVIDER, data, path, "providers.<key>", load,
+                   defaults={"max_body_bytes": load.top["max_body_bytes"]})
+    return ProviderConfig(key=key, **PROVIDER.fill(values))
 
 
-def _secrets(
-    raw: object, path: str, signature: Any, base: Path, env: Mapping[str, str]
-) -> tuple[SecretRef, ...]:
+def _signature(raw: object, path: str, values: dict[str, Any], load: _Load) -> SignatureSpec:
+    return parse_signature_spec(raw, path)
+
+
+def _event_id(raw: object, path: str, values: dict[str, Any], load: _Load) -> Any:
+    return parse_event_id_spec(raw, path)
+
+
+def _secrets(raw: object, path: str, values: dict[str, Any],
+             load: _Load) -> tuple[SecretRef, ...]:
     if isinstance(raw, str | dict):
         raw = [raw]
     if not isinstance(raw, list) or not raw:
@@ -216,173 +279,85 @@ def _secrets(
     refs = []
     for i, item in enumerate(raw):
         item_path = f"{path}[{i}]"
-        source, value = _secret_value(item, item_path, base, env)
+        source, value = _secret_value(item, item_path, load)
         if not value:
             raise ConfigError(item_path, f"secret from {source} is empty")
-        refs.append(SecretRef(source=source, key=decode_secret(signature, value, item_path)))
+        refs.append(SecretRef(source=source,
+                              key=decode_secret(values["signature"], value, item_path)))
     return tuple(refs)
 
 
-def _secret_value(
-    item: object, path: str, base: Path, env: Mapping[str, str]
-) -> tuple[str, str]:
+def _secret_value(item: object, path: str, load: _Load) -> tuple[str, str]:
     if isinstance(item, str):
         return "inline", item
-    spec = _mapping(item, path, {"env", "file"})
+    spec = _mapping(item, path, frozenset({"env", "file"}))
     if len(spec) != 1:
         raise ConfigError(path, "give exactly one of env or file")
     if "env" in spec:
         name = spec["env"]
-        if not isinstance(name, str) or name not in env:
+        if not isinstance(name, str) or name not in load.env:
             raise ConfigError(f"{path}.env", f"environment variable {name} is not set")
-        return f"env:{name}", env[name]
+        return f"env:{name}", load.env[name]
     file = spec["file"]
     if not isinstance(file, str):
         raise ConfigError(f"{path}.file", "must be a path")
-    file_path = Path(file) if Path(file).is_absolute() else base / file
+    file_path = Path(file) if Path(file).is_absolute() else load.base / file
     return f"file:{file_path}", read_secret_file(file_path, f"{path}.file")
 
 
-def _maintenance(raw: object, path: str) -> MaintenanceConfig:
-    data = _mapping(raw, path, _MAINTENANCE_KEYS)
-    interval = parse_duration(data.get("interval", "60s"), f"{path}.interval")
-    reload = parse_duration(data.get("secrets_reload_interval", "10s"),
-                            f"{path}.secrets_reload_interval")
-    for key, value in (("interval", interval), ("secrets_reload_interval", reload)):
-        if value <= 0:
-            raise ConfigError(f"{path}.{key}", "must be positive")
-    return MaintenanceConfig(
-        interval=interval,
-        retention_batch_size=_int(data.get("retention_batch_size", 500),
-                                  f"{path}.retention_batch_size", 1),
-        secrets_reload_interval=reload,
-    )
+def _lease(lease: float, path: str, values: dict[str, Any], load: _Load) -> float:
+    timeout = load.top["upstream"].timeout
+    if lease <= timeout:
+        raise ConfigError(path, f"must exceed upstream.timeout ({timeout:g}s), or a slow but "
+                          "live first attempt would be taken over")
+    return lease
 
 
-def _upstream(raw: object, path: str) -> UpstreamConfig:
-    data = _mapping(raw, path, _UPSTREAM_KEYS)
-    url = data.get("url")
-    if (not isinstance(url, str) or urlsplit_scheme(url) not in ("http", "https")
-            or not url.partition("://")[2].split("/", 1)[0]):
-        raise ConfigError(f"{path}.url", "must be an http:// or https:// URL of the app, "
-                          "with a host")
-    return UpstreamConfig(
-        url=url.rstrip("/"),
-        timeout=parse_duration(data.get("timeout", "10s"), f"{path}.timeout"),
-        connect_timeout=parse_duration(data.get("connect_timeout", "2s"),
-                                       f"{path}.connect_timeout"),
-        max_connections=_int(data.get("max_connections", 100), f"{path}.max_connections", 1),
-        keepalive_timeout=parse_duration(data.get("keepalive_timeout", "4s"),
-                                         f"{path}.keepalive_timeout"),
-        max_response_bytes=_size(data.get("max_response_bytes", 64 * 1024),
-                                 f"{path}.max_response_bytes"),
-    )
+def _inflight_wait(wait: float, path: str, values: dict[str, Any], load: _Load) -> float:
+    lease, timeout = values["lease"], load.top["upstream"].timeout
+    if wait > lease:
+        raise ConfigError(path, "must not exceed the lease")
+    if values["event_id"].is_batch and lease <= timeout + wait:
+        raise ConfigError(_sibling(path, "lease"), f"must exceed upstream.timeout + "
+                          f"inflight_wait ({timeout + wait:g}s) for a batch provider: an item's "
+                          "lease runs while the delivery waits for its other items")
+    return wait
 
 
-def urlsplit_scheme(url: str) -> str:
-    scheme, sep, _ = url.partition("://")
-    return scheme.lower() if sep else ""
+def _retention(retention: float, path: str, values: dict[str, Any], load: _Load) -> float:
+    if retention <= values["lease"]:
+        raise ConfigError(path, "must exceed the lease")
+    return retention
 
 
-def _store(raw: object, path: str, base: Path) -> StoreConfig:
-    data = _mapping(raw, path, _STORE_KEYS)
-    url = data.get("url", "sqlite:///./webhook-sidecar.db")
-    if not isinstance(url, str):
-        raise ConfigError(f"{path}.url", "must be a string")
-    scheme = urlsplit_scheme(url)
-    if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
-        rel = url[len("sqlite:///"):]
-        if not Path(rel).is_absolute():
-            url = "sqlite:///" + str((base / rel).resolve())
-    elif scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"{path}.url", "must be sqlite:///PATH or postgresql://…")
-    pool_min = _int(data.get("pool_min_size", 1), f"{path}.pool_min_size", 0)
-    pool_max = _int(data.get("pool_max_size", 10), f"{path}.pool_max_size", 1)
-    if pool_min > pool_max:
-        raise ConfigError(f"{path}.pool_min_size", "must not exceed pool_max_size")
-    return StoreConfig(
-        url=url, pool_min_size=pool_min, pool_max_size=pool_max,
-        acquire_timeout=parse_duration(data.get("acquire_timeout", "2s"),
-                                       f"{path}.acquire_timeout"),
-        statement_timeout=parse_duration(data.get("statement_timeout", "5s"),
-                                         f"{path}.statement_timeout"),
-        lock_timeout=parse_duration(data.get("lock_timeout", "2s"), f"{path}.lock_timeout"),
-        statement_cache_size=_int(data.get("statement_cache_size", 100),
-                                  f"{path}.statement_cache_size", 0),
-        session_settings=_bool(data.get("session_settings", True), f"{path}.session_settings"),
-    )
+def _handshake(raw: object, path: str, values: dict[str, Any], load: _Load) -> Any:
+    return parse_handshake_spec(raw, path)
 
 
-def _address(raw: object, path: str) -> Address:
-    if not isinstance(raw, str) or ":" not in raw:
-        raise ConfigError(path, "must be HOST:PORT, e.g. 0.0.0.0:8080")
-    host, _, port_text = raw.rpartition(":")
-    host = host.strip("[]")
-    if not host or not _PORT_RE.match(port_text) or not 0 <= int(port_text) <= 65535:
-        raise ConfigError(path, f"{raw!r} is not HOST:PORT with a port from 0 to 65535")
-    return Address(host, int(port_text))
+def _replay_nonce(raw: object, path: str, values: dict[str, Any], load: _Load) -> Any:
+    nonce = parse_event_id_spec(raw, path)
+    if nonce.is_batch:
+        raise ConfigError(path, "must be one value ({header: …} or {json: …})")
+    return nonce
 
 
-def _size(raw: object, path: str) -> int:
-    if isinstance(raw, bool):
-        raise ConfigError(path, "must be a size in bytes, e.g. 1048576 or 1MiB")
-    if isinstance(raw, int):
-        value = raw
-    elif isinstance(raw, str) and (match := _SIZE_RE.match(raw)):
-        value = int(match.group(1)) * _SIZE_UNITS[match.group(2)]
-    else:
-        raise ConfigError(path, "must be a size in bytes, e.g. 1048576 or 1MiB")
-    if value <= 0:
-        raise ConfigError(path, "must be positive")
-    return value
+_STEPS: Final[dict[str, Step]] = {
+    "admin_listen": _admin_listen,
+    "store.url": _store_url,
+    "store.pool_max_size": _pool_max_size,
+    "providers": _providers,
+    "providers.<key>.signature": _signature,
+    "providers.<key>.event_id": _event_id,
+    "providers.<key>.secrets": _secrets,
+    "providers.<key>.lease": _lease,
+    "providers.<key>.inflight_wait": _inflight_wait,
+    "providers.<key>.retention": _retention,
+    "providers.<key>.handshake": _handshake,
+    "providers.<key>.replay_nonce": _replay_nonce,
+}
 
 
-def _int(raw: object, path: str, minimum: int) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
-        raise ConfigError(path, f"must be an integer ≥ {minimum}")
-    return raw
-
-
-def _bool(raw: object, path: str) -> bool:
-    if not isinstance(raw, bool):
-        raise ConfigError(path, "must be true or false")
-    return raw
-
-
-def _choice(raw: object, path: str, choices: tuple[str, ...]) -> str:
-    if raw not in choices:
-        raise ConfigError(path, f"must be one of {', '.join(choices)}")
-    return str(raw)
-
-
-def _statuses(raw: object, path: str) -> frozenset[int]:
-    if not isinstance(raw, list):
-        raise ConfigError(path, "must be a list of statuses (e.g. 429) or classes (e.g. '5xx')")
-    statuses: set[int] = set()
-    for i, item in enumerate(raw):
-        if isinstance(item, int) and not isinstance(item, bool) and 100 <= item <= 599:
-            statuses.add(item)
-        elif isinstance(item, str) and re.fullmatch(r"[1-5]xx", item):
-            start = int(item[0]) * 100
-            statuses.update(range(start, start + 100))
-        else:
-            raise ConfigError(f"{path}[{i}]", "must be a status 100–599 or a class like '5xx'")
-    if any(200 <= s < 300 for s in statuses):
-        raise ConfigError(path, "a 2xx answer is never retryable")
-    return frozenset(statuses)
-
-
-def _mapping(raw: object, path: str, allowed: set[str]) -> dict[str, Any]:
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(path, "must be a mapping")
-    for key in raw:
-        if key not in allowed:
-            where = f"{path}.{key}" if path else str(key)
-            raise ConfigError(where, f"unknown key (allowed: {', '.join(sorted(allowed))})")
-    return raw
-
+# --- provider blocks over their presets -------------------------------------------------------
 
 _EVENT_ID_SOURCES = ("header", "json", "composite", "batch")
 

@@ -1,14 +1,44 @@
 """The validated configuration: frozen values, parsed once at start-up. Secrets never appear in a
-``repr``."""
+``repr``.
+
+Which YAML key fills which field is declared once, in ``sidecar.config.keys``; a test checks that
+every declared key has its field here and every field its key. The choices are ``StrEnum``s: they
+compare equal to their YAML text (``provider.on_payload_mismatch == "reject"``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from urllib.parse import urlsplit
 
 from sidecar.core.eventid import EventIdSpec
 from sidecar.core.handshake import HandshakeSpec
 from sidecar.core.signing import SignatureSpec
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class LogFormat(StrEnum):
+    AUTO = "auto"  # JSON unless on a TTY
+    JSON = "json"
+    CONSOLE = "console"
+
+
+class PayloadMismatch(StrEnum):
+    """What a delivery gets when its event id is known but its body differs."""
+
+    DUPLICATE = "duplicate"  # answered as the duplicate it claims to be
+    REJECT = "reject"  # 422
+
+
+class StoreKind(StrEnum):
+    SQLITE = "sqlite"  # one host only
+    POSTGRESQL = "postgresql"  # any number of replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +85,11 @@ class StoreConfig:
     statement_timeout: float
     lock_timeout: float
     statement_cache_size: int
-    session_settings: bool = True  # false behind pgbouncer
+    session_settings: bool
 
     @property
-    def kind(self) -> str:
-        return "sqlite" if self.url.startswith("sqlite:") else "postgresql"
+    def kind(self) -> StoreKind:
+        return StoreKind.SQLITE if self.url.startswith("sqlite:") else StoreKind.POSTGRESQL
 
     @property
     def sqlite_path(self) -> str:
@@ -80,7 +110,7 @@ class StoreConfig:
 
 @dataclass(frozen=True, slots=True)
 class ProviderConfig:
-    key: str
+    key: str  # not a key of the block: its name under ``providers``
     path: str
     preset: str | None
     signature: SignatureSpec
@@ -91,11 +121,11 @@ class ProviderConfig:
     retention: float
     max_body_bytes: int
     retryable_statuses: frozenset[int]
-    on_payload_mismatch: str  # "duplicate" (answer as the duplicate it claims to be) or "reject"
+    on_payload_mismatch: PayloadMismatch
     handshake: HandshakeSpec | None
-    store_payload: bool = False  # keep the first request on the row, for re-driving
-    retry_window: float | None = None  # how long the provider retries (from its preset)
-    replay_nonce: EventIdSpec | None = None  # a signed nonce bound to the first body (Mailgun)
+    store_payload: bool
+    retry_window: float | None
+    replay_nonce: EventIdSpec | None
 
     @property
     def keys(self) -> tuple[bytes, ...]:
@@ -104,9 +134,9 @@ class ProviderConfig:
 
 @dataclass(frozen=True, slots=True)
 class MaintenanceConfig:
-    interval: float  # how often retention runs and the stuck-row gauge is refreshed
-    retention_batch_size: int  # rows deleted per statement
-    secrets_reload_interval: float  # how often secret files are checked for changes
+    interval: float
+    retention_batch_size: int
+    secrets_reload_interval: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +147,12 @@ class Config:
     store: StoreConfig
     providers: tuple[ProviderConfig, ...]
     shutdown_timeout: float
-    log_level: str
-    log_format: str  # auto | json | console
-    maintenance: MaintenanceConfig = MaintenanceConfig(60.0, 500, 10.0)
-    admin_token: str | None = field(default=None, repr=False)  # required by /admin/* if set
-    body_read_timeout: float = 10.0
-    warnings: tuple[str, ...] = ()
+    log_level: LogLevel
+    log_format: LogFormat
+    maintenance: MaintenanceConfig
+    admin_token: str | None = field(repr=False)
+    body_read_timeout: float
+    warnings: tuple[str, ...]  # not a key: filled by the loader
 
     @property
     def max_body_bytes(self) -> int:

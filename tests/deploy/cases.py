@@ -417,7 +417,7 @@ INVALID: list[Case] = [
 ]
 
 # The schema accepts these; the loader rejects them on a rule JSON Schema cannot express.
-# ``rule`` is the index of that rule in sidecar.config.schema.LOADER_ONLY_RULES.
+# ``rule`` is the index of that rule in sidecar.config.loader.LOADER_ONLY_RULES.
 LOADER_ONLY: list[Case] = [
     Case("interpolation-unset", base(shutdown_timeout="${UNSET_DURATION}"), rule=0),
     Case("interpolation-bad-value", base(shutdown_timeout="${NOT_A_DURATION}"), rule=0),

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import shutil
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sidecar.config.interpolate import interpolate
+from sidecar.config.keys import BLOCKS
 from sidecar.config.loader import load_config_file, parse_config
+from sidecar.config.model import LogFormat, LogLevel, PayloadMismatch, StoreKind
 from sidecar.core.durations import format_duration, parse_duration
 from sidecar.core.errors import ConfigError
 
@@ -194,3 +197,38 @@ def test_a_default_applies_to_an_empty_variable_as_in_the_shell() -> None:
     assert interpolate("${APP_URL:-http://app}", {"APP_URL": ""}) == "http://app"
     assert interpolate("${APP_URL:-http://app}", {"APP_URL": "http://set"}) == "http://set"
     assert interpolate("${APP_URL}", {"APP_URL": ""}) == ""  # no default: the empty value
+
+
+@pytest.mark.parametrize("prefix", [p for p, b in BLOCKS.items() if b.model is not None])
+def test_every_declared_key_fills_a_model_field_of_its_type(prefix: str) -> None:
+    """Adding a key is its declaration in sidecar/config/keys.py plus the model field it fills:
+    a declaration without its field (or a field without its key, or of another type) fails
+    here — and the loader, which fills the model from the declarations, fails on every load."""
+    block = BLOCKS[prefix]
+    assert block.model is not None
+    fields = typing.get_type_hints(block.model)
+    declared = block.field_types()
+    declared.update({name: fields.get(name) for name in block.filled_by_loader})
+    assert declared == fields
+
+
+def test_choices_are_enums_equal_to_their_yaml_text() -> None:
+    data = minimal(on_payload_mismatch="reject")
+    data["log"] = {"level": "debug", "format": "json"}
+    config = parse_config(data, env={})
+    mismatch = config.providers[0].on_payload_mismatch
+    assert mismatch is PayloadMismatch.REJECT and mismatch == "reject"
+    assert config.log_level is LogLevel.DEBUG and config.log_format is LogFormat.JSON
+    assert config.store.kind is StoreKind.SQLITE and f"{config.store.kind}" == "sqlite"
+    with pytest.raises(ConfigError, match=r"must be one of duplicate, reject$"):
+        parse_config(minimal(on_payload_mismatch="ignore"), env={})
+
+
+def test_with_several_mistakes_the_first_key_declared_is_named() -> None:
+    data = minimal(lease="5s")
+    data.update(admin_token="short", upstream={"url": "http://a", "timeout": "soon"})
+    assert error_path(data) == "upstream.timeout"
+    del data["upstream"]["timeout"]
+    assert error_path(data) == "admin_token"
+    del data["admin_token"]
+    assert error_path(data) == "providers.stripe.lease"

@@ -1,0 +1,297 @@
+"""What a configuration value may be. A kind holds the three views of one value type: its label
+in the reference tables, its JSON Schema, and how the loader reads it (``parse``: the YAML value
+to the model's value, or a ``ConfigError`` naming the key path). Keys are declared with a kind
+in ``sidecar.config.keys``.
+
+The schemas name shared value types by ``$ref`` (``duration``, ``size``…), defined in
+``sidecar.config.schema.values``. Every string value may hold ``${VAR}``: the loader interpolates
+before it parses, so a constrained string also accepts an ``interpolated`` one (``text``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from sidecar.config.model import Address
+from sidecar.core.durations import parse_duration
+from sidecar.core.errors import ConfigError
+
+JSON = dict[str, Any]
+T_co = TypeVar("T_co", covariant=True)
+E = TypeVar("E", bound=StrEnum)
+
+
+def ref(name: str) -> JSON:
+    return {"$ref": f"#/$defs/{name}"}
+
+
+def text(schema: JSON) -> JSON:
+    """A constrained string that may instead hold a ``${VAR}`` reference."""
+    return {"anyOf": [schema, ref("interpolated")]}
+
+
+def choice(values: list[str]) -> JSON:
+    return text({"enum": values})
+
+
+class Kind(Protocol[T_co]):
+    """A value type."""
+
+    @property
+    def label(self) -> str:
+        """The type column of the reference tables."""
+
+    @property
+    def value_type(self) -> object:
+        """The annotation of the model field a key of this kind fills (checked by a test)."""
+
+    def schema(self) -> JSON:
+        """The JSON Schema of a value."""
+
+    def parse(self, raw: object, path: str) -> T_co:
+        """The model's value for ``raw``, or a ``ConfigError`` naming ``path``."""
+
+
+class _Shared:
+    """A kind whose JSON Schema is the shared ``$defs`` entry named ``defs``."""
+
+    defs: ClassVar[str]
+
+    def schema(self) -> JSON:
+        return ref(self.defs)
+
+
+@dataclass(frozen=True)
+class Duration:
+    """``500ms``, ``10s``, ``5m``, ``2h``, ``3d`` or a number of seconds, in seconds."""
+
+    positive: bool = False
+    value_type = float
+
+    @property
+    def label(self) -> str:
+        return "duration > 0" if self.positive else "duration"
+
+    def schema(self) -> JSON:
+        return ref("positive_duration" if self.positive else "duration")
+
+    def parse(self, raw: object, path: str) -> float:
+        seconds = parse_duration(raw, path)
+        if self.positive and seconds <= 0:
+            raise ConfigError(path, "must be positive")
+        return seconds
+
+
+# ASCII digits only: \d and str.isdigit() also accept other scripts' digits.
+_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
+_SIZE_UNITS = {
+    None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 1024**2,
+    "GB": 1000**3, "GiB": 1024**3,
+}
+
+
+@dataclass(frozen=True)
+class Size(_Shared):
+    """Bytes, or ``512KiB``, ``1MiB``, ``1MB``…; more than zero."""
+
+    label = "size"
+    value_type = int
+    defs = "size"
+
+    def parse(self, raw: object, path: str) -> int:
+        if isinstance(raw, bool):
+            raise ConfigError(path, "must be a size in bytes, e.g. 1048576 or 1MiB")
+        if isinstance(raw, int):
+            value = raw
+        elif isinstance(raw, str) and (match := _SIZE_RE.match(raw)):
+            value = int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+        else:
+            raise ConfigError(path, "must be a size in bytes, e.g. 1048576 or 1MiB")
+        if value <= 0:
+            raise ConfigError(path, "must be positive")
+        return value
+
+
+@dataclass(frozen=True)
+class Integer:
+    minimum: int
+    value_type = int
+
+    @property
+    def label(self) -> str:
+        return f"integer ≥ {self.minimum}"
+
+    def schema(self) -> JSON:
+        return {"type": "integer", "minimum": self.minimum}
+
+    def parse(self, raw: object, path: str) -> int:
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < self.minimum:
+            raise ConfigError(path, f"must be an integer ≥ {self.minimum}")
+        return raw
+
+
+@dataclass(frozen=True)
+class Boolean:
+    label = "boolean"
+    value_type = bool
+
+    def schema(self) -> JSON:
+        return {"type": "boolean"}
+
+    def parse(self, raw: object, path: str) -> bool:
+        if not isinstance(raw, bool):
+            raise ConfigError(path, "must be true or false")
+        return raw
+
+
+@dataclass(frozen=True)
+class Choice(Generic[E]):
+    """One of an enum's values, in the enum's order; read as the enum member."""
+
+    enum: type[E]
+
+    @property
+    def values(self) -> list[str]:
+        return [member.value for member in self.enum]
+
+    @property
+    def label(self) -> str:
+        return " | ".join(self.values)
+
+    @property
+    def value_type(self) -> object:
+        return self.enum
+
+    def schema(self) -> JSON:
+        return choice(self.values)
+
+    def parse(self, raw: object, path: str) -> E:
+        if raw not in self.values:  # a list, not a set: ``raw`` may be unhashable
+            raise ConfigError(path, f"must be one of {', '.join(self.values)}")
+        return self.enum(raw)
+
+
+@dataclass(frozen=True)
+class String:
+    """A string that ``accept`` allows (any, by default), else ``message``."""
+
+    label: str
+    json: JSON
+    message: str = "must be a string"
+    accept: Callable[[str], bool] | None = None
+    value_type = str
+
+    def schema(self) -> JSON:
+        return self.json
+
+    def parse(self, raw: object, path: str) -> str:
+        if not isinstance(raw, str) or (self.accept is not None and not self.accept(raw)):
+            raise ConfigError(path, self.message)
+        return raw
+
+
+_PORT_RE = re.compile(r"^[0-9]{1,5}$")
+
+
+@dataclass(frozen=True)
+class HostPort(_Shared):
+    label = "HOST:PORT"
+    value_type = Address
+    defs = "address"
+
+    def parse(self, raw: object, path: str) -> Address:
+        if not isinstance(raw, str) or ":" not in raw:
+            raise ConfigError(path, "must be HOST:PORT, e.g. 0.0.0.0:8080")
+        host, _, port_text = raw.rpartition(":")
+        host = host.strip("[]")
+        if not host or not _PORT_RE.match(port_text) or not 0 <= int(port_text) <= 65535:
+            raise ConfigError(path, f"{raw!r} is not HOST:PORT with a port from 0 to 65535")
+        return Address(host, int(port_text))
+
+
+def url_scheme(url: str) -> str:
+    scheme, sep, _ = url.partition("://")
+    return scheme.lower() if sep else ""
+
+
+@dataclass(frozen=True)
+class UpstreamURL(_Shared):
+    """The app: http(s)://host…, without a trailing slash."""
+
+    label = "URL"
+    value_type = str
+    defs = "upstream_url"
+
+    def parse(self, raw: object, path: str) -> str:
+        if (not isinstance(raw, str) or url_scheme(raw) not in ("http", "https")
+                or not raw.partition("://")[2].split("/", 1)[0]):
+            raise ConfigError(path, "must be an http:// or https:// URL of the app, with a host")
+        return raw.rstrip("/")
+
+
+@dataclass(frozen=True)
+class StoreURL(_Shared):
+    """``sqlite:///PATH`` or ``postgresql://…`` (a relative PATH is resolved by the loader)."""
+
+    label = "URL"
+    value_type = str
+    defs = "store_url"
+
+    def parse(self, raw: object, path: str) -> str:
+        if not isinstance(raw, str):
+            raise ConfigError(path, "must be a string")
+        if not (raw.startswith("sqlite:///") and len(raw) > len("sqlite:///")) and url_scheme(
+                raw) not in ("postgresql", "postgres"):
+            raise ConfigError(path, "must be sqlite:///PATH or postgresql://…")
+        return raw
+
+
+_STATUS_CLASS = re.compile(r"[1-5]xx")
+
+
+@dataclass(frozen=True)
+class Statuses(_Shared):
+    """HTTP statuses and classes (``5xx``), never a 2xx."""
+
+    label = "list"
+    value_type = frozenset[int]
+    defs = "statuses"
+
+    def parse(self, raw: object, path: str) -> frozenset[int]:
+        if not isinstance(raw, list):
+            raise ConfigError(path, "must be a list of statuses (e.g. 429) or classes "
+                              "(e.g. '5xx')")
+        statuses: set[int] = set()
+        for i, item in enumerate(raw):
+            if isinstance(item, int) and not isinstance(item, bool) and 100 <= item <= 599:
+                statuses.add(item)
+            elif isinstance(item, str) and _STATUS_CLASS.fullmatch(item):
+                start = int(item[0]) * 100
+                statuses.update(range(start, start + 100))
+            else:
+                raise ConfigError(f"{path}[{i}]", "must be a status 100–599 or a class like "
+                                  "'5xx'")
+        if any(200 <= s < 300 for s in statuses):
+            raise ConfigError(path, "a 2xx answer is never retryable")
+        return frozenset(statuses)
+
+
+@dataclass(frozen=True)
+class Custom:
+    """A value the loader reads itself, with context a kind does not have (the signature
+    scheme, the preset, the environment): ``parse`` passes the YAML value through, and the
+    loader's step for the key turns it into ``value_type``."""
+
+    label: str
+    json: JSON
+    value_type: object = None
+
+    def schema(self) -> JSON:
+        return self.json
+
+    def parse(self, raw: object, path: str) -> Any:
+        return raw

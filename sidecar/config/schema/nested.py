@@ -1,0 +1,304 @@
+"""The JSON Schema of the blocks ``sidecar.core`` parses — ``signature``, ``event_id``,
+``handshake`` — and of their preset overrides.
+
+Unlike the keys in ``sidecar.config.keys``, these are declared twice: here, and by their
+parsers in ``sidecar.core`` (``parse_signature_spec``, ``parse_event_id_spec``,
+``parse_handshake_spec``). Tests hold the two together: the registries (algorithms, encodings,
+formats, plugins) are compared, and every invalid case is rejected by both.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sidecar.config.kinds import JSON, choice, ref
+from sidecar.core.signing import ALGORITHMS, ENCODINGS, FORMATS, PLUGINS, SECRET_DECODERS
+
+
+def one_of_keys(*keys: str) -> list[JSON]:
+    return [{"required": [key]} for key in keys]
+
+
+_SEPARATOR: Final = ref("nonempty_string")
+
+# One entry per registered header format (``FORMATS``): its keys besides ``type``.
+FORMAT_KEYS: Final[dict[str, dict[str, JSON]]] = {
+    "plain": {
+        "prefix": {"type": "string", "description": "A literal prefix, e.g. sha256= or v0=."},
+    },
+    "kv_list": {
+        "signature_keys": {**ref("string_list"),
+                           "description": "Keys whose values are signatures, e.g. [v1]."},
+        "pair_separator": {**_SEPARATOR, "default": ","},
+        "kv_separator": {**_SEPARATOR, "default": "="},
+        "timestamp_key": {"anyOf": [ref("nonempty_string"), {"type": "null"}],
+                          "description": "The key carrying the signed timestamp, e.g. t."},
+    },
+    "versioned_list": {
+        "versions": {**ref("string_list"),
+                     "description": "Accepted versions, e.g. [v1, v1a]."},
+        "list_separator": {**_SEPARATOR, "default": " "},
+        "version_separator": {**_SEPARATOR, "default": ","},
+        "algorithms": {
+            "description": "An algorithm per version, where it differs from `algorithm`.",
+            "type": ["object", "null"],
+            "additionalProperties": choice(sorted(ALGORITHMS)),
+        },
+    },
+}
+FORMAT_REQUIRED: Final[dict[str, tuple[str, ...]]] = {
+    "kv_list": ("signature_keys",), "versioned_list": ("versions",),
+}
+
+# One entry per registered plugin (``PLUGINS``): its keys besides ``plugin``, and the required.
+PLUGIN_KEYS: Final[dict[str, dict[str, JSON]]] = {
+    "twilio": {
+        "url": ref("public_url"),
+        "algorithm": choice(["auto", "hmac-sha1", "hmac-sha256"]),
+        "secret": ref("plugin_secret"),
+    },
+    "adyen": {"secret": ref("plugin_secret")},
+    "mailgun": {"secret": ref("plugin_secret"), "tolerance": ref("positive_duration")},
+}
+PLUGIN_REQUIRED: Final[dict[str, tuple[str, ...]]] = {"twilio": ("url",)}
+
+SIGNATURE_KEYS: Final[dict[str, JSON]] = {
+    "algorithm": {**choice(sorted(ALGORITHMS)), "description": "How the message is signed."},
+    "header": {**ref("header_name"), "description": "The header carrying the signature."},
+    "format": {"description": "How the header value is laid out."},
+    "encoding": {**choice(sorted(ENCODINGS)), "description": "Text form of the signature."},
+    "message": {"anyOf": [ref("message_template"), {"type": "null"}],
+                "description": "What is signed (not used by algorithm token)."},
+    "secret": {**ref("secret_spec"), "description": "How a configured secret becomes key "
+               "bytes."},
+    "timestamp": {**ref("timestamp"), "description": "The signed timestamp and its tolerance."},
+    "url": {"anyOf": [ref("public_url"), {"type": "null"}],
+            "description": "The public URL the provider calls, when the message signs {url}."},
+    "append_query": {"type": ["boolean", "null"], "default": False,
+                     "description": "{url} also carries ? and the request's query string."},
+}
+_TOKEN_UNUSED: Final = ("message", "timestamp", "url", "append_query")
+
+
+def _tagged(tag: str, name: str, keys: dict[str, JSON], required: tuple[str, ...]) -> JSON:
+    """A mapping whose ``tag`` key names its variant (``type: kv_list``, ``plugin: twilio``)."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {tag: {"const": name}, **keys},
+        "required": [tag, *required],
+    }
+
+
+def _format_schema(name: str) -> JSON:
+    return _tagged("type", name, FORMAT_KEYS[name], FORMAT_REQUIRED.get(name, ()))
+
+
+def _plugin_schema(name: str) -> JSON:
+    return _tagged("plugin", name, PLUGIN_KEYS[name], PLUGIN_REQUIRED.get(name, ()))
+
+
+def _signature_defs() -> JSON:
+    declarative: JSON = {
+        "type": "object",
+        "description": "A signature scheme described by data.",
+        "additionalProperties": False,
+        "properties": {**SIGNATURE_KEYS, "format": {"oneOf": [
+            _format_schema(name) for name in FORMATS
+        ]}},
+        "required": ["algorithm", "header", "format"],
+        "if": {"properties": {"algorithm": {"const": "token"}}},
+        "then": {
+            "description": "algorithm token: the header is the shared token itself.",
+            "properties": {key: {"type": "null"} for key in _TOKEN_UNUSED},
+        },
+        "else": {
+            "required": ["encoding", "message"],
+            "properties": {"message": ref("message_template"),
+                           "append_query": {"type": "boolean"}},
+        },
+    }
+    override_format: JSON = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"type": choice(sorted(FORMATS))},
+    }
+    for keys in FORMAT_KEYS.values():
+        override_format["properties"].update(keys)
+    override: JSON = {
+        "type": "object",
+        "description": "Keys merged over the preset's signature block.",
+        "additionalProperties": False,
+        "properties": {**SIGNATURE_KEYS, "format": override_format,
+                       "plugin": choice(sorted(PLUGINS)),
+                       "algorithm": choice(sorted({*ALGORITHMS, "auto"})),
+                       "secret": {"anyOf": [ref("secret_spec"), ref("plugin_secret")]},
+                       "timestamp": ref("timestamp_override"),
+                       "tolerance": ref("positive_duration")},
+    }
+    timestamp_keys: JSON = {
+        "header": {**ref("header_name"), "description": "The header carrying the timestamp."},
+        "from": {"const": "signature",
+                 "description": "The timestamp is the format's timestamp_key."},
+        "unit": {**choice(["s", "ms", "rfc3339"]), "default": "s"},
+        "tolerance": {**ref("positive_duration"), "default": 300,
+                      "description": "The largest accepted clock difference."},
+        "direction": {**choice(["both", "past"]), "default": "both",
+                      "description": "both: too old and too new are rejected; past: only "
+                      "too old."},
+    }
+    return {
+        "signature": {"oneOf": [
+            declarative,
+            {"description": "A named plugin for schemes data cannot describe.",
+             "oneOf": [_plugin_schema(name) for name in PLUGINS]},
+        ]},
+        "signature_override": override,
+        "secret_spec": {
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "properties": {
+                "encoding": {**choice(sorted(SECRET_DECODERS)), "default": "utf8"},
+                "strip_prefix": {"type": "string", "default": ""},
+                "public_key_prefix": {"type": "string", "default": ""},
+                "private_key_prefix": {"type": "string", "default": ""},
+            },
+        },
+        "plugin_secret": {
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "properties": {"encoding": choice(sorted(SECRET_DECODERS))},
+        },
+        "timestamp": {
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "properties": timestamp_keys,
+            "anyOf": [{"type": "null"}, {"oneOf": one_of_keys("header", "from")}],
+        },
+        "timestamp_override": {
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "properties": timestamp_keys,
+        },
+    }
+
+
+# --- event ids and handshakes -----------------------------------------------------------------
+
+def _event_id_defs() -> JSON:
+    part: JSON = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "header": ref("header_name"),
+            "json": ref("json_path"),
+            "optional": {"type": "boolean", "default": False,
+                         "description": "An absent optional part contributes ''."},
+        },
+        "oneOf": one_of_keys("header", "json"),
+    }
+    sources: JSON = {
+        "header": {**ref("header_name"), "description": "The id is this header's value."},
+        "json": {**ref("json_path"), "description": "The id is this body value."},
+        "composite": {
+            "description": "Several parts joined with ':' (at least one not optional).",
+            "type": "array",
+            "minItems": 2,
+            "items": part,
+            "contains": {"not": {"properties": {"optional": {"const": True}},
+                                 "required": ["optional"]}},
+        },
+        "max_length": {"type": "integer", "minimum": 1, "default": 255,
+                       "description": "Longer ids are rejected (400)."},
+    }
+    batch: JSON = {
+        "description": "A body carrying several events, each claimed on its own.",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"items": ref("json_path_items"), "item_id": ref("event_id_item")},
+        "required": ["items", "item_id"],
+    }
+    return {
+        "event_id": {
+            "description": "The provider's stable event id (the same on every retry).",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {**sources, "batch": batch},
+            "oneOf": one_of_keys("header", "json", "composite", "batch"),
+        },
+        "event_id_item": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": sources,
+            "oneOf": one_of_keys("header", "json", "composite"),
+        },
+        "event_id_override": {
+            "description": "Merged over the preset's event_id block; one naming its own "
+                           "source (header, json, composite, batch) replaces it.",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {**sources, "batch": batch},
+        },
+    }
+
+
+def _handshake_defs() -> JSON:
+    respond_value: JSON = {
+        "anyOf": [
+            {"type": "string", "not": {"pattern": "^\\$"}},
+            ref("json_path"),
+            {"type": "object", "additionalProperties": False, "required": ["hmac_sha256_hex"],
+             "properties": {"hmac_sha256_hex": ref("json_path")}},
+            {"type": "object", "not": {"required": ["hmac_sha256_hex"],
+                                       "maxProperties": 1}},
+            {"type": ["number", "boolean", "null", "array"]},
+        ],
+    }
+    when: JSON = {
+        "description": "Which verified delivery is the handshake.",
+        "oneOf": [
+            {"type": "object", "additionalProperties": False, "required": ["json", "equals"],
+             "properties": {"json": ref("json_path"), "equals": {}}},
+            {"type": "object", "additionalProperties": False, "required": ["header", "equals"],
+             "properties": {"header": ref("header_name"), "equals": {"type": "string"}}},
+        ],
+    }
+    respond_keys: JSON = {
+        "json": {"type": "object", "additionalProperties": respond_value,
+                 "description": "A JSON answer: \"$.path\" copies a body value, "
+                 "{hmac_sha256_hex: \"$.path\"} signs one, anything else is literal."},
+        "text": {**ref("json_path"), "description": "Answer with this body value as text."},
+        "status": {"type": "integer", "minimum": 200, "maximum": 299, "default": 200},
+    }
+    return {
+        "handshake": {
+            "description": "A provider handshake the proxy answers itself (never forwarded).",
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "properties": {
+                "when": when,
+                "respond": {"type": "object", "additionalProperties": False,
+                            "properties": respond_keys,
+                            "oneOf": one_of_keys("json", "text")},
+            },
+            "anyOf": [{"type": "null"}, {"required": ["when", "respond"]}],
+        },
+        "handshake_override": {
+            "description": "Merged over the preset's handshake block; one with its own "
+                           "`when` replaces it.",
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "properties": {
+                "when": {"type": "object", "additionalProperties": False,
+                         "properties": {"json": ref("json_path"),
+                                        "header": ref("header_name"), "equals": {}}},
+                "respond": {"type": "object", "additionalProperties": False,
+                            "properties": respond_keys},
+            },
+        },
+    }
+
+
+def nested_defs() -> JSON:
+    """The ``$defs`` of the signature, event id and handshake blocks."""
+    return {**_signature_defs(), **_event_id_defs(), **_handshake_defs()}
