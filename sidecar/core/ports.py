@@ -15,6 +15,10 @@ class Store(Protocol):
     - ``claim`` is atomic across processes: of N concurrent claims of one key exactly one wins.
     - ``take_over`` succeeds for exactly one caller per eligible row state.
     - ``complete`` is fenced by ``attempt``: a stale attempt never overwrites a newer one.
+
+    Implementations live in ``sidecar.store`` (PostgreSQL, SQLite, and ``MemoryStore`` for
+    tests); ``tests/integration/test_store_contract.py`` holds every one of them to this
+    contract.
     """
 
     async def claim(

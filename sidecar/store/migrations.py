@@ -1,9 +1,10 @@
-"""Numbered, forward-only schema migrations shared by both adapters.
+"""Numbered, forward-only schema migrations, and the one runner both SQL adapters use.
 
 A migration is a file ``sql/<dialect>/migrations/NNNN_short_name.sql``. Versions start at 1 and
-have no gaps; a migration, once released, is never edited (add a new one instead). Each adapter
-applies the pending ones in order, one transaction per migration, and records the name of each in
-its ``webhook_sidecar_migrations`` table.
+have no gaps; a migration, once released, is never edited (add a new one instead).
+:func:`migrate` applies the pending ones in order, one transaction per migration, and records the
+name of each in the ``webhook_sidecar_migrations`` table; the adapter only supplies a
+:class:`Session`: how to open that transaction under its lock and how to run a statement in it.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ from __future__ import annotations
 import functools
 import re
 import sqlite3
-from collections.abc import Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
+from sidecar.core.errors import SchemaError
+from sidecar.store.rows import Params, Record
 from sidecar.store.sqlfiles import migrations_dir
 
 _NAME = re.compile(r"^(?P<version>[0-9]{4})_[a-z0-9_]+$")
@@ -64,6 +69,67 @@ def applied_version(applied_names: Iterable[str]) -> int:
 def pending(migrations: Iterable[Migration], applied_names: Collection[str]) -> list[Migration]:
     """The migrations not yet recorded as applied, in order."""
     return [m for m in migrations if m.name not in applied_names]
+
+
+RunQuery = Callable[[str, Params], Awaitable[Sequence[Record]]]
+"""Runs the query ``sql/<dialect>/<name>.sql`` with the given parameters; answers its rows."""
+
+
+class Session(Protocol):
+    """One database connection of an adapter, as :func:`migrate` drives it."""
+
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """One transaction that holds the adapter's migration lock from its start, so that
+        concurrent runs apply each migration once; committed on normal exit, else rolled back."""
+        ...
+
+    async def rows(self, name: str, params: Params) -> Sequence[Record]:
+        """Run the query ``sql/<dialect>/<name>.sql`` in the current transaction."""
+        ...
+
+    async def script(self, sql: str) -> None:
+        """Run a migration file (several statements) in the current transaction."""
+        ...
+
+
+async def migrate(dialect: str, session: Session) -> list[str]:
+    """Apply the pending migrations of ``dialect``, each in its own transaction; returns the
+    names applied, in order (empty when the database is up to date). Another run that got the
+    lock first has applied some or all of them: those are skipped, not applied twice."""
+    applied: list[str] = []
+    for migration in load_migrations(dialect):
+        async with session.transaction():
+            await session.rows("migrations_table", {})
+            if migration.name in _names(await session.rows("migrations_applied", {})):
+                continue
+            await session.script(migration.sql)
+            await session.rows("migration_record", {"name": migration.name})
+        applied.append(migration.name)
+    return applied
+
+
+async def recorded(rows: RunQuery) -> set[str]:
+    """Names of the migrations recorded in a database (empty for a fresh one), read with
+    ``rows(query_name, params)``; creates nothing."""
+    present = await rows("migrations_exist", {})
+    if not present or not present[0]["present"]:
+        return set()
+    return _names(await rows("migrations_applied", {}))
+
+
+def check_current(dialect: str, applied_names: Collection[str]) -> None:
+    """Raise ``SchemaError`` unless every migration this release ships has been applied (a
+    newer schema is fine: an older replica during a rolling upgrade)."""
+    needed = load_migrations(dialect)
+    if pending(needed, applied_names):
+        raise SchemaError(
+            f"database schema is at version {applied_version(applied_names)}, this release "
+            f"needs {latest_version(needed)}: run `webhook-sidecar migrate`"
+        )
+
+
+def _names(records: Iterable[Record]) -> set[str]:
+    return {str(r["name"]) for r in records}
 
 
 def split_sqlite_script(script: str) -> list[str]:

@@ -12,23 +12,17 @@ The schema is applied by :func:`migrate_postgres` (``webhook-sidecar migrate``);
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import asyncpg
 
-from sidecar.core.errors import SchemaError, StoreError
-from sidecar.core.events import (
-    AttemptResult,
-    Claim,
-    EventRow,
-    EventState,
-    StoredRequest,
-)
+from sidecar.core.errors import StoreError
+from sidecar.core.events import Claim
 from sidecar.store import migrations
-from sidecar.store.rows import event_row, result_values
-from sidecar.store.sqlfiles import query
+from sidecar.store.rows import Params, event_row
+from sidecar.store.sqlfiles import statement
+from sidecar.store.verbs import SQLStore
 
 DIALECT = "postgres"
 
@@ -42,10 +36,6 @@ _DRIVER_ERRORS: tuple[type[BaseException], ...] = (
 )
 _CLOSE_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *_DRIVER_ERRORS)
 _CLOSE_GRACE = 10.0  # seconds close() waits for borrowed connections before aborting them
-
-
-def _q(name: str) -> str:
-    return query(DIALECT, name)
 
 
 def _describe(exc: BaseException) -> str:
@@ -64,8 +54,9 @@ async def _no_session_state(conn: asyncpg.Connection) -> None:
     (``RESET ALL; UNLISTEN *; …``) would only add a round trip to every call."""
 
 
-class PostgresStore:
-    """``sidecar.core.ports.Store`` on PostgreSQL. Create with :meth:`connect`."""
+class PostgresStore(SQLStore):
+    """``sidecar.core.ports.Store`` on PostgreSQL. Create with :meth:`connect`. The verbs are
+    :class:`~sidecar.store.verbs.SQLStore`'s; this class holds the pool and the claim race."""
 
     def __init__(self, pool: asyncpg.Pool, *, acquire_timeout: float) -> None:
         self._pool = pool
@@ -137,123 +128,7 @@ class PostgresStore:
 
     async def check_schema(self) -> None:
         """Raise ``SchemaError`` unless every migration this release ships has been applied."""
-        applied = await self.applied_migrations()
-        needed = migrations.load_migrations(DIALECT)
-        if migrations.pending(needed, applied):
-            have = migrations.applied_version(applied)
-            want = migrations.latest_version(needed)
-            raise SchemaError(
-                f"database schema is at version {have}, this release needs {want}: "
-                "run `webhook-sidecar migrate`"
-            )
-
-    async def applied_migrations(self) -> set[str]:
-        """Names of the migrations recorded in the database (empty for a fresh database)."""
-        present = await self._fetchval("migrations_exist")
-        if not present:
-            return set()
-        return {r["name"] for r in await self._fetch("migrations_applied")}
-
-    # -- the Store verbs -------------------------------------------------------------------
-
-    async def claim(
-        self,
-        provider: str,
-        event_id: str,
-        body_sha256: bytes,
-        lease_seconds: float,
-        owner: str,
-        payload: StoredRequest | None = None,
-    ) -> Claim:
-        args = (
-            provider, event_id, body_sha256, float(lease_seconds), owner,
-            payload.body if payload else None, payload.meta_json() if payload else None,
-        )
-        for _ in range(3):
-            try:
-                records = await self._fetch("claim", *args)
-            except StoreError as exc:
-                # A unique violation can escape ON CONFLICT while the primary key is being
-                # rebuilt concurrently (REINDEX CONCURRENTLY): someone else holds the key.
-                if not isinstance(exc.__cause__, asyncpg.UniqueViolationError):
-                    raise
-                records = []
-            if records:
-                record = records[0]
-                return Claim(won=bool(record["won"]), row=event_row(record))
-            # The competing insert committed after this statement's snapshot: read it anew.
-            existing = await self._fetchrow("get", provider, event_id)
-            if existing is not None:
-                return Claim(won=False, row=event_row(existing))
-            # The competitor rolled back or the row was purged in between: claim again.
-        raise StoreError(f"claim of {provider}:{event_id} did not settle after 3 tries")
-
-    async def take_over(
-        self, provider: str, event_id: str, lease_seconds: float, owner: str
-    ) -> int | None:
-        attempt = await self._fetchval("take_over", provider, event_id, float(lease_seconds), owner)
-        return int(attempt) if attempt is not None else None
-
-    async def complete(
-        self, provider: str, event_id: str, attempt: int, result: AttemptResult
-    ) -> bool:
-        values = result_values(result)
-        written = await self._fetchval(
-            "complete", provider, event_id, attempt, values["state"], values["outcome"],
-            values["response_status"], values["response_headers"], values["response_body"],
-            values["latency_ms"])
-        return written is not None
-
-    async def get(self, provider: str, event_id: str) -> EventRow | None:
-        record = await self._fetchrow("get", provider, event_id)
-        return event_row(record) if record is not None else None
-
-    async def list_events(
-        self,
-        provider: str | None = None,
-        state: EventState | None = None,
-        limit: int = 100,
-        older_than_seconds: float | None = None,
-    ) -> list[EventRow]:
-        state_value = EventState(state).value if state is not None else None
-        older = float(older_than_seconds) if older_than_seconds is not None else None
-        records = await self._fetch("list_events", provider, state_value, limit, older)
-        return [event_row(r) for r in records]
-
-    async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
-        record = await self._fetchrow("get_payload", provider, event_id)
-        if record is None or record["payload_request"] is None:
-            return None
-        return StoredRequest.from_stored(bytes(record["payload_body"] or b""),
-                                         record["payload_request"])
-
-    async def stuck_counts(self) -> dict[str, int]:
-        return {r["provider"]: int(r["stuck"]) for r in await self._fetch("stuck_counts")}
-
-    async def release(self, provider: str, event_id: str) -> bool:
-        return await self._fetchval("release", provider, event_id) is not None
-
-    async def purge(self, provider: str, older_than_seconds: float, batch_size: int) -> int:
-        deleted = await self._fetchval("purge", provider, float(older_than_seconds), batch_size)
-        return int(deleted or 0)
-
-    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
-        for _ in range(3):
-            bound = await self._fetchval("bind_nonce", provider, nonce, body_sha256)
-            if bound is None:  # the competing insert committed after our snapshot
-                bound = await self._fetchval("get_nonce", provider, nonce)
-            if bound is not None:
-                return bytes(bound)
-        raise StoreError(f"nonce of {provider} did not settle after 3 tries")
-
-    async def purge_nonces(self, provider: str, older_than_seconds: float,
-                           batch_size: int) -> int:
-        deleted = await self._fetchval("purge_nonces", provider, float(older_than_seconds),
-                                       batch_size)
-        return int(deleted or 0)
-
-    async def ping(self) -> None:
-        await self._fetchval("ping")
+        migrations.check_current(DIALECT, await self.applied_migrations())
 
     async def close(self) -> None:
         """Close the pool, waiting a bounded time for borrowed connections, then abort them."""
@@ -264,25 +139,37 @@ class PostgresStore:
         except _CLOSE_ERRORS:
             self._pool.terminate()
 
+    # -- the claim race --------------------------------------------------------------------
+
+    async def _claim(self, params: Params) -> Claim:
+        for _ in range(3):
+            try:
+                records = await self._rows("claim", params)
+            except StoreError as exc:
+                # A unique violation can escape ON CONFLICT while the primary key is being
+                # rebuilt concurrently (REINDEX CONCURRENTLY): someone else holds the key.
+                if not isinstance(exc.__cause__, asyncpg.UniqueViolationError):
+                    raise
+                records = []
+            if records:
+                return Claim(won=bool(records[0]["won"]), row=event_row(records[0]))
+            # The competing insert committed after this statement's snapshot: read it anew.
+            existing = await self._rows("get", params)
+            if existing:
+                return Claim(won=False, row=event_row(existing[0]))
+            # The competitor rolled back or the row was purged in between: claim again.
+        key = f"{params['provider']}:{params['event_id']}"
+        raise StoreError(f"claim of {key} did not settle after 3 tries")
+
     # -- one statement on one pooled connection ---------------------------------------------
 
-    async def _fetch(self, name: str, *args: object) -> list[asyncpg.Record]:
-        return await self._run(name, "fetch", args)  # type: ignore[no-any-return]
-
-    async def _fetchrow(self, name: str, *args: object) -> asyncpg.Record | None:
-        return await self._run(name, "fetchrow", args)
-
-    async def _fetchval(self, name: str, *args: object) -> Any:
-        return await self._run(name, "fetchval", args)
-
-    async def _run(self, name: str, method: str, args: Sequence[object]) -> Any:
-        sql = _q(name)
+    async def _rows(self, name: str, params: Params) -> list[asyncpg.Record]:
         try:
             conn = await self._pool.acquire(timeout=self._acquire_timeout)
         except _DRIVER_ERRORS as exc:
             raise StoreError(f"{name}: no database connection: {_describe(exc)}") from exc
         try:
-            return await getattr(conn, method)(sql, *args)
+            return await _fetch(conn, name, params)
         except BaseException as exc:
             if _connection_is_suspect(exc):
                 # Broken socket or protocol trouble: drop the connection, so that the next
@@ -298,6 +185,13 @@ class PostgresStore:
                 await self._pool.release(conn)
             except _DRIVER_ERRORS:
                 conn.terminate()
+
+
+async def _fetch(conn: asyncpg.Connection, name: str, params: Params) -> list[asyncpg.Record]:
+    """Run ``sql/postgres/<name>.sql`` on ``conn``, its named parameters sent as ``$n``."""
+    stmt = statement(DIALECT, name)
+    records: list[asyncpg.Record] = await conn.fetch(stmt.sql, *stmt.positional(params))
+    return records
 
 
 def _connection_is_suspect(exc: BaseException) -> bool:
@@ -331,36 +225,28 @@ async def migrate_postgres(dsn: str, *, connect_timeout: float = 10.0) -> list[s
     """Apply the pending numbered migrations, each in its own transaction under a transaction
     advisory lock (so concurrent runs are safe: the second waits, then finds nothing to do).
     Returns the names applied, in order; empty when the database is up to date."""
-    applied: list[str] = []
     async with _single_connection(dsn, connect_timeout) as conn:
         try:
-            await _apply_migrations(conn, applied)
+            return await migrations.migrate(DIALECT, _MigrationSession(conn))
         except _DRIVER_ERRORS as exc:
             raise StoreError(f"migration failed: {_describe(exc)}") from exc
-    return applied
 
 
-async def _apply_migrations(conn: asyncpg.Connection, applied: list[str]) -> None:
-    """Each pending migration in its own transaction; ``applied`` collects the names."""
-    for migration in migrations.load_migrations(DIALECT):
-        async with conn.transaction():
-            await conn.execute(_q("migration_lock"))
-            await conn.execute(_q("migrations_table"))
-            done = {r["name"] for r in await conn.fetch(_q("migrations_applied"))}
-            if migration.name in done:
-                continue
-            await conn.execute(migration.sql)
-            await conn.execute(_q("migration_record"), migration.name)
-        applied.append(migration.name)
+class _MigrationSession:
+    """``migrations.Session`` on one connection: the lock is a transaction advisory lock,
+    released at commit or rollback (so it is safe behind a pooler)."""
 
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
 
-async def pending_postgres_migrations(dsn: str, *, connect_timeout: float = 10.0) -> list[str]:
-    """Names of the migrations ``migrate_postgres`` would apply (read only)."""
-    done: set[str] = set()
-    async with _single_connection(dsn, connect_timeout) as conn:
-        try:
-            if await conn.fetchval(_q("migrations_exist")):
-                done = {r["name"] for r in await conn.fetch(_q("migrations_applied"))}
-        except _DRIVER_ERRORS as exc:
-            raise StoreError(f"cannot read the schema version: {_describe(exc)}") from exc
-    return [m.name for m in migrations.pending(migrations.load_migrations(DIALECT), done)]
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        async with self._conn.transaction():
+            await self.rows("migration_lock", {})
+            yield
+
+    async def rows(self, name: str, params: Params) -> list[asyncpg.Record]:
+        return await _fetch(self._conn, name, params)
+
+    async def script(self, sql: str) -> None:
+        await self._conn.execute(sql)  # no arguments: the simple protocol, several statements

@@ -1,9 +1,10 @@
-"""Rows as both adapters read and write them: one mapping between database records (asyncpg
-``Record`` or ``sqlite3.Row``, both indexable by column name) and the core's values."""
+"""Rows as both SQL adapters read and write them: one mapping between database records
+(asyncpg ``Record`` or ``sqlite3.Row``, both indexable by column name) and the core's values."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from sidecar.core.events import (
@@ -12,9 +13,13 @@ from sidecar.core.events import (
     EventState,
     Outcome,
     RecordedResponse,
+    StoredRequest,
     headers_from_json,
     headers_to_json,
 )
+
+Params = Mapping[str, object]
+"""The values of one statement's named parameters (``:provider`` → ``params["provider"]``)."""
 
 
 class Record(Protocol):
@@ -52,6 +57,15 @@ def event_row(record: Record) -> EventRow:
         latency_ms=_float(record["latency_ms"]),
         now=float(record["now"]),
     )
+
+
+def stored_request(record: Record) -> StoredRequest | None:
+    """The payload of a record with the columns of the ``get_payload`` queries, or None when the
+    provider keeps no payloads."""
+    meta = record["payload_request"]
+    if meta is None:
+        return None
+    return StoredRequest.from_stored(bytes(record["payload_body"] or b""), meta)
 
 
 def result_values(result: AttemptResult) -> dict[str, Any]:

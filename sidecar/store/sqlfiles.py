@@ -1,17 +1,70 @@
-"""Load the adapters' ``.sql`` files from the package, once.
+"""The adapters' ``.sql`` files, loaded from the package once and made ready for the driver.
 
 Queries live in ``sql/<dialect>/<name>.sql``; migrations in ``sql/<dialect>/migrations/``.
 Files are read with ``importlib.resources`` so they work from a wheel or a zip as well as from a
 source checkout.
+
+Two things happen to a query between its file and the driver, once per process:
+
+- **Fragments are spliced in.** ``{{event_row}}`` stands for the text of
+  ``sql/<dialect>/event_row.fragment.sql`` (its ``--`` comment lines left out), so that the
+  column list every row-reading query shares is written once per dialect. The braces are not
+  SQL, so a file run by hand without its fragment fails instead of reading other columns.
+- **Named parameters are made positional where the driver wants it.** Queries of both dialects
+  name their parameters, ``:provider``. ``sqlite3`` binds those from a mapping as they are;
+  asyncpg only knows ``$1, $2, …``, so for PostgreSQL each distinct name becomes ``$n`` in the
+  order of its first use (:meth:`Statement.positional` lines the values up). Casts
+  (``:provider::text`` keeps its ``::text``), string literals (``'webhook-sidecar:migrate'``),
+  quoted identifiers, dollar-quoted bodies and comments are left as they are.
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 
 DIALECTS = ("postgres", "sqlite")
+
+_FRAGMENT = re.compile(r"\{\{(?P<name>[a-z_]+)\}\}")
+
+# One left-to-right scan. What may contain a colon without being a parameter is matched (and
+# kept) first; a ``:name`` is a parameter only where none of those starts.
+_SCAN = re.compile(
+    r"""
+      (?P<keep>
+          --[^\n]*                              # line comment
+        | /\*.*?\*/                             # block comment
+        | (?<![\w$])[eE]'(?:[^'\\]|\\.|'')*'    # escape string literal, E'…'
+        | '(?:[^']|'')*'                        # string literal
+        | "(?:[^"]|"")*"                        # quoted identifier
+        | (?<![\w$])\$(?P<tag>(?:[A-Za-z_]\w*)?)\$.*?\$(?P=tag)\$   # dollar-quoted
+        | ::                                    # a cast
+      )
+    | (?<![\w:]):(?P<name>[A-Za-z_]\w*)         # a named parameter (not a[lo:hi])
+    | (?<![\w$])(?P<positional>\$[0-9]+)        # a positional one: not in a named file
+    """,
+    re.DOTALL | re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One query as its driver takes it."""
+
+    name: str  # the file's name without ".sql", e.g. "claim"
+    sql: str  # PostgreSQL: with $n placeholders; SQLite: with the :name ones as written
+    names: tuple[str, ...]  # the parameters in order of first use: $n stands for names[n - 1]
+
+    def positional(self, params: Mapping[str, object]) -> list[object]:
+        """The values of ``params`` in ``$n`` order, for asyncpg."""
+        missing = [n for n in self.names if n not in params]
+        if missing:
+            raise KeyError(f"{self.name}.sql needs a value for :{', :'.join(missing)}")
+        return [params[n] for n in self.names]
 
 
 def _dialect_dir(dialect: str) -> Traversable:
@@ -20,13 +73,60 @@ def _dialect_dir(dialect: str) -> Traversable:
     return resources.files("sidecar.store").joinpath("sql", dialect)
 
 
+def _read(dialect: str, relative: str) -> str:
+    path = _dialect_dir(dialect).joinpath(relative)
+    if not path.is_file():
+        raise FileNotFoundError(f"no SQL file {dialect}/{relative} in the sidecar.store package")
+    return path.read_text(encoding="utf-8")
+
+
+@functools.cache
+def fragment(dialect: str, name: str) -> str:
+    """The text of ``sql/<dialect>/<name>.fragment.sql`` without its comment lines."""
+    lines = _read(dialect, f"{name}.fragment.sql").splitlines()
+    return "\n".join(line for line in lines if not line.lstrip().startswith("--")).strip()
+
+
 @functools.cache
 def query(dialect: str, name: str) -> str:
-    """The text of ``sql/<dialect>/<name>.sql``, read once per process."""
-    path = _dialect_dir(dialect).joinpath(f"{name}.sql")
-    if not path.is_file():
-        raise FileNotFoundError(f"no SQL file {dialect}/{name}.sql in the sidecar.store package")
-    return path.read_text(encoding="utf-8")
+    """The text of ``sql/<dialect>/<name>.sql`` with its fragments spliced in, read once."""
+    return _FRAGMENT.sub(lambda m: fragment(dialect, m["name"]), _read(dialect, f"{name}.sql"))
+
+
+@functools.cache
+def statement(dialect: str, name: str) -> Statement:
+    """``query(dialect, name)`` ready for the dialect's driver, built once per process."""
+    sql, names = to_positional(query(dialect, name), what=f"{dialect}/{name}.sql")
+    if dialect == "sqlite":  # sqlite3 binds :name from a mapping itself
+        sql = query(dialect, name)
+    return Statement(name, sql, names)
+
+
+def to_positional(sql: str, *, what: str = "query") -> tuple[str, tuple[str, ...]]:
+    """``sql`` with each ``:name`` parameter replaced by ``$n`` (one ``n`` per distinct name, in
+    order of first use), and the names in that order. Raises ``ValueError`` on a ``$n`` already
+    there: a file uses one style."""
+    names: dict[str, int] = {}
+
+    def replace(match: re.Match[str]) -> str:
+        if match["positional"]:
+            raise ValueError(f"{what} mixes in a positional {match['positional']}: use :name")
+        name = match["name"]
+        if name is None:
+            return match[0]
+        number = names.setdefault(name, len(names) + 1)
+        return f"${number}"
+
+    return _SCAN.sub(replace, sql), tuple(names)
+
+
+def query_names(dialect: str) -> list[str]:
+    """The names of all queries shipped for ``dialect`` (fragments and migrations left out)."""
+    return sorted(
+        entry.name.removesuffix(".sql") for entry in _dialect_dir(dialect).iterdir()
+        if entry.is_file() and entry.name.endswith(".sql")
+        and not entry.name.endswith(".fragment.sql")
+    )
 
 
 def migrations_dir(dialect: str) -> Traversable:

@@ -17,30 +17,21 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 from sidecar.core.errors import StoreError
-from sidecar.core.events import (
-    AttemptResult,
-    Claim,
-    EventRow,
-    EventState,
-    StoredRequest,
-)
+from sidecar.core.events import Claim
 from sidecar.store import migrations
-from sidecar.store.rows import event_row, result_values
-from sidecar.store.sqlfiles import query
+from sidecar.store.rows import Params, event_row
+from sidecar.store.sqlfiles import query, statement
+from sidecar.store.verbs import SQLStore
 
 DIALECT = "sqlite"
 
 T = TypeVar("T")
-
-
-def _q(name: str) -> str:
-    return query(DIALECT, name)
 
 
 @contextmanager
@@ -52,13 +43,19 @@ def _immediate(con: sqlite3.Connection) -> Iterator[None]:
         yield
         con.execute("COMMIT")
     except BaseException:
-        if con.in_transaction:
-            con.execute("ROLLBACK")
+        _rollback(con)
         raise
 
 
-class SQLiteStore:
-    """``sidecar.core.ports.Store`` on a SQLite file. Create with :meth:`open`."""
+def _rollback(con: sqlite3.Connection) -> None:
+    if con.in_transaction:
+        con.execute("ROLLBACK")
+
+
+class SQLiteStore(SQLStore):
+    """``sidecar.core.ports.Store`` on a SQLite file. Create with :meth:`open`. The verbs are
+    :class:`~sidecar.store.verbs.SQLStore`'s; this class holds the connection, its worker thread
+    and the claim race."""
 
     def __init__(self, path: str, con: sqlite3.Connection, executor: ThreadPoolExecutor,
                  deadline: float = 5.0) -> None:
@@ -99,133 +96,32 @@ class SQLiteStore:
             raise
         # Past SQLite's own busy timeout, so a statement waiting on a lock fails cleanly (and
         # changes nothing) before the caller stops waiting for it.
-        return cls(filename, con, executor, deadline=busy_timeout + 0.5)
+        store = cls(filename, con, executor, deadline=busy_timeout + 0.5)
+        try:
+            await migrations.migrate(DIALECT, _MigrationSession(store))
+        except BaseException as exc:
+            await store.close()
+            if isinstance(exc, StoreError):
+                raise StoreError(f"cannot open SQLite database {filename!r}: {exc}") from exc
+            raise
+        return store
 
-    # -- the Store verbs -------------------------------------------------------------------
+    # -- the claim race --------------------------------------------------------------------
 
-    async def claim(
-        self,
-        provider: str,
-        event_id: str,
-        body_sha256: bytes,
-        lease_seconds: float,
-        owner: str,
-        payload: StoredRequest | None = None,
-    ) -> Claim:
-        params = {
-            "provider": provider,
-            "event_id": event_id,
-            "body_sha256": body_sha256,
-            "lease_seconds": float(lease_seconds),
-            "owner": owner,
-            "payload_body": payload.body if payload else None,
-            "payload_request": payload.meta_json() if payload else None,
-        }
+    async def _claim(self, params: Params) -> Claim:
         return await self._call("claim", self._claim_sync, params)
 
-    def _claim_sync(self, params: dict[str, Any]) -> Claim:
+    def _claim_sync(self, params: Params) -> Claim:
         con = self._con
         with _immediate(con):
-            inserted = con.execute(_q("claim"), params).fetchall()
+            inserted = self._execute("claim", params)
             if inserted:
                 return Claim(won=True, row=event_row(inserted[0]))
-            existing = con.execute(_q("get"), params).fetchall()
+            existing = self._execute("get", params)
         if not existing:  # impossible under the write lock; never report a claim we lack
             key = f"{params['provider']}:{params['event_id']}"
             raise sqlite3.IntegrityError(f"claim of {key} found no row")
         return Claim(won=False, row=event_row(existing[0]))
-
-    async def take_over(
-        self, provider: str, event_id: str, lease_seconds: float, owner: str
-    ) -> int | None:
-        params = {
-            "provider": provider,
-            "event_id": event_id,
-            "lease_seconds": float(lease_seconds),
-            "owner": owner,
-        }
-        rows = await self._call("take_over", self._write_sync, "take_over", params)
-        return int(rows[0]["attempt"]) if rows else None
-
-    async def complete(
-        self, provider: str, event_id: str, attempt: int, result: AttemptResult
-    ) -> bool:
-        params = {"provider": provider, "event_id": event_id, "attempt": attempt,
-                  **result_values(result)}
-        rows = await self._call("complete", self._write_sync, "complete", params)
-        return bool(rows)
-
-    async def get(self, provider: str, event_id: str) -> EventRow | None:
-        params = {"provider": provider, "event_id": event_id}
-        rows = await self._call("get", self._read_sync, "get", params)
-        return event_row(rows[0]) if rows else None
-
-    async def list_events(
-        self,
-        provider: str | None = None,
-        state: EventState | None = None,
-        limit: int = 100,
-        older_than_seconds: float | None = None,
-    ) -> list[EventRow]:
-        params = {
-            "provider": provider,
-            "state": EventState(state).value if state is not None else None,
-            "limit": limit,
-            "older_than": float(older_than_seconds) if older_than_seconds is not None else None,
-        }
-        rows = await self._call("list_events", self._read_sync, "list_events", params)
-        return [event_row(r) for r in rows]
-
-    async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
-        params = {"provider": provider, "event_id": event_id}
-        rows = await self._call("get_payload", self._read_sync, "get_payload", params)
-        if not rows or rows[0]["payload_request"] is None:
-            return None
-        return StoredRequest.from_stored(bytes(rows[0]["payload_body"] or b""),
-                                         rows[0]["payload_request"])
-
-    async def stuck_counts(self) -> dict[str, int]:
-        rows = await self._call("stuck_counts", self._read_sync, "stuck_counts", {})
-        return {str(r["provider"]): int(r["stuck"]) for r in rows}
-
-    async def release(self, provider: str, event_id: str) -> bool:
-        params = {"provider": provider, "event_id": event_id}
-        rows = await self._call("release", self._write_sync, "release", params)
-        return bool(rows)
-
-    async def purge(self, provider: str, older_than_seconds: float, batch_size: int) -> int:
-        params = {
-            "provider": provider,
-            "older_than": float(older_than_seconds),
-            "batch_size": batch_size,
-        }
-        return await self._call("purge", self._purge_sync, params)
-
-    def _purge_sync(self, params: dict[str, Any]) -> int:
-        cursor = self._con.execute(_q("purge"), params)
-        return max(cursor.rowcount, 0)
-
-    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
-        params = {"provider": provider, "nonce": nonce, "body_sha256": body_sha256}
-        return await self._call("bind_nonce", self._bind_nonce_sync, params)
-
-    def _bind_nonce_sync(self, params: dict[str, Any]) -> bytes:
-        with _immediate(self._con):
-            self._con.execute(_q("bind_nonce"), params)
-            (bound,) = self._con.execute(_q("get_nonce"), params).fetchone()
-        return bytes(bound)
-
-    async def purge_nonces(self, provider: str, older_than_seconds: float,
-                           batch_size: int) -> int:
-        params = {"provider": provider, "older_than": float(older_than_seconds),
-                  "batch_size": batch_size}
-        return await self._call("purge_nonces", self._purge_nonces_sync, params)
-
-    def _purge_nonces_sync(self, params: dict[str, Any]) -> int:
-        return max(self._con.execute(_q("purge_nonces"), params).rowcount, 0)
-
-    async def ping(self) -> None:
-        await self._call("ping", self._read_sync, "ping", {})
 
     async def close(self) -> None:
         if self._closed:
@@ -241,13 +137,13 @@ class SQLiteStore:
 
     # -- running on the worker thread -------------------------------------------------------
 
-    def _read_sync(self, name: str, params: dict[str, Any]) -> list[sqlite3.Row]:
-        return self._con.execute(_q(name), params).fetchall()
+    async def _rows(self, name: str, params: Params) -> list[sqlite3.Row]:
+        # A single statement is its own transaction: SQLite takes the write lock before an
+        # UPDATE … RETURNING reads, so the guard in its WHERE clause cannot be raced.
+        return await self._call(name, self._execute, name, params)
 
-    def _write_sync(self, name: str, params: dict[str, Any]) -> list[sqlite3.Row]:
-        # A single UPDATE … RETURNING is its own transaction: SQLite takes the write lock before
-        # the statement reads, so the guard in its WHERE clause cannot be raced.
-        return self._con.execute(_q(name), params).fetchall()
+    def _execute(self, name: str, params: Params) -> list[sqlite3.Row]:
+        return self._con.execute(statement(DIALECT, name).sql, params).fetchall()
 
     async def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
@@ -284,9 +180,8 @@ def _open_sync(filename: str, busy_timeout: float) -> sqlite3.Connection:
                 f"could not switch {filename!r} to WAL mode (got {mode!r}); "
                 "a network filesystem is not supported"
             )
-        for statement in migrations.split_sqlite_script(_q("session")):
-            con.execute(statement).fetchall()
-        _migrate_sync(con)
+        for sql in migrations.split_sqlite_script(query(DIALECT, "session")):
+            con.execute(sql).fetchall()
     except BaseException:
         con.close()
         raise
@@ -300,7 +195,7 @@ def _enable_wal(con: sqlite3.Connection, busy_timeout: float) -> str:
     deadline = time.monotonic() + busy_timeout
     while True:
         try:
-            (mode,) = con.execute(_q("journal_mode")).fetchone()
+            (mode,) = con.execute(query(DIALECT, "journal_mode")).fetchone()
             return str(mode)
         except sqlite3.OperationalError as exc:
             busy = (exc.sqlite_errorcode & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -309,18 +204,33 @@ def _enable_wal(con: sqlite3.Connection, busy_timeout: float) -> str:
         time.sleep(0.005)
 
 
-def _migrate_sync(con: sqlite3.Connection) -> list[str]:
-    """Apply pending migrations, one ``BEGIN IMMEDIATE`` transaction each, so that two processes
+class _MigrationSession:
+    """``migrations.Session`` on the store's connection, each step a call on its worker thread.
+    The lock is SQLite's write lock, taken up front by ``BEGIN IMMEDIATE``, so that two processes
     opening a fresh file at once apply each migration exactly once."""
-    applied: list[str] = []
-    for migration in migrations.load_migrations(DIALECT):
-        with _immediate(con):
-            con.execute(_q("migrations_table"))
-            done = {r["name"] for r in con.execute(_q("migrations_applied")).fetchall()}
-            if migration.name in done:
-                continue
-            for statement in migrations.split_sqlite_script(migration.sql):
-                con.execute(statement).fetchall()
-            con.execute(_q("migration_record"), {"name": migration.name})
-        applied.append(migration.name)
-    return applied
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        con = self._store._con
+        await self._store._call("migrate", con.execute, "BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            await self._store._call("migrate", _rollback, con)
+            raise
+        await self._store._call("migrate", con.execute, "COMMIT")
+
+    async def rows(self, name: str, params: Params) -> list[sqlite3.Row]:
+        return await self._store._rows(name, params)
+
+    async def script(self, sql: str) -> None:
+        await self._store._call("migrate", _run_script, self._store._con, sql)
+
+
+def _run_script(con: sqlite3.Connection, sql: str) -> None:
+    """Statement by statement, inside the open transaction (``executescript`` would commit)."""
+    for each in migrations.split_sqlite_script(sql):
+        con.execute(each).fetchall()

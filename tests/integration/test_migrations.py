@@ -13,8 +13,8 @@ import pytest
 
 from sidecar.core.errors import SchemaError, StoreError
 from sidecar.store import migrations
-from sidecar.store.postgres import PostgresStore, migrate_postgres, pending_postgres_migrations
-from sidecar.store.sqlfiles import query
+from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.sqlfiles import statement
 from sidecar.store.sqlite import SQLiteStore
 from tests.pgserver import free_port
 
@@ -114,16 +114,28 @@ def test_split_sqlite_script_respects_literals_and_triggers() -> None:
 # == PostgreSQL ==============================================================================
 
 
+async def _pending_postgres(dsn: str) -> list[str]:
+    """What ``migrate_postgres`` would apply, read through the store's own bookkeeping (a store
+    made from a bare pool: ``connect`` refuses a database that is behind)."""
+    store = PostgresStore(await asyncpg.create_pool(dsn, min_size=1, max_size=1),
+                          acquire_timeout=2.0)
+    try:
+        applied = await store.applied_migrations()
+    finally:
+        await store.close()
+    return [m.name for m in migrations.pending(migrations.load_migrations("postgres"), applied)]
+
+
 @pytest.mark.postgres
 async def test_migrate_applies_everything_once_and_then_nothing(
     pg_database_factory: MakeDb,
 ) -> None:
     dsn = await pg_database_factory()
-    assert await pending_postgres_migrations(dsn) == ALL_PG
+    assert await _pending_postgres(dsn) == ALL_PG
 
     assert await migrate_postgres(dsn) == ALL_PG
     assert await migrate_postgres(dsn) == []
-    assert await pending_postgres_migrations(dsn) == []
+    assert await _pending_postgres(dsn) == []
     conn = await asyncpg.connect(dsn)
     try:
         recorded = await conn.fetch("SELECT name FROM webhook_sidecar_migrations ORDER BY name")
@@ -141,7 +153,7 @@ async def test_connect_refuses_an_unmigrated_database(pg_database_factory: MakeD
     message = str(info.value)
     assert f"at version 0, this release needs {len(ALL_PG)}" in message
     assert "webhook-sidecar migrate" in message
-    assert await pending_postgres_migrations(dsn) == ALL_PG, "connect never migrates"
+    assert await _pending_postgres(dsn) == ALL_PG, "connect never migrates"
 
     await migrate_postgres(dsn)
     store = await PostgresStore.connect(dsn)
@@ -247,17 +259,25 @@ async def test_state_transitions_are_hot_updates(pg_database_factory: MakeDb) ->
     dsn = await pg_database_factory()
     await migrate_postgres(dsn)
     conn = await asyncpg.connect(dsn)
-    q = lambda name: query("postgres", name)  # noqa: E731
+
+    async def run(name: str, **params: object) -> object:
+        stmt = statement("postgres", name)
+        return await conn.fetchval(stmt.sql, *stmt.positional(params))
+
     try:
         async with conn.transaction():
             for i in range(20):
-                key = ("stripe", f"evt_{i}")
-                assert (await conn.fetchrow(q("claim"), *key, b"h", 0.0, "a", None, None))["won"]
-                assert await conn.fetchval(q("take_over"), *key, 30.0, "b") == 2
-                assert await conn.fetchval(q("release"), *key) == 2
-                assert await conn.fetchval(q("take_over"), *key, 30.0, "c") == 3
-                done = ("done", "response", 200, '[["a", "b"]]', b"ok", 1.5)
-                assert await conn.fetchval(q("complete"), *key, 3, *done) == 3
+                key = {"provider": "stripe", "event_id": f"evt_{i}"}
+                claim = {"body_sha256": b"h", "lease_seconds": 0.0, "owner": "a",
+                         "payload_body": None, "payload_request": None}
+                assert await run("claim", **key, **claim) is True  # the `won` column
+                assert await run("take_over", **key, lease_seconds=30.0, owner="b") == 2
+                assert await run("release", **key) == 2
+                assert await run("take_over", **key, lease_seconds=30.0, owner="c") == 3
+                done = {"state": "done", "outcome": "response", "response_status": 200,
+                        "response_headers": '[["a", "b"]]', "response_body": b"ok",
+                        "latency_ms": 1.5}
+                assert await run("complete", **key, attempt=3, **done) == 3
             stats = await conn.fetchrow(
                 "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables"
                 " WHERE relname = 'webhook_event'"

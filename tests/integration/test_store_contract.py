@@ -1,19 +1,23 @@
-"""One contract for every ``Store`` adapter, run against real SQLite and real PostgreSQL.
+"""One contract for every ``Store``, run against real SQLite, real PostgreSQL and the
+in-memory store that users' tests may use in their place.
 
-Each test in the first part takes the parametrized ``store`` fixture ([sqlite] and [postgres]).
-A few adapter-specific fault tests follow (unreachable database, server restart, two processes
-sharing one SQLite file). Nothing here sleeps to synchronise: concurrency is real
-(``asyncio.gather`` over a pool of several connections), and expired leases are made with
-``lease_seconds=0`` instead of waiting.
+Each test in the first part takes the parametrized ``store`` fixture ([sqlite], [postgres] and
+[memory]; this module extends conftest's). A few store-specific tests follow (unreachable
+database, server restart, two processes sharing one SQLite file, the memory store's clock).
+Nothing here sleeps to synchronise: concurrency is real (``asyncio.gather`` over a pool of
+several connections), and expired leases are made with ``lease_seconds=0`` instead of waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import doctest
 import hashlib
 import sys
 import textwrap
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncpg
@@ -30,7 +34,10 @@ from sidecar.core.events import (
     StoredRequest,
 )
 from sidecar.core.ports import Store
+from sidecar.store import memory
+from sidecar.store.memory import MemoryStore
 from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.rows import Params
 from sidecar.store.sqlite import SQLiteStore
 from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
 from tests.pgserver import ThrowawayCluster, free_port
@@ -58,6 +65,47 @@ FAILED_503 = AttemptResult(
 FAILED_TIMEOUT = AttemptResult(
     state=EventState.FAILED, outcome=Outcome.TIMEOUT, response=None, latency_ms=10_000.0
 )
+
+
+# == the stores under contract ===============================================================
+
+
+@pytest.fixture
+async def memory_store() -> AsyncIterator[MemoryStore]:
+    store = MemoryStore()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
+)
+def store(request: pytest.FixtureRequest) -> Store:
+    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store", "memory": "memory_store"}
+    backend: Store = request.getfixturevalue(fixture[request.param])
+    return backend
+
+
+class MemoryBackdoor(Backdoor):
+    """Ages a row of a ``MemoryStore`` in place. It has no locks to hold (see
+    ``test_a_held_lock_makes_writes_fail_fast_with_store_error``)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    async def backdate(self, provider: str, event_id: str, seconds: float) -> None:
+        self.store._events[(provider, event_id)].received_at -= seconds
+
+
+@pytest.fixture
+def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
+    if isinstance(store, MemoryStore):
+        return MemoryBackdoor(store)
+    if isinstance(store, SQLiteStore):
+        return SqliteBackdoor(store.path)
+    return PgBackdoor(request.getfixturevalue("pg_dsn"))
 
 
 def _state(row: EventRow) -> tuple[object, ...]:
@@ -417,6 +465,9 @@ async def test_a_closed_store_raises_store_error(store: Store) -> None:
 async def test_a_held_lock_makes_writes_fail_fast_with_store_error(
     store: Store, backdoor: Backdoor
 ) -> None:
+    if isinstance(store, MemoryStore):
+        pytest.skip("not applicable to MemoryStore: it has no lock another writer could hold "
+                    "(a verb, once it acts, runs to its end without yielding to the loop)")
     await store.claim("stripe", "evt_1", BODY, 0, "crashed")
     impatient = await backdoor.impatient_store()
     try:
@@ -487,19 +538,11 @@ async def test_postgres_pool_survives_a_server_crash_and_restart(
 async def test_postgres_exhausted_pool_raises_store_error_after_the_acquire_timeout(
     pg_store: PostgresStore, pg_dsn: str
 ) -> None:
-    await pg_store.claim("stripe", "evt_1", BODY, 0, "crashed")
-    backdoor = PgBackdoor(pg_dsn)
-    single = await PostgresStore.connect(
-        pg_dsn, min_size=1, max_size=1, acquire_timeout=0.2, lock_timeout=3.0
-    )
-    try:
-        async with backdoor.hold_write_lock("stripe", "evt_1"):
+    async with _one_connection_store(pg_store, pg_dsn, acquire_timeout=0.2,
+                                     lock_timeout=3.0) as single:
+        async with PgBackdoor(pg_dsn).hold_write_lock("stripe", "evt_1"):
             # The only pooled connection now waits on the row lock...
-            blocked = asyncio.create_task(single.take_over("stripe", "evt_1", LEASE, "b"))
-            for _ in range(300):  # bounded poll: until that connection is borrowed
-                if not single._pool.get_idle_size() or blocked.done():
-                    break
-                await asyncio.sleep(0.01)
+            blocked = await _take_over_blocked_on_the_only_connection(single)
             assert not blocked.done() and single._pool.get_idle_size() == 0
             started = time.monotonic()
             with pytest.raises(StoreError, match="no database connection"):
@@ -507,30 +550,47 @@ async def test_postgres_exhausted_pool_raises_store_error_after_the_acquire_time
             assert time.monotonic() - started < 1.0
         assert await blocked == 2, "the blocked statement completes once the lock is gone"
         await single.ping()
-    finally:
-        await single.close()
 
 
 @pytest.mark.postgres
 async def test_postgres_a_cancelled_call_gives_its_connection_back(
     pg_store: PostgresStore, pg_dsn: str
 ) -> None:
-    await pg_store.claim("stripe", "evt_1", BODY, 0, "crashed")
-    single = await PostgresStore.connect(pg_dsn, min_size=1, max_size=1, acquire_timeout=1.0)
-    try:
+    async with _one_connection_store(pg_store, pg_dsn, acquire_timeout=1.0) as single:
         async with PgBackdoor(pg_dsn).hold_write_lock("stripe", "evt_1"):
-            blocked = asyncio.create_task(single.take_over("stripe", "evt_1", LEASE, "b"))
-            for _ in range(300):  # bounded poll: until the statement holds the connection
-                if not single._pool.get_idle_size():
-                    break
-                await asyncio.sleep(0.01)
+            blocked = await _take_over_blocked_on_the_only_connection(single)
+            assert not blocked.done()
             blocked.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await blocked
             await single.ping()  # the pool's only connection was dropped and is replaced
         assert await single.take_over("stripe", "evt_1", LEASE, "c") == 2
+
+
+@asynccontextmanager
+async def _one_connection_store(
+    pg_store: PostgresStore, pg_dsn: str, **options: float
+) -> AsyncIterator[PostgresStore]:
+    """A store whose pool holds one connection, beside an expired claim of stripe:evt_1."""
+    await pg_store.claim("stripe", "evt_1", BODY, 0, "crashed")
+    single = await PostgresStore.connect(pg_dsn, min_size=1, max_size=1, **options)
+    try:
+        yield single
     finally:
         await single.close()
+
+
+async def _take_over_blocked_on_the_only_connection(
+    single: PostgresStore,
+) -> asyncio.Task[int | None]:
+    """A take-over of stripe:evt_1 (row locked by the caller) on a one-connection store, returned
+    once it holds that connection: a bounded poll on the pool, not a sleep used as a barrier."""
+    blocked = asyncio.create_task(single.take_over("stripe", "evt_1", LEASE, "b"))
+    for _ in range(300):
+        if not single._pool.get_idle_size() or blocked.done():
+            break
+        await asyncio.sleep(0.01)
+    return blocked
 
 
 async def _poll_until_answers(store: Store, *, tries: int) -> bool:
@@ -550,17 +610,17 @@ async def test_postgres_unique_violation_on_claim_is_a_duplicate_not_an_error(
 ) -> None:
     # What ON CONFLICT may raise while the primary key is rebuilt concurrently (SQLSTATE 23505).
     first = await pg_store.claim("stripe", "evt_1", BODY, LEASE, "proxy-a")
-    real_fetch = pg_store._fetch
+    real_rows = pg_store._rows
 
-    async def fetch(name: str, *args: object) -> list[asyncpg.Record]:
+    async def rows(name: str, params: Params) -> list[asyncpg.Record]:
         if name == "claim":
             try:
                 raise asyncpg.UniqueViolationError("duplicate key value")
             except asyncpg.UniqueViolationError as exc:
                 raise StoreError("claim: UniqueViolationError") from exc
-        return await real_fetch(name, *args)
+        return await real_rows(name, params)
 
-    monkeypatch.setattr(pg_store, "_fetch", fetch)
+    monkeypatch.setattr(pg_store, "_rows", rows)
     second = await pg_store.claim("stripe", "evt_1", BODY, LEASE, "proxy-b")
     assert second.won is False
     assert _state(second.row) == _state(first.row)
@@ -668,3 +728,67 @@ async def test_a_nonce_is_bound_to_the_first_body_seen_with_it(
     assert await store.purge_nonces("mailgun", 0, 1) == 1  # one per batch, oldest first
     assert await store.purge_nonces("mailgun", 0, 10) == 1
     assert await store.bind_nonce("mailgun", "tok_1", other) == other  # forgotten once purged
+
+
+# == the memory store's own clock =============================================================
+
+
+class HandClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_memory_store_keeps_time_by_the_injected_clock() -> None:
+    clock = HandClock(1_000.0)
+    store = MemoryStore(clock=clock)
+    claim = await store.claim("stripe", "evt_1", BODY, 30.0, "proxy-a")
+    assert (claim.row.received_at, claim.row.lease_until, claim.row.now) == (1_000.0, 1_030.0,
+                                                                             1_000.0)
+
+    clock.now = 1_029.5
+    assert await store.take_over("stripe", "evt_1", LEASE, "proxy-b") is None
+    assert await store.stuck_counts() == {}
+    assert (await _row(store, "stripe", "evt_1")).now == 1_029.5
+
+    clock.now = 1_030.0  # a lease ending exactly now has expired
+    assert not (await _row(store, "stripe", "evt_1")).lease_live
+    assert await store.stuck_counts() == {"stripe": 1}
+    assert await store.take_over("stripe", "evt_1", 10.0, "proxy-b") == 2
+    row = await _row(store, "stripe", "evt_1")
+    assert (row.updated_at, row.lease_until, row.received_at) == (1_030.0, 1_040.0, 1_000.0)
+
+    assert await store.complete("stripe", "evt_1", 2, DONE_200)
+    assert await store.list_events(older_than_seconds=30.0) == [], "not strictly older"
+    assert await store.purge("stripe", 30.0, 10) == 0
+    clock.now = 1_030.001
+    assert [r.event_id for r in await store.list_events(older_than_seconds=30.0)] == ["evt_1"]
+    assert await store.purge("stripe", 30.0, 10) == 1
+
+    assert await store.bind_nonce("mailgun", "tok", BODY) == BODY
+    assert await store.purge_nonces("mailgun", 0.0, 10) == 0, "bound this very instant"
+    clock.now += 1.0
+    assert await store.purge_nonces("mailgun", 0.0, 10) == 1
+
+
+def test_memory_store_docstring_example_runs() -> None:
+    results = doctest.testmod(memory)
+    assert results.attempted > 0 and results.failed == 0, results
+
+
+async def test_memory_store_calls_interleave_like_round_trips() -> None:
+    store = MemoryStore()
+    order: list[str] = []
+
+    async def deliver(name: str) -> bool:
+        order.append(f"{name} claims")
+        claim = await store.claim("stripe", "evt_1", BODY, LEASE, name)
+        order.append(f"{name} has its answer")
+        return claim.won
+
+    assert await asyncio.gather(deliver("a"), deliver("b")) == [True, False]
+    assert order == ["a claims", "b claims", "a has its answer", "b has its answer"]

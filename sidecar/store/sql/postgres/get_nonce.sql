@@ -1,1 +1,1 @@
-SELECT body_sha256 FROM webhook_nonce WHERE provider = $1::text AND nonce = $2::text;
+SELECT body_sha256 FROM webhook_nonce WHERE provider = :provider::text AND nonce = :nonce::text;

@@ -1,1 +1,1 @@
-INSERT INTO webhook_sidecar_migrations (name) VALUES ($1::text);
+INSERT INTO webhook_sidecar_migrations (name) VALUES (:name::text);

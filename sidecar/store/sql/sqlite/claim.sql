@@ -11,6 +11,4 @@ INSERT INTO webhook_event (
     (julianday('now') - 2440587.5) * 86400.0, :payload_body, :payload_request
 )
 ON CONFLICT (provider, event_id) DO NOTHING
-RETURNING provider, event_id, state, attempt, body_sha256, received_at, updated_at, lease_until,
-          outcome, response_status, response_headers, response_body, latency_ms,
-          (julianday('now') - 2440587.5) * 86400.0 AS now;
+RETURNING {{event_row}};

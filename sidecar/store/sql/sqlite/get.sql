@@ -1,5 +1,3 @@
-SELECT provider, event_id, state, attempt, body_sha256, received_at, updated_at, lease_until,
-       outcome, response_status, response_headers, response_body, latency_ms,
-       (julianday('now') - 2440587.5) * 86400.0 AS now
+SELECT {{event_row}}
   FROM webhook_event
  WHERE provider = :provider AND event_id = :event_id;

@@ -1,0 +1,247 @@
+"""In-memory store: ``sidecar.core.ports.Store`` in a dict, for tests (ours and yours).
+
+It passes the same contract suite as the PostgreSQL and SQLite adapters
+(``tests/integration/test_store_contract.py``), so code tested against it meets the same
+answers: one winner per claim, take-overs and results fenced by attempt, leases that expire by
+the clock. It keeps nothing across processes or restarts: never a production store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sidecar.core.errors import StoreError
+from sidecar.core.events import (
+    AttemptResult,
+    Claim,
+    EventRow,
+    EventState,
+    Outcome,
+    RecordedResponse,
+    StoredRequest,
+)
+
+
+@dataclass(slots=True)
+class _Event:
+    """One stored row (mutable: the store changes it in place)."""
+
+    provider: str
+    event_id: str
+    body_sha256: bytes
+    received_at: float
+    payload: StoredRequest | None
+    state: EventState = EventState.PROCESSING
+    attempt: int = 1
+    updated_at: float = 0.0
+    lease_owner: str | None = None
+    lease_until: float | None = None
+    outcome: Outcome | None = None
+    response: RecordedResponse | None = None
+    latency_ms: float | None = None
+
+    def read(self, now: float) -> EventRow:
+        return EventRow(
+            provider=self.provider, event_id=self.event_id, state=self.state,
+            attempt=self.attempt, body_sha256=self.body_sha256, received_at=self.received_at,
+            updated_at=self.updated_at, lease_until=self.lease_until, outcome=self.outcome,
+            response=self.response, latency_ms=self.latency_ms, now=now,
+        )
+
+    def lease_expired(self, now: float) -> bool:
+        """A processing row without a lease counts as expired, as does one ending exactly now
+        (as ``EventRow.lease_live`` and the SQL stores have it)."""
+        return self.lease_until is None or self.lease_until <= now
+
+    def stuck(self, now: float) -> bool:
+        """Processing with a lease that has ended. Unlike ``lease_expired``, a row without a
+        lease is not counted (in SQL, ``NULL <= now`` is not true)."""
+        return (self.state is EventState.PROCESSING and self.lease_until is not None
+                and self.lease_until <= now)
+
+    def received_before(self, cutoff: float) -> bool:
+        return self.received_at < cutoff
+
+
+class MemoryStore:
+    """``sidecar.core.ports.Store`` kept in this process's memory: pass it wherever a store is
+    taken (the app's ``store=`` argument), or drive it directly.
+
+    ``clock`` (seconds since the Unix epoch) is read once per call: it stamps rows, sets and
+    expires leases, ages rows for ``list_events``/``purge``, and is the ``now`` of every
+    ``EventRow`` read. Pass your own to move time by hand instead of waiting.
+
+    Use it from one event loop. Each verb yields to the loop once, as a round trip to a database
+    would (so that concurrent callers interleave), then acts without awaiting again: a verb is
+    atomic, so of N concurrent claims of one key exactly one wins. It is not thread-safe.
+
+    Example, a lease running out on a clock moved by hand::
+
+        >>> import asyncio
+        >>> from sidecar.store.memory import MemoryStore
+        >>> now = [1_700_000_000.0]
+        >>> store = MemoryStore(clock=lambda: now[0])
+        >>> async def scenario():
+        ...     first = await store.claim("stripe", "evt_1", b"sha", 30.0, "proxy-a")
+        ...     early = await store.take_over("stripe", "evt_1", 30.0, "proxy-b")
+        ...     now[0] += 30.0  # the lease ends
+        ...     late = await store.take_over("stripe", "evt_1", 30.0, "proxy-b")
+        ...     return first.won, early, late
+        >>> asyncio.run(scenario())
+        (True, None, 2)
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._events: dict[tuple[str, str], _Event] = {}
+        self._nonces: dict[tuple[str, str], tuple[bytes, float]] = {}  # -> (hash, received_at)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<MemoryStore events={len(self._events)} nonces={len(self._nonces)}>"
+
+    async def _now(self, what: str) -> float:
+        """The one await of every verb (a turn of the loop, standing for the round trip), then
+        the clock. Raises ``StoreError`` once the store is closed."""
+        await asyncio.sleep(0)
+        if self._closed:
+            raise StoreError(f"{what}: the memory store is closed")
+        return float(self._clock())
+
+    # -- the Store verbs: after `_now`, no await -------------------------------------------
+
+    async def claim(
+        self,
+        provider: str,
+        event_id: str,
+        body_sha256: bytes,
+        lease_seconds: float,
+        owner: str,
+        payload: StoredRequest | None = None,
+    ) -> Claim:
+        now = await self._now("claim")
+        event = self._events.get((provider, event_id))
+        if event is not None:
+            return Claim(won=False, row=event.read(now))
+        event = _Event(provider, event_id, bytes(body_sha256), received_at=now, payload=payload,
+                       updated_at=now, lease_owner=owner, lease_until=now + float(lease_seconds))
+        self._events[(provider, event_id)] = event
+        return Claim(won=True, row=event.read(now))
+
+    async def take_over(
+        self, provider: str, event_id: str, lease_seconds: float, owner: str
+    ) -> int | None:
+        now = await self._now("take_over")
+        event = self._events.get((provider, event_id))
+        if event is None or not (
+            event.state is EventState.FAILED
+            or (event.state is EventState.PROCESSING and event.lease_expired(now))
+        ):
+            return None
+        event.state = EventState.PROCESSING
+        event.attempt += 1
+        event.lease_owner, event.lease_until = owner, now + float(lease_seconds)
+        event.updated_at = now
+        event.outcome, event.response, event.latency_ms = None, None, None
+        return event.attempt
+
+    async def complete(
+        self, provider: str, event_id: str, attempt: int, result: AttemptResult
+    ) -> bool:
+        if result.state is EventState.PROCESSING:
+            raise ValueError("an attempt's result must be DONE or FAILED, not PROCESSING")
+        now = await self._now("complete")
+        event = self._events.get((provider, event_id))
+        if event is None or event.state is not EventState.PROCESSING or event.attempt != attempt:
+            return False
+        event.state = EventState(result.state)
+        event.outcome = Outcome(result.outcome)
+        event.response = result.response
+        event.latency_ms = float(result.latency_ms)
+        event.lease_owner, event.lease_until = None, None
+        event.updated_at = now
+        return True
+
+    async def get(self, provider: str, event_id: str) -> EventRow | None:
+        now = await self._now("get")
+        event = self._events.get((provider, event_id))
+        return event.read(now) if event is not None else None
+
+    async def list_events(
+        self,
+        provider: str | None = None,
+        state: EventState | None = None,
+        limit: int = 100,
+        older_than_seconds: float | None = None,
+    ) -> list[EventRow]:
+        now = await self._now("list_events")
+        wanted = EventState(state) if state is not None else None
+        cutoff = now - float(older_than_seconds) if older_than_seconds is not None else None
+        found = [
+            e for e in self._events.values()
+            if (provider is None or e.provider == provider)
+            and (wanted is None or e.state is wanted)
+            and (cutoff is None or e.received_before(cutoff))
+        ]
+        found.sort(key=lambda e: (-e.received_at, e.provider, e.event_id))
+        return [e.read(now) for e in found[:max(limit, 0)]]
+
+    async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
+        await self._now("get_payload")
+        event = self._events.get((provider, event_id))
+        return event.payload if event is not None else None
+
+    async def stuck_counts(self) -> dict[str, int]:
+        now = await self._now("stuck_counts")
+        return dict(Counter(e.provider for e in self._events.values() if e.stuck(now)))
+
+    async def release(self, provider: str, event_id: str) -> bool:
+        now = await self._now("release")
+        event = self._events.get((provider, event_id))
+        if event is None or event.state not in (EventState.PROCESSING, EventState.FAILED):
+            return False
+        event.state = EventState.FAILED
+        event.lease_owner, event.lease_until = None, None
+        event.updated_at = now
+        return True
+
+    async def purge(self, provider: str, older_than_seconds: float, batch_size: int) -> int:
+        now = await self._now("purge")
+        cutoff = now - float(older_than_seconds)
+        doomed = sorted(
+            (e for e in self._events.values()
+             if e.provider == provider and e.received_before(cutoff)
+             and (e.state is not EventState.PROCESSING or e.lease_expired(now))),
+            key=lambda e: e.received_at,
+        )[:max(batch_size, 0)]
+        for e in doomed:
+            del self._events[(e.provider, e.event_id)]
+        return len(doomed)
+
+    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
+        now = await self._now("bind_nonce")
+        bound, _ = self._nonces.setdefault((provider, nonce), (bytes(body_sha256), now))
+        return bound
+
+    async def purge_nonces(self, provider: str, older_than_seconds: float,
+                           batch_size: int) -> int:
+        now = await self._now("purge_nonces")
+        cutoff = now - float(older_than_seconds)
+        doomed = sorted(
+            (key for key, (_, received_at) in self._nonces.items()
+             if key[0] == provider and received_at < cutoff),
+            key=lambda key: self._nonces[key][1],
+        )[:max(batch_size, 0)]
+        for key in doomed:
+            del self._nonces[key]
+        return len(doomed)
+
+    async def ping(self) -> None:
+        await self._now("ping")
+
+    async def close(self) -> None:
+        self._closed = True

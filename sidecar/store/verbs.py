@@ -1,0 +1,139 @@
+"""The ``Store`` verbs, written once for both SQL adapters.
+
+Each verb builds the one mapping of named parameters its ``sql/<dialect>/<name>.sql`` file uses
+(the two dialects' files name the same parameters), runs it, and decodes the rows with
+:mod:`sidecar.store.rows`. An adapter subclasses :class:`SQLStore` and supplies only how to run
+one statement on its connections (:meth:`SQLStore._rows`), its claim race
+(:meth:`SQLStore._claim`) and ``close``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+from sidecar.core.errors import StoreError
+from sidecar.core.events import AttemptResult, Claim, EventRow, EventState, StoredRequest
+from sidecar.store import migrations
+from sidecar.store.rows import Params, Record, event_row, result_values, stored_request
+
+
+class SQLStore(abc.ABC):
+    """``sidecar.core.ports.Store`` over named SQL statements."""
+
+    # -- what an adapter supplies -----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def _rows(self, name: str, params: Params) -> Sequence[Record]:
+        """Run ``sql/<dialect>/<name>.sql`` with ``params`` as one committed statement and
+        return its rows. Raises ``StoreError`` (from the driver's error) on any failure."""
+
+    @abc.abstractmethod
+    async def _claim(self, params: Params) -> Claim:
+        """``claim.sql`` (inserting a row or finding the existing one, with ``get.sql`` where
+        needed), settled against the races of the adapter's database."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    # -- the Store verbs -------------------------------------------------------------------
+
+    async def claim(
+        self,
+        provider: str,
+        event_id: str,
+        body_sha256: bytes,
+        lease_seconds: float,
+        owner: str,
+        payload: StoredRequest | None = None,
+    ) -> Claim:
+        return await self._claim({
+            "provider": provider,
+            "event_id": event_id,
+            "body_sha256": body_sha256,
+            "lease_seconds": float(lease_seconds),
+            "owner": owner,
+            "payload_body": payload.body if payload else None,
+            "payload_request": payload.meta_json() if payload else None,
+        })
+
+    async def take_over(
+        self, provider: str, event_id: str, lease_seconds: float, owner: str
+    ) -> int | None:
+        rows = await self._rows("take_over", {
+            "provider": provider,
+            "event_id": event_id,
+            "lease_seconds": float(lease_seconds),
+            "owner": owner,
+        })
+        return int(rows[0]["attempt"]) if rows else None
+
+    async def complete(
+        self, provider: str, event_id: str, attempt: int, result: AttemptResult
+    ) -> bool:
+        params = {"provider": provider, "event_id": event_id, "attempt": attempt,
+                  **result_values(result)}
+        return bool(await self._rows("complete", params))
+
+    async def get(self, provider: str, event_id: str) -> EventRow | None:
+        rows = await self._rows("get", {"provider": provider, "event_id": event_id})
+        return event_row(rows[0]) if rows else None
+
+    async def list_events(
+        self,
+        provider: str | None = None,
+        state: EventState | None = None,
+        limit: int = 100,
+        older_than_seconds: float | None = None,
+    ) -> list[EventRow]:
+        rows = await self._rows("list_events", {
+            "provider": provider,
+            "state": EventState(state).value if state is not None else None,
+            "limit": limit,
+            "older_than": float(older_than_seconds) if older_than_seconds is not None else None,
+        })
+        return [event_row(r) for r in rows]
+
+    async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
+        rows = await self._rows("get_payload", {"provider": provider, "event_id": event_id})
+        return stored_request(rows[0]) if rows else None
+
+    async def stuck_counts(self) -> dict[str, int]:
+        return {str(r["provider"]): int(r["stuck"]) for r in await self._rows("stuck_counts", {})}
+
+    async def release(self, provider: str, event_id: str) -> bool:
+        return bool(await self._rows("release", {"provider": provider, "event_id": event_id}))
+
+    async def purge(self, provider: str, older_than_seconds: float, batch_size: int) -> int:
+        return await self._purge("purge", provider, older_than_seconds, batch_size)
+
+    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
+        params = {"provider": provider, "nonce": nonce, "body_sha256": body_sha256}
+        for _ in range(3):
+            # No row from bind_nonce.sql: the nonce was bound already, by an insert its snapshot
+            # did not see (PostgreSQL) or at all (SQLite's INSERT answers only what it inserted).
+            rows = await self._rows("bind_nonce", params) or await self._rows("get_nonce", params)
+            if rows:
+                return bytes(rows[0]["body_sha256"])
+            # Purged between the two statements: bind it again.
+        raise StoreError(f"nonce of {provider} did not settle after 3 tries")
+
+    async def purge_nonces(self, provider: str, older_than_seconds: float,
+                           batch_size: int) -> int:
+        return await self._purge("purge_nonces", provider, older_than_seconds, batch_size)
+
+    async def ping(self) -> None:
+        await self._rows("ping", {})
+
+    async def applied_migrations(self) -> set[str]:
+        """Names of the migrations recorded in the database (empty for a fresh database)."""
+        return await migrations.recorded(self._rows)
+
+    async def _purge(self, name: str, provider: str, older_than_seconds: float,
+                     batch_size: int) -> int:
+        rows = await self._rows(name, {"provider": provider,
+                                       "older_than": float(older_than_seconds),
+                                       "batch_size": batch_size})
+        # Each row counts the rows it stands for: PostgreSQL answers one row with the total,
+        # SQLite one row per deleted row (its DELETE cannot sit in a query that counts it).
+        return sum(int(r["deleted"]) for r in rows)
