@@ -102,8 +102,9 @@ class PostgresStore(SQLStore):
                 "default_transaction_isolation": "read committed",
             }
         try:
-            pool = await asyncio.wait_for(
-                asyncpg.create_pool(
+            # create_pool opens min_size connections concurrently; bound the whole of it.
+            async with asyncio.timeout(connect_timeout + 1.0):
+                pool = await asyncpg.create_pool(
                     dsn,
                     min_size=min_size,
                     max_size=max_size,
@@ -112,10 +113,7 @@ class PostgresStore(SQLStore):
                     server_settings=server_settings,
                     timeout=connect_timeout,
                     reset=_no_session_state,
-                ),
-                # create_pool opens min_size connections concurrently; bound the whole of it.
-                timeout=connect_timeout + 1.0,
-            )
+                )
         except _DRIVER_ERRORS as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {_describe(exc)}") from exc
         store = cls(pool, acquire_timeout=acquire_timeout)
@@ -135,7 +133,8 @@ class PostgresStore(SQLStore):
         if self._pool.is_closing():
             return
         try:
-            await asyncio.wait_for(self._pool.close(), timeout=_CLOSE_GRACE)
+            async with asyncio.timeout(_CLOSE_GRACE):
+                await self._pool.close()
         except _CLOSE_ERRORS:
             self._pool.terminate()
 
@@ -216,7 +215,8 @@ async def _single_connection(dsn: str, connect_timeout: float) -> AsyncIterator[
         yield conn
     finally:
         try:
-            await asyncio.wait_for(conn.close(), timeout=connect_timeout)
+            async with asyncio.timeout(connect_timeout):
+                await conn.close()
         except _CLOSE_ERRORS:
             conn.terminate()
 

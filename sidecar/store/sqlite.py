@@ -153,7 +153,10 @@ class SQLiteStore(SQLStore):
         try:
             # A job still queued when the deadline passes never runs; one already running
             # finishes on the worker thread, and its outcome is unknown to the caller.
-            return await asyncio.wait_for(job, self._deadline)
+            # (asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+            # that arrives as the job finishes, and a cancelled caller would carry on.)
+            async with asyncio.timeout(self._deadline):
+                return await job
         except TimeoutError as exc:
             raise StoreError(f"{what}: no answer within {self._deadline:g}s (database busy)") \
                 from exc
