@@ -1,7 +1,8 @@
 """What a configuration value may be. A kind holds the three views of one value type: its label
 in the reference tables, its JSON Schema, and how the loader reads it (``parse``: the YAML value
-to the model's value, or a ``ConfigError`` naming the key path). Keys are declared with a kind
-in ``sidecar.config.keys``.
+to the model's value, or a ``ConfigError`` naming the key path). Keys are declared with a kind on
+the model field they fill (``sidecar.config.model``, see ``sidecar.config.declarations``); mypy
+checks that the kind's value (``parse``'s return type) fits the field.
 
 The schemas name shared value types by ``$ref`` (``duration``, ``size``…), defined in
 ``sidecar.config.schema.values``. Every string value may hold ``${VAR}``: the loader interpolates
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from sidecar.config.model import Address
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError
 
@@ -38,16 +38,23 @@ def choice(values: list[str]) -> JSON:
     return text({"enum": values})
 
 
+@dataclass(frozen=True, slots=True)
+class Address:
+    """A ``HOST:PORT`` value (``HostPort``)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
 class Kind(Protocol[T_co]):
     """A value type."""
 
     @property
     def label(self) -> str:
         """The type column of the reference tables."""
-
-    @property
-    def value_type(self) -> object:
-        """The annotation of the model field a key of this kind fills (checked by a test)."""
 
     def schema(self) -> JSON:
         """The JSON Schema of a value."""
@@ -70,7 +77,6 @@ class Duration:
     """``500ms``, ``10s``, ``5m``, ``2h``, ``3d`` or a number of seconds, in seconds."""
 
     positive: bool = False
-    value_type = float
 
     @property
     def label(self) -> str:
@@ -99,7 +105,6 @@ class Size(_Shared):
     """Bytes, or ``512KiB``, ``1MiB``, ``1MB``…; more than zero."""
 
     label = "size"
-    value_type = int
     defs = "size"
 
     def parse(self, raw: object, path: str) -> int:
@@ -119,7 +124,6 @@ class Size(_Shared):
 @dataclass(frozen=True)
 class Integer:
     minimum: int
-    value_type = int
 
     @property
     def label(self) -> str:
@@ -137,7 +141,6 @@ class Integer:
 @dataclass(frozen=True)
 class Boolean:
     label = "boolean"
-    value_type = bool
 
     def schema(self) -> JSON:
         return {"type": "boolean"}
@@ -162,10 +165,6 @@ class Choice(Generic[E]):
     def label(self) -> str:
         return " | ".join(self.values)
 
-    @property
-    def value_type(self) -> object:
-        return self.enum
-
     def schema(self) -> JSON:
         return choice(self.values)
 
@@ -183,7 +182,6 @@ class String:
     json: JSON
     message: str = "must be a string"
     accept: Callable[[str], bool] | None = None
-    value_type = str
 
     def schema(self) -> JSON:
         return self.json
@@ -200,7 +198,6 @@ _PORT_RE = re.compile(r"^[0-9]{1,5}$")
 @dataclass(frozen=True)
 class HostPort(_Shared):
     label = "HOST:PORT"
-    value_type = Address
     defs = "address"
 
     def parse(self, raw: object, path: str) -> Address:
@@ -223,7 +220,6 @@ class UpstreamURL(_Shared):
     """The app: http(s)://host…, without a trailing slash."""
 
     label = "URL"
-    value_type = str
     defs = "upstream_url"
 
     def parse(self, raw: object, path: str) -> str:
@@ -238,7 +234,6 @@ class StoreURL(_Shared):
     """``sqlite:///PATH`` or ``postgresql://…`` (a relative PATH is resolved by the loader)."""
 
     label = "URL"
-    value_type = str
     defs = "store_url"
 
     def parse(self, raw: object, path: str) -> str:
@@ -258,7 +253,6 @@ class Statuses(_Shared):
     """HTTP statuses and classes (``5xx``), never a 2xx."""
 
     label = "list"
-    value_type = frozenset[int]
     defs = "statuses"
 
     def parse(self, raw: object, path: str) -> frozenset[int]:
@@ -284,11 +278,10 @@ class Statuses(_Shared):
 class Custom:
     """A value the loader reads itself, with context a kind does not have (the signature
     scheme, the preset, the environment): ``parse`` passes the YAML value through, and the
-    loader's step for the key turns it into ``value_type``."""
+    loader's step for the key turns it into the field's value."""
 
     label: str
     json: JSON
-    value_type: object = None
 
     def schema(self) -> JSON:
         return self.json

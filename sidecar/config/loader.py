@@ -1,11 +1,11 @@
 """Load and strictly validate the YAML configuration. Every error names its key path.
 
 What each mapping allows — its keys, their kinds (types, bounds, choices) and defaults — is read
-from the declarations in ``sidecar.config.keys``, in the order declared. This module adds only
-what a declaration cannot say: the steps in ``_STEPS``, each run right after the key it is
-filed under (comparisons with earlier keys, values read with the environment or the file
-system, the provider blocks merged over their presets). ``LOADER_ONLY_RULES`` lists those the
-JSON Schema cannot express either.
+from the declarations on the model's fields (``sidecar.config.model``), in the order declared.
+This module adds only what a declaration cannot say: the steps in ``_STEPS``, each run right
+after the key it is filed under (comparisons with earlier keys, values read with the environment
+or the file system, the provider blocks merged over their presets). ``LOADER_ONLY_RULES`` lists
+those the JSON Schema cannot express either.
 """
 
 from __future__ import annotations
@@ -20,22 +20,17 @@ from typing import Any, Final
 
 import yaml
 
+from sidecar.config.declarations import NO_DEFAULT, Block, Nested, block_of
 from sidecar.config.interpolate import interpolate
 from sidecar.config.keyring import read_secret_file
-from sidecar.config.keys import (
-    LOG,
-    MAINTENANCE,
-    NO_DEFAULT,
-    PROVIDER,
+from sidecar.config.model import (
     PROVIDER_KEY_PATTERN,
     REQUIRED_WITHOUT_PRESET,
-    STORE,
-    TOP,
-    UPSTREAM,
-    Block,
-    Nested,
+    Config,
+    ProviderConfig,
+    SecretRef,
+    StoreKind,
 )
-from sidecar.config.model import Config, ProviderConfig, SecretRef, StoreKind
 from sidecar.config.presets import load_preset
 from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError
@@ -71,13 +66,21 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "numbers that do not fit a float (1e400 as text) are not durations",
 )
 
-# The keys each mapping allows (read by tests/deploy/test_helm_chart.py).
-_TOP_KEYS = TOP.names
-_UPSTREAM_KEYS = UPSTREAM.names
-_STORE_KEYS = STORE.names
-_LOG_KEYS = LOG.names
-_MAINTENANCE_KEYS = MAINTENANCE.names
-_PROVIDER_KEYS = PROVIDER.names
+TOP: Final = block_of(Config)
+PROVIDER: Final = block_of(ProviderConfig)  # each value under ``providers`` (``_providers``)
+
+
+def _by_path(block: Block, path: str = "") -> dict[str, Block]:
+    """``block`` and the blocks nested in it, by key path."""
+    found = {path: block}
+    for name, key in block.keys.items():
+        if isinstance(key.kind, Nested):
+            found.update(_by_path(key.kind.block, f"{path}.{name}" if path else name))
+    return found
+
+
+# Each block under the key path its keys are documented with (the reference tables, the chart).
+BLOCKS: Final[dict[str, Block]] = {**_by_path(TOP), "providers.<key>": PROVIDER}
 
 _PROVIDER_KEY_RE = re.compile(PROVIDER_KEY_PATTERN)
 

@@ -1,16 +1,39 @@
 """The validated configuration: frozen values, parsed once at start-up. Secrets never appear in a
 ``repr``.
 
-Which YAML key fills which field is declared once, in ``sidecar.config.keys``; a test checks that
-every declared key has its field here and every field its key. The choices are ``StrEnum``s: they
-compare equal to their YAML text (``provider.on_payload_mismatch == "reject"``)."""
+Each field declares the YAML key it is filled from — its kind, default and documentation —
+with ``setting`` (see ``sidecar.config.declarations``): the loader reads the file by these
+declarations, in the order written, and the JSON Schemas and the reference tables in
+``docs/configuration.md`` are generated from them (``python -m sidecar.config.schema --write``).
+The choices are ``StrEnum``s: they compare equal to their YAML text
+(``provider.on_payload_mismatch == "reject"``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Final
 from urllib.parse import urlsplit
 
+from sidecar.config.declarations import block, fieldless, group, nested, setting
+from sidecar.config.kinds import Address as Address  # re-exported: the value of a HostPort key
+from sidecar.config.kinds import (
+    Boolean,
+    Choice,
+    Custom,
+    Duration,
+    HostPort,
+    Integer,
+    Size,
+    Statuses,
+    StoreURL,
+    String,
+    UpstreamURL,
+    choice,
+    ref,
+    text,
+)
+from sidecar.config.presets import preset_names
 from sidecar.core.eventid import EventIdSpec
 from sidecar.core.handshake import HandshakeSpec
 from sidecar.core.signing import SignatureSpec
@@ -42,15 +65,6 @@ class StoreKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Address:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True, slots=True)
 class SecretRef:
     """Where one secret came from (``inline``, ``env:NAME`` or ``file:/path``) and its key bytes
     as loaded at start-up. File secrets are re-read while running (see ``Keyring``)."""
@@ -66,26 +80,46 @@ class SecretRef:
         return self.source[len("file:"):] if self.source.startswith("file:") else None
 
 
-@dataclass(frozen=True, slots=True)
+@block("The app the proxy forwards to.")
 class UpstreamConfig:
-    url: str
-    timeout: float
-    connect_timeout: float
-    max_connections: int
-    keepalive_timeout: float
-    max_response_bytes: int
+    url: str = setting(UpstreamURL(), "The app, http://… or https://…; the request's path and "
+                       "query are appended.", required=True)
+    timeout: float = setting(Duration(), "Total time for the app's answer (504 past it); every "
+                             "provider's lease must exceed it.", yaml_default="10s")
+    connect_timeout: float = setting(Duration(), "Time to connect to the app.",
+                                     yaml_default="2s")
+    max_connections: int = setting(Integer(1), "Connection pool to the app.", yaml_default=100)
+    keepalive_timeout: float = setting(Duration(), "Idle pooled connections are closed after it; "
+                                       "keep it below the app server's idle timeout.",
+                                       yaml_default="4s")
+    max_response_bytes: int = setting(Size(), "The app's response body is read up to this size: "
+                                      "longer ones are cut, in the answer to the provider and in "
+                                      "the copy kept for replay.", yaml_default="64KiB")
 
 
-@dataclass(frozen=True, slots=True)
+@block("Where event rows live.", nullable=True)
 class StoreConfig:
-    url: str = field(repr=False)  # may carry a password
-    pool_min_size: int
-    pool_max_size: int
-    acquire_timeout: float
-    statement_timeout: float
-    lock_timeout: float
-    statement_cache_size: int
-    session_settings: bool
+    url: str = setting(StoreURL(), "sqlite:///PATH (one host only; a relative PATH is relative to "
+                       "the config file's folder) or postgresql://… (any number of replicas).",
+                       yaml_default="sqlite:///./webhook-sidecar.db",
+                       repr=False)  # may carry a password
+    pool_min_size: int = setting(Integer(0), "PostgreSQL pool: connections kept open.",
+                                 yaml_default=1)
+    pool_max_size: int = setting(Integer(1), "PostgreSQL pool: at most this many connections.",
+                                 yaml_default=10)
+    acquire_timeout: float = setting(Duration(), "Waiting for a pooled connection (503 past it).",
+                                     yaml_default="2s")
+    statement_timeout: float = setting(Duration(), "Server-side bound on each statement.",
+                                       yaml_default="5s")
+    lock_timeout: float = setting(Duration(), "Server-side bound on waiting for a row lock.",
+                                  yaml_default="2s")
+    statement_cache_size: int = setting(Integer(0), "Prepared statements cached per connection; "
+                                        "0 behind pgbouncer in transaction mode.",
+                                        yaml_default=100)
+    session_settings: bool = setting(Boolean(), "Send statement_timeout, lock_timeout and "
+                                     "idle_in_transaction_session_timeout as connection startup "
+                                     "parameters. Set false behind pgbouncer (it refuses them; "
+                                     "set them with ALTER ROLE instead).", yaml_default=True)
 
     @property
     def kind(self) -> StoreKind:
@@ -108,50 +142,132 @@ class StoreConfig:
         return f"StoreConfig(url={self.redacted_url!r}, pool_max_size={self.pool_max_size})"
 
 
-@dataclass(frozen=True, slots=True)
+# A provider block without a preset must declare these; with one, they are merged over the
+# preset's.
+REQUIRED_WITHOUT_PRESET: Final = ("signature", "event_id")
+
+
+@block("One provider route; its key is part of the dedupe key.", extra={
+    "if": {"required": ["preset"], "properties": {"preset": {"type": "string"}}},
+    "then": {"properties": {
+        "signature": ref("signature_override"),
+        "event_id": ref("event_id_override"),
+        "handshake": ref("handshake_override"),
+    }},
+    "else": {
+        "required": list(REQUIRED_WITHOUT_PRESET),
+        "properties": {
+            "signature": ref("signature"),
+            "event_id": ref("event_id"),
+            "handshake": ref("handshake"),
+        },
+    },
+})
 class ProviderConfig:
     key: str  # not a key of the block: its name under ``providers``
-    path: str
-    preset: str | None
-    signature: SignatureSpec
-    event_id: EventIdSpec
-    secrets: tuple[SecretRef, ...]
-    lease: float
-    inflight_wait: float
-    retention: float
-    max_body_bytes: int
-    retryable_statuses: frozenset[int]
-    on_payload_mismatch: PayloadMismatch
-    handshake: HandshakeSpec | None
-    store_payload: bool
-    retry_window: float | None
-    replay_nonce: EventIdSpec | None
+    preset: str | None = setting(Custom("preset name", choice(preset_names())), "A shipped "
+                                 "scheme (signature, event id, retention); keys given here are "
+                                 "merged over it.", nullable=True)
+    _description = fieldless(String("text", {"type": "string"}), "Free text.")
+    path: str = setting(String("path", text({"type": "string", "pattern": "^/[^{]*$"}),
+                               "must be a literal URL path starting with '/'",
+                               lambda route: route.startswith("/") and "{" not in route),
+                        "The route, a literal URL path such as /webhooks/stripe; unique across "
+                        "providers.", required=True)
+    signature: SignatureSpec = setting(Custom("mapping", {}), "The signature scheme (from the "
+                                       "preset, or declared here).")
+    event_id: EventIdSpec = setting(Custom("mapping", {}), "Where the stable event id is: "
+                                    "{header: Name}, {json: \"$.id\"}, {composite: [...]} or "
+                                    "{batch: {...}}.")
+    secrets: tuple[SecretRef, ...] = setting(Custom("list", ref("secrets")), "A list; each a "
+                                             "string, {env: NAME} or {file: PATH}; all are "
+                                             "accepted at once (rotation).", required=True)
+    lease: float = setting(Duration(), "How long an attempt owns the event; must exceed "
+                           "upstream.timeout.", yaml_default="60s")
+    inflight_wait: float = setting(Duration(), "How long a duplicate waits for the in-flight "
+                                   "outcome before 409 (presets vary); at most the lease.",
+                                   yaml_default="5s")
+    retention: float = setting(Duration(), "How long event rows are kept (presets: the "
+                               "provider's retry window plus margin); must exceed the lease.",
+                               yaml_default="7d")
+    max_body_bytes: int = setting(Size(), "Larger bodies get 413 (default: the top-level "
+                                  "max_body_bytes).")
+    retryable_statuses: frozenset[int] = setting(Statuses(), "App answers that leave the event "
+                                                 "failed (retried on redelivery).",
+                                                 yaml_default=["3xx", 408, 425, 429, "5xx"])
+    on_payload_mismatch: PayloadMismatch = setting(Choice(PayloadMismatch), "Same id, different "
+                                                   "body: answer as the duplicate it claims to "
+                                                   "be, or 422.", yaml_default="duplicate")
+    handshake: HandshakeSpec | None = setting(Custom("mapping", {}), "A handshake the proxy "
+                                              "answers itself (e.g. Slack url_verification).",
+                                              nullable=True)
+    store_payload: bool = setting(Boolean(), "Keep the first request on the row, so an operator "
+                                  "can re-drive it.", yaml_default=False)
+    replay_nonce: EventIdSpec | None = setting(Custom("mapping", ref("event_id_item")), "For "
+                                               "schemes that sign a nonce but not the body "
+                                               "(Mailgun): where the nonce is, as {header: …} or "
+                                               "{json: …}. The first body seen with a nonce is "
+                                               "bound to it; another body with the same nonce "
+                                               "gets 401.", nullable=True)
+    retry_window: float | None = setting(Duration(), "How long the provider retries (from the "
+                                         "preset); a shorter retention is warned about.",
+                                         nullable=True)
 
     @property
     def keys(self) -> tuple[bytes, ...]:
         return tuple(secret.key for secret in self.secrets)
 
 
-@dataclass(frozen=True, slots=True)
+@block("Background work of each proxy process.", nullable=True)
 class MaintenanceConfig:
-    interval: float
-    retention_batch_size: int
-    secrets_reload_interval: float
+    interval: float = setting(Duration(positive=True), "How often retention runs and the "
+                              "stuck-row gauge is refreshed.", yaml_default="60s")
+    secrets_reload_interval: float = setting(Duration(positive=True), "How often secret files "
+                                             "are checked for changes (rotation without a "
+                                             "restart).", yaml_default="10s")
+    retention_batch_size: int = setting(Integer(1), "Rows deleted per retention statement.",
+                                        yaml_default=500)
 
 
-@dataclass(frozen=True, slots=True)
+PROVIDER_KEY_PATTERN: Final = "^[a-z0-9][a-z0-9_-]{0,62}$"
+
+
+@block("webhook-sidecar configuration.")
 class Config:
-    listen: Address
-    admin_listen: Address
-    upstream: UpstreamConfig
-    store: StoreConfig
-    providers: tuple[ProviderConfig, ...]
-    shutdown_timeout: float
-    log_level: LogLevel
-    log_format: LogFormat
-    maintenance: MaintenanceConfig
-    admin_token: str | None = field(repr=False)
-    body_read_timeout: float
+    listen: Address = setting(HostPort(), "Provider-facing listener: provider routes only.",
+                              yaml_default="0.0.0.0:8080")
+    admin_listen: Address = setting(HostPort(), "/healthz, /readyz, /metrics and the admin API; "
+                                    "never on listen. In Kubernetes use 0.0.0.0:9090 so probes "
+                                    "and Prometheus reach it.", yaml_default="127.0.0.1:9090")
+    # Each provider's default; the property max_body_bytes below is their largest.
+    _max_body_bytes = fieldless(Size(), "Larger bodies get 413 (per-provider override).",
+                                yaml_default="1MiB")
+    upstream: UpstreamConfig = nested(UpstreamConfig, required=True)
+    store: StoreConfig = nested(StoreConfig)
+    _log = group("Logging.", nullable=True)
+    log_level: LogLevel = setting(Choice(LogLevel), "Lowest level logged.", yaml_default="info",
+                                  key="log.level")
+    log_format: LogFormat = setting(Choice(LogFormat), "auto: JSON unless on a TTY.",
+                                    yaml_default="auto", key="log.format")
+    shutdown_timeout: float = setting(Duration(), "On SIGTERM, how long in-flight deliveries may "
+                                      "take to finish and record; keep it below Kubernetes "
+                                      "terminationGracePeriodSeconds.", yaml_default="30s")
+    body_read_timeout: float = setting(Duration(positive=True), "How long a sender may take to "
+                                       "send a request body; slower requests get 408.",
+                                       yaml_default="10s")
+    maintenance: MaintenanceConfig = nested(MaintenanceConfig)
+    admin_token: str | None = setting(String("string", text({"type": "string", "minLength": 16}),
+                                             "must be a string of at least 16 characters",
+                                             lambda token: len(token) >= 16),
+                                      "When set, required by the admin API (/admin/*) as a bearer "
+                                      "token; at least 16 characters.", nullable=True, repr=False)
+    providers: tuple[ProviderConfig, ...] = setting(Custom("mapping", {
+        "type": "object",
+        "minProperties": 1,
+        "propertyNames": {"pattern": PROVIDER_KEY_PATTERN},
+        "additionalProperties": ref("provider"),
+    }), "Provider routes by key (lower-case letters, digits, - and _; at most 63).",
+        required=True)
     warnings: tuple[str, ...]  # not a key: filled by the loader
 
     @property

@@ -1,7 +1,7 @@
-"""The config JSON Schema: generated from the key declarations (sidecar/config/keys.py) the
-loader reads, committed, and in agreement with the loader — every config the schema rejects, the
-loader rejects too; the loader's extra rules (what JSON Schema cannot express) are listed and
-each is shown by a case."""
+"""The config JSON Schema: generated from the key declarations on the model's fields
+(sidecar/config/model.py) the loader reads, committed, and in agreement with the loader — every
+config the schema rejects, the loader rejects too; the loader's extra rules (what JSON Schema
+cannot express) are listed and each is shown by a case."""
 
 from __future__ import annotations
 
@@ -20,18 +20,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.config.keys import (
-    LOG,
-    MAINTENANCE,
-    NO_DEFAULT,
-    PROVIDER,
-    STORE,
-    TOP,
-    UPSTREAM,
-    Block,
-    Nested,
-)
-from sidecar.config.loader import LOADER_ONLY_RULES, parse_config
+from sidecar.config.declarations import NO_DEFAULT, Block, Nested
+from sidecar.config.loader import BLOCKS, LOADER_ONLY_RULES, PROVIDER, TOP, parse_config
 from sidecar.config.presets import load_preset, preset_names
 from sidecar.config.schema.document import SCHEMA_FILE, build_schema, schema_text
 from sidecar.config.schema.nested import FORMAT_KEYS, PLUGIN_KEYS, SIGNATURE_KEYS, nested_defs
@@ -102,7 +92,7 @@ def test_example_config_points_editors_at_the_schema(
 
 
 # --- the blocks core parses: declared apart from their parsers --------------------------------
-# (The keys in sidecar/config/keys.py need no such test: the loader reads them.)
+# (The keys declared on the model need no such test: the loader reads them.)
 
 def test_signature_description_covers_every_registry_entry() -> None:
     schema = build_schema()
@@ -137,10 +127,9 @@ def test_documented_defaults_are_the_loaders(base_dir: Path) -> None:
     omitted = {"upstream": {"url": "http://a"}, "providers": {"acme": acme}}
     explicit = copy.deepcopy(omitted)
     explicit.update(_defaults(TOP))
-    explicit["upstream"].update(_defaults(UPSTREAM))
-    explicit["store"] = _defaults(STORE)
-    explicit["log"] = _defaults(LOG)
-    explicit["maintenance"] = _defaults(MAINTENANCE)
+    explicit["upstream"].update(_defaults(BLOCKS["upstream"]))
+    for name in ("store", "log", "maintenance"):
+        explicit[name] = _defaults(BLOCKS[name])
     provider = explicit["providers"]["acme"]
     provider.update(_defaults(PROVIDER))
     defs = build_schema()["$defs"]
@@ -259,8 +248,8 @@ def _used_keys(node: Any) -> set[str]:
 
 
 def test_every_key_the_schema_declares_is_accepted_by_the_loader_somewhere() -> None:
-    """For the blocks core parses (and the secret forms): the keys of sidecar/config/keys.py
-    are the loader's by construction."""
+    """For the blocks core parses (and the secret forms): the keys declared on the model are
+    the loader's by construction."""
     used: set[str] = set()
     for case in VALID:
         used |= _used_keys(case.config)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import _parser
-from sidecar.config.schema import TOP
+from sidecar.config.loader import TOP
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"

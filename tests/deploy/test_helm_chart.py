@@ -20,9 +20,9 @@ import promql_parser
 import pytest
 import yaml
 
-from sidecar.config import loader
-from sidecar.config.loader import parse_config
+from sidecar.config.loader import BLOCKS, TOP, parse_config
 from sidecar.config.schema import SCHEMA_FILE
+from sidecar.config.schema.chart import CHART_OWNED, CHART_SCHEMA_FILE, chart_schema_text
 from sidecar.core.durations import parse_duration
 from sidecar.obs.metrics import Metrics
 
@@ -454,17 +454,46 @@ def test_lint_reports_schema_violations() -> None:
 
 # --- the chart's contract with the config loader ----------------------------------------------
 
+def test_values_schema_config_part_is_the_generated_one() -> None:
+    committed = (REPO / CHART_SCHEMA_FILE).read_text(encoding="utf-8")
+    assert committed == chart_schema_text(committed), (
+        f"the generated parts of {CHART_SCHEMA_FILE} are stale: run "
+        "`python -m sidecar.config.schema --write` and commit the result")
+    jsonschema.Draft7Validator.check_schema(json.loads(committed))
+
+
 def test_values_schema_knows_every_provider_key_and_no_chart_owned_config_key() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     provider = schema["properties"]["providers"]["additionalProperties"]
-    assert set(provider["properties"]) == loader._PROVIDER_KEYS
+    assert set(provider["properties"]) == BLOCKS["providers.<key>"].names
     config = schema["properties"]["config"]["properties"]
     owned = {"listen", "admin_listen", "shutdown_timeout", "providers", "admin_token"}
-    assert set(config) <= loader._TOP_KEYS - owned
-    assert set(config["upstream"]["properties"]) == loader._UPSTREAM_KEYS - {"url"}
-    assert set(config["store"]["properties"]) == loader._STORE_KEYS - {"url"}
-    assert set(config["log"]["properties"]) == loader._LOG_KEYS
-    assert set(config["maintenance"]["properties"]) == loader._MAINTENANCE_KEYS
+    assert set(config) == TOP.names - owned
+    assert set(config["upstream"]["properties"]) == BLOCKS["upstream"].names - {"url"}
+    assert set(config["store"]["properties"]) == BLOCKS["store"].names - {"url"}
+    assert set(config["log"]["properties"]) == BLOCKS["log"].names
+    assert set(config["maintenance"]["properties"]) == BLOCKS["maintenance"].names
+
+
+def _paths(config: dict[str, Any], prefix: str = "") -> set[str]:
+    found = set()
+    for name, value in config.items():
+        path = f"{prefix}{name}"
+        found.add(path)
+        if isinstance(value, dict) and name != "providers":
+            found |= _paths(value, f"{path}.")
+    return found
+
+
+def test_the_keys_the_chart_owns_are_the_ones_its_template_sets(
+        rendered: dict[str, list[Manifest]]) -> None:
+    """CHART_OWNED (left out of the values' ``config``) is what the template writes itself."""
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
+    set_by_template: set[str] = set()
+    for name in ("sidecar", "standalone", "realistic"):
+        user = _paths(defaults) | _paths(VALUES[name].get("config") or {})
+        set_by_template |= _paths(config_of(rendered[name])) - user
+    assert set_by_template - {"upstream", "store"} == set(CHART_OWNED)
 
 
 def test_default_image_tag_is_the_charts_app_version(rendered: dict[str, list[Manifest]]) -> None:

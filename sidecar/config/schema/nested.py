@@ -1,10 +1,11 @@
 """The JSON Schema of the blocks ``sidecar.core`` parses — ``signature``, ``event_id``,
 ``handshake`` — and of their preset overrides.
 
-Unlike the keys in ``sidecar.config.keys``, these are declared twice: here, and by their
-parsers in ``sidecar.core`` (``parse_signature_spec``, ``parse_event_id_spec``,
-``parse_handshake_spec``). Tests hold the two together: the registries (algorithms, encodings,
-formats, plugins) are compared, and every invalid case is rejected by both.
+Unlike the keys declared on the model (``sidecar.config.model``), these are declared twice:
+here, and by their parsers in ``sidecar.core`` (``parse_signature_spec``,
+``parse_event_id_spec``, ``parse_handshake_spec``). Tests hold the two together: the registries
+(algorithms, encodings, formats, plugins) are compared, and every invalid case is rejected by
+both.
 """
 
 from __future__ import annotations

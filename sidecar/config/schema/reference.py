@@ -1,14 +1,14 @@
 """The reference tables in ``docs/configuration.md`` — one per mapping: key, type, default,
-meaning — generated from the key declarations in ``sidecar.config.keys``, followed by the rules
-only the loader checks."""
+meaning — generated from the key declarations on the model's fields (``sidecar.config.model``),
+followed by the rules only the loader checks."""
 
 from __future__ import annotations
 
 import json
 from typing import Final
 
-from sidecar.config.keys import BLOCKS, NO_DEFAULT
-from sidecar.config.loader import LOADER_ONLY_RULES
+from sidecar.config.declarations import NO_DEFAULT
+from sidecar.config.loader import BLOCKS, LOADER_ONLY_RULES
 
 REFERENCE_DOC: Final = "docs/configuration.md"
 REFERENCE_BEGIN: Final = (
