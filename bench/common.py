@@ -21,7 +21,7 @@ def signer(config: dict[str, Any]) -> Callable[[bytes], dict[str, str]]:
 
     def headers(body: bytes) -> dict[str, str]:
         return {"Content-Type": "application/json",
-                **sign(provider.signature, provider.keys[0], body, {}, time.time())}
+                **sign(provider.signature, provider.key_bytes[0], body, {}, time.time())}
 
     return headers
 

@@ -15,23 +15,15 @@ from aiohttp import web
 from sidecar.config.keyring import Keyring
 from sidecar.config.model import Config, StoreConfig
 from sidecar.core.ports import Store
+from sidecar.delivery import Pipeline
 from sidecar.forwarding import Forwarder
 from sidecar.http.admin import admin_routes
-from sidecar.http.keys import (
-    CLOCK,
-    CONFIG,
-    FORWARDER,
-    KEYRING,
-    METRICS,
-    OWNER,
-    PENDING,
-    STORE,
-    UPSTREAM,
-)
+from sidecar.http.appkeys import CONFIG, FORWARDER, METRICS, OWNER, PENDING, PIPELINE, STORE
 from sidecar.http.proxy import delivery_handler, unrouted
 from sidecar.maintenance import Maintenance
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
+from sidecar.obs.telemetry import DeliveryTelemetry
 from sidecar.store.postgres import PostgresStore
 from sidecar.store.sqlite import SQLiteStore
 from sidecar.upstream import Upstream
@@ -70,27 +62,31 @@ def build_apps(
     metrics: Metrics | None = None,
 ) -> Apps:
     proxy = web.Application(client_max_size=config.max_body_bytes + 1, middlewares=[unrouted])
+    metrics = metrics or Metrics()
+    upstream = upstream or Upstream(config.upstream)
+    keyring = Keyring(config.providers)
+    owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    pending: set[asyncio.Task[bool]] = set()
     proxy[CONFIG] = config
-    proxy[UPSTREAM] = upstream or Upstream(config.upstream)
-    proxy[METRICS] = metrics or Metrics()
-    proxy[CLOCK] = clock or time.time
-    proxy[OWNER] = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-    proxy[PENDING] = set()
-    proxy[KEYRING] = Keyring(config.providers)
+    proxy[METRICS] = metrics
+    proxy[OWNER] = owner
+    proxy[PENDING] = pending
     if store is not None:
         proxy[STORE] = store
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
-        owns_store = store is None
-        if owns_store:
-            app[STORE] = await open_store(config.store)
-        await app[UPSTREAM].start()
-        app[FORWARDER] = Forwarder(app[STORE], app[UPSTREAM], app[METRICS], app[PENDING])
+        opened = store or await open_store(config.store)
+        app[STORE] = opened
+        await upstream.start()
+        forwarder = Forwarder(opened, upstream, metrics, pending)
+        app[FORWARDER] = forwarder
+        app[PIPELINE] = Pipeline(store=opened, forwarder=forwarder, keyring=keyring, owner=owner,
+                                 observer=DeliveryTelemetry(metrics), clock=clock or time.time)
         for warning in config.warnings:
             log.warning("config_warning", message=warning)
-        upkeep = Maintenance(config, app[STORE], app[METRICS], app[KEYRING])
+        upkeep = Maintenance(config, opened, metrics, keyring)
         background = [asyncio.create_task(upkeep.run_store_upkeep(), name="store-upkeep")]
-        if app[KEYRING].watches_files:
+        if keyring.watches_files:
             background.append(asyncio.create_task(upkeep.run_secret_reloads(),
                                                   name="secret-reloads"))
         try:
@@ -100,14 +96,13 @@ def build_apps(
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             # Handlers are done or cancelled by now; result writes they started still finish.
-            tasks = app[PENDING]
-            unfinished = set(tasks)
+            unfinished = set(pending)
             if unfinished:
                 log.info("draining_result_writes", count=len(unfinished))
                 await asyncio.wait(unfinished, timeout=config.shutdown_timeout)
-            await app[UPSTREAM].close()
-            if owns_store:
-                await app[STORE].close()
+            await upstream.close()
+            if store is None:  # opened here, so closed here
+                await opened.close()
 
     proxy.cleanup_ctx.append(resources)
     for provider in config.providers:

@@ -1,6 +1,6 @@
-"""One attempt: forward a delivery to the app, classify the answer, record it on the row.
+"""One attempt: send a delivery to the app, classify the answer, record it on the row.
 
-Shared by the provider-facing handler and by operators re-driving a stored event.
+Shared by the delivery pipeline and by operators re-driving a stored event.
 """
 
 from __future__ import annotations
@@ -8,38 +8,37 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import Protocol
 
 from sidecar.config.model import ProviderConfig
 from sidecar.core.batch import batch_key
 from sidecar.core.decision import result_of
 from sidecar.core.errors import StoreError, UpstreamError
-from sidecar.core.events import AttemptResult, Outcome, RecordedResponse
+from sidecar.core.events import AttemptResult, Forwarded, Outcome, RecordedResponse
+from sidecar.core.headers import (
+    ATTEMPT_HEADER,
+    BATCH_SIZE_HEADER,
+    EVENT_HEADER,
+    IDEMPOTENCY_HEADER,
+    PROVIDER_HEADER,
+)
 from sidecar.core.ports import Store
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
-from sidecar.upstream import Upstream, forwardable_headers
-
-EVENT_HEADER = "X-Webhook-Sidecar-Event-Id"
-PROVIDER_HEADER = "X-Webhook-Sidecar-Provider"
-ATTEMPT_HEADER = "X-Webhook-Sidecar-Attempt"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-BATCH_SIZE_HEADER = "X-Webhook-Sidecar-Batch-Size"
+from sidecar.upstream import forwardable_headers
 
 log = get_logger("sidecar.forwarding")
 
 
-@dataclass(frozen=True, slots=True)
-class Forwarded:
-    result: AttemptResult
-    response: RecordedResponse | None  # None when the app gave no HTTP answer
-    upstream_error: str | None
-    recorded: bool | None  # True written; False superseded by a newer attempt; None store error
-    record_error: str | None = None
+class Sender(Protocol):
+    """Sends one request to the app (``sidecar.upstream.Upstream``, or a test double)."""
+
+    async def send(self, method: str, path_qs: str, headers: list[tuple[str, str]],
+                   body: bytes) -> RecordedResponse: ...
 
 
 class Forwarder:
-    def __init__(self, store: Store, upstream: Upstream, metrics: Metrics,
+    def __init__(self, store: Store, upstream: Sender, metrics: Metrics,
                  pending: set[asyncio.Task[bool]]) -> None:
         self._store = store
         self._upstream = upstream
@@ -70,7 +69,7 @@ class Forwarder:
         response: RecordedResponse | None = None
         error: str | None = None
         try:
-            response = await self._upstream.forward(
+            response = await self._upstream.send(
                 method, path, forwardable_headers(headers, added), body)
             outcome = Outcome.RESPONSE
         except UpstreamError as exc:
@@ -80,7 +79,7 @@ class Forwarder:
         self._metrics.upstream_latency.labels(provider.key).observe(elapsed)
         result = result_of(outcome, response, elapsed * 1000, provider.retryable_statuses)
         recorded, record_error = await self._record(provider.key, rows, result)
-        return Forwarded(result, response, error, recorded, record_error)
+        return Forwarded(attempt, result, response, error, recorded, record_error)
 
     async def _record(self, provider: str, rows: Sequence[tuple[str, int]],
                       result: AttemptResult) -> tuple[bool | None, str | None]:

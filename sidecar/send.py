@@ -26,6 +26,7 @@ import aiohttp
 from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import EventIdSpec, parse_event_id_spec
+from sidecar.core.headers import ATTEMPT_HEADER, REPLAY_HEADER
 from sidecar.core.signing import (
     DeclarativeSpec,
     PluginSpec,
@@ -35,9 +36,6 @@ from sidecar.core.signing import (
     parse_signature_spec,
     sign_delivery,
 )
-
-REPLAY_HEADER = "X-Webhook-Sidecar-Replay"
-ATTEMPT_HEADER = "X-Webhook-Sidecar-Attempt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +129,7 @@ def _from_config(args: argparse.Namespace) -> Scheme:
     if args.secret:
         key = decode_signing_key(provider.signature, args.secret, "--secret")
     else:
-        key = provider.keys[0]
+        key = provider.key_bytes[0]
         if isinstance(provider.signature, DeclarativeSpec) and (
             provider.signature.asymmetric_algorithm is not None
             and not provider.signature.has_symmetric

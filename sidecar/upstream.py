@@ -11,6 +11,7 @@ import aiohttp
 from sidecar.config.model import UpstreamConfig
 from sidecar.core.errors import UpstreamError
 from sidecar.core.events import Outcome, RecordedResponse
+from sidecar.core.headers import IDEMPOTENCY_HEADER, OWN_PREFIX
 
 # RFC 9110 §7.6.1 plus the older RFC 7230 list: never forwarded by a proxy.
 HOP_BY_HOP = frozenset({
@@ -22,9 +23,6 @@ _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
 # Not replayed: framing (the body may be truncated and is already decoded), per-hop metadata.
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "date", "server",
                                "set-cookie"}
-
-
-OWN_PREFIX = "x-webhook-sidecar-"  # headers only the proxy sets; a sender's copies are dropped
 
 
 def forwardable_headers(
@@ -40,7 +38,7 @@ def forwardable_headers(
         for token in value.split(",")
     }
     ours = {name.lower() for name in added}
-    dropped = _REQUEST_DROP | named | ours | {"idempotency-key"}
+    dropped = _REQUEST_DROP | named | ours | {IDEMPOTENCY_HEADER.lower()}
     kept = [(n, v) for n, v in pairs
             if n.lower() not in dropped and not n.lower().startswith(OWN_PREFIX)]
     return kept + list(added.items())
@@ -76,9 +74,10 @@ class Upstream:
             await self._session.close()
             self._session = None
 
-    async def forward(
+    async def send(
         self, method: str, path_qs: str, headers: list[tuple[str, str]], body: bytes
     ) -> RecordedResponse:
+        """One HTTP request to the app; its answer, or ``UpstreamError``. Records nothing."""
         if self._session is None:
             raise RuntimeError("Upstream.start() was not awaited")
         url = self._config.url + path_qs

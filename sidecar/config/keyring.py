@@ -35,9 +35,9 @@ class Reload:
 class Keyring:
     def __init__(self, providers: Sequence[ProviderConfig]) -> None:
         self._providers = {p.key: p for p in providers}
-        self._keys = {p.key: p.keys for p in providers}
+        self._keys = {p.key: p.key_bytes for p in providers}
 
-    def keys(self, provider: str) -> tuple[bytes, ...]:
+    def key_bytes(self, provider: str) -> tuple[bytes, ...]:
         return self._keys[provider]
 
     @property

@@ -214,7 +214,8 @@ class ProviderConfig:
                                          nullable=True)
 
     @property
-    def keys(self) -> tuple[bytes, ...]:
+    def key_bytes(self) -> tuple[bytes, ...]:
+        """The secrets' key bytes as loaded at start-up (``Keyring`` has the current ones)."""
         return tuple(secret.key for secret in self.secrets)
 
 

@@ -1,5 +1,6 @@
 """What to do with a delivery, given the row found for its event id: a pure function of plain
-values. The HTTP shell only executes these decisions."""
+values. The delivery pipeline only executes these decisions; ``core.answers`` says what each
+one answers the provider."""
 
 from __future__ import annotations
 
@@ -14,12 +15,18 @@ from sidecar.core.events import (
     RecordedResponse,
 )
 
+# Waiting on another delivery's attempt polls its row: the row is the truth, and polling needs
+# no connection of its own. The first poll comes soon (most forwards are fast), then they
+# space out so a long forward costs few reads.
+FIRST_POLL = 0.02
+MAX_POLL = 0.25
+
 
 @dataclass(frozen=True, slots=True)
-class Replay:
+class AnswerRecorded:
     """The event is done: answer with the recorded response, without reaching the app."""
 
-    response: RecordedResponse | None
+    row: EventRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +36,10 @@ class TakeOver:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Another attempt is in flight with a live lease: wait and read the row again."""
+    """Another attempt is in flight with a live lease: sleep ``pause`` seconds, then read the
+    row again."""
 
-    lease_remaining: float
+    pause: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,28 +56,38 @@ class MirrorFailure:
     row: EventRow
 
 
-Decision = Replay | TakeOver | Wait | Busy | MirrorFailure
+Decision = AnswerRecorded | TakeOver | Wait | Busy | MirrorFailure
 
 
-def decide(row: EventRow, *, waited: bool, wait_left: float) -> Decision:
+def decide(row: EventRow, *, waits: int, wait_left: float) -> Decision:
     """Decide for a delivery that did not win the claim.
 
-    ``waited`` is True once this delivery has waited on an in-flight attempt: it then mirrors
-    that attempt's failure instead of taking the event over itself, so a burst of concurrent
-    duplicates cannot turn one failure into a burst of retries. ``wait_left`` is what remains of
-    the provider's ``inflight_wait`` budget, in seconds.
+    ``waits`` counts how often this delivery has already waited on an in-flight attempt. Once
+    it has, it mirrors that attempt's failure instead of taking the event over itself, so a
+    burst of concurrent duplicates cannot turn one failure into a burst of retries. ``wait_left``
+    is what remains of the provider's ``inflight_wait`` budget, in seconds.
     """
     if row.state is EventState.DONE:
-        return Replay(row.response)
+        return AnswerRecorded(row)
     if row.state is EventState.FAILED:
-        return MirrorFailure(row) if waited else TakeOver()
+        return MirrorFailure(row) if waits else TakeOver()
     # processing
     if not row.lease_live:
         return TakeOver()
     remaining = (row.lease_until or row.now) - row.now
     if wait_left <= 0:
         return Busy(retry_after=max(1, math.ceil(min(remaining, 60.0))))
-    return Wait(lease_remaining=remaining)
+    backoff = min(FIRST_POLL * 2 ** min(waits, 16), MAX_POLL)
+    return Wait(pause=min(backoff, wait_left, remaining))
+
+
+def rejects_other_body(row: EventRow, body_sha256: bytes, policy: str) -> bool | None:
+    """A claim found the event already seen: ``None`` when with the same body; else whether
+    the provider's ``on_payload_mismatch`` policy refuses this delivery (``reject``: 422)
+    rather than treating it as the duplicate it claims to be (``duplicate``)."""
+    if row.body_sha256 == body_sha256:
+        return None
+    return policy == "reject"
 
 
 def classify(status: int, retryable: frozenset[int]) -> EventState:
@@ -77,17 +95,6 @@ def classify(status: int, retryable: frozenset[int]) -> EventState:
     if 200 <= status < 300:
         return EventState.DONE
     return EventState.FAILED if status in retryable else EventState.DONE
-
-
-def failure_status(outcome: Outcome, response: RecordedResponse | None) -> int:
-    """The status a provider gets for a failed attempt: never a 2xx."""
-    if outcome is Outcome.RESPONSE and response is not None and response.status >= 300:
-        return response.status
-    if outcome is Outcome.TIMEOUT:
-        return 504
-    if outcome is Outcome.CONNECT_ERROR:
-        return 502
-    return 502  # disconnected before an answer
 
 
 def result_of(outcome: Outcome, response: RecordedResponse | None, latency_ms: float,

@@ -7,11 +7,11 @@ but it is still parsed defensively: every failure is an ``EventIdError``.
 
 from __future__ import annotations
 
-import json
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from sidecar.core.body import Body, NotJson
 from sidecar.core.errors import ConfigError, EventIdError
 from sidecar.core.jsonpath import JsonPath, Wildcard, parse_json_path
 from sidecar.core.signing.spec import as_mapping, check_keys, get_header_name, get_str, join_path
@@ -171,30 +171,21 @@ def _checked(spec: EventIdSpec, value: str) -> str:
     return value
 
 
-class _Document:
-    """The body parsed as JSON on first use (a header-only id never parses the body)."""
+def _document(body: Body) -> Callable[[], object]:
+    """The body's JSON, parsed on first use (a header-only id never parses the body)."""
 
-    __slots__ = ("_body", "_parsed", "_value")
+    def get() -> object:
+        try:
+            return body.json()
+        except NotJson:
+            raise EventIdError("invalid_json", "body is not JSON") from None
 
-    def __init__(self, body: bytes) -> None:
-        self._body = body
-        self._parsed = False
-        self._value: object = None
+    return get
 
-    @classmethod
-    def of(cls, value: object) -> _Document:
-        document = cls(b"")
-        document._parsed, document._value = True, value
-        return document
 
-    def get(self) -> object:
-        if not self._parsed:
-            try:
-                self._value = json.loads(self._body.decode("utf-8"))
-            except (ValueError, RecursionError):  # bad UTF-8 / JSON, too many digits, deep
-                raise EventIdError("invalid_json", "body is not JSON") from None
-            self._parsed = True
-        return self._value
+def _given(value: object) -> Callable[[], object]:
+    """An already parsed document (a batch item)."""
+    return lambda: value
 
 
 def _escape(text: str) -> str:
@@ -203,11 +194,12 @@ def _escape(text: str) -> str:
     return text.replace("%", "%25").replace(":", "%3A")
 
 
-def _part_text(part: IdPart, document: _Document, headers: Mapping[str, str]) -> str | None:
+def _part_text(part: IdPart, document: Callable[[], object],
+               headers: Mapping[str, str]) -> str | None:
     if part.header is not None:
         return header_value(headers, part.header)
     assert part.json_path is not None
-    found, node = part.json_path.lookup(document.get())
+    found, node = part.json_path.lookup(document())
     if not found or node is None:
         return None
     if isinstance(node, bool):
@@ -217,14 +209,14 @@ def _part_text(part: IdPart, document: _Document, headers: Mapping[str, str]) ->
     raise EventIdError("invalid_event_id", f"{part.source} is not a string or integer")
 
 
-def _extract(spec: EventIdSpec, document: _Document, headers: Mapping[str, str]) -> str:
+def _extract(spec: EventIdSpec, document: Callable[[], object], headers: Mapping[str, str]) -> str:
     if spec.header is not None:
         value = header_value(headers, spec.header)
         if value is None:
             raise EventIdError("missing_event_id", f"no {spec.header} header")
         return _checked(spec, value)
     if spec.json_path is not None:
-        found, node = spec.json_path.lookup(document.get())
+        found, node = spec.json_path.lookup(document())
         if not found or node is None:
             raise EventIdError("missing_event_id", f"nothing at {spec.source}")
         if isinstance(node, int) and not isinstance(node, bool):
@@ -243,22 +235,13 @@ def _extract(spec: EventIdSpec, document: _Document, headers: Mapping[str, str])
     return _checked(spec, ":".join(texts))
 
 
-def extract_event_id(spec: EventIdSpec, body: bytes, headers: Mapping[str, str]) -> str:
+def extract_event_id(spec: EventIdSpec, body: Body | bytes, headers: Mapping[str, str]) -> str:
     """Return the event id; raise ``EventIdError`` (``missing_event_id``, ``invalid_json``,
     ``invalid_event_id``). Integers become their decimal text; ``null`` counts as missing.
-    A batch spec has several ids: it raises ``ValueError`` (use ``extract_event_ids``)."""
+    A batch spec has several ids: it raises ``ValueError`` (use ``batch_items``)."""
     if spec.batch is not None:
-        raise ValueError("a batch event_id spec has several ids: use extract_event_ids")
-    return _extract(spec, _Document(body), headers)
-
-
-def extract_event_ids(spec: EventIdSpec, body: bytes, headers: Mapping[str, str]) -> list[str]:
-    """Every event id of a delivery: one for a plain spec, one per item (in body order,
-    repeats dropped) for a batch. A batch without items, or an item without a usable id,
-    raises ``EventIdError`` for the whole delivery."""
-    if spec.batch is None:
-        return [extract_event_id(spec, body, headers)]
-    return [item.event_id for item in batch_items(spec, body, headers)]
+        raise ValueError("a batch event_id spec has several ids: use batch_items")
+    return _extract(spec, _document(Body.of(body)), headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,12 +251,14 @@ class BatchItem:
     value: object  # the item as parsed
 
 
-def batch_items(spec: EventIdSpec, body: bytes, headers: Mapping[str, str]) -> list[BatchItem]:
+def batch_items(spec: EventIdSpec, body: Body | bytes,
+                headers: Mapping[str, str]) -> list[BatchItem]:
     """The items of a batch delivery with their ids and positions, in body order; a repeated
-    id keeps its first item. Raises ``EventIdError`` as ``extract_event_ids`` does."""
+    id keeps its first item. A batch without items, or an item without a usable id, raises
+    ``EventIdError`` for the whole delivery."""
     assert spec.batch is not None
     batch = spec.batch
-    found, array = batch.array_path.lookup(_Document(body).get())
+    found, array = batch.array_path.lookup(_document(Body.of(body))())
     if not found or not isinstance(array, list) or not array:
         raise EventIdError("missing_event_id", f"no items at {batch.items.text}")
     items: dict[str, BatchItem] = {}
@@ -282,10 +267,19 @@ def batch_items(spec: EventIdSpec, body: bytes, headers: Mapping[str, str]) -> l
         if not present:
             continue
         try:
-            event_id = _extract(batch.item_id, _Document.of(item), headers)
+            event_id = _extract(batch.item_id, _given(item), headers)
         except EventIdError as exc:
             raise EventIdError(exc.reason, f"item {position}: {exc.detail}") from None
         items.setdefault(event_id, BatchItem(event_id, position, item))
     if not items:
         raise EventIdError("missing_event_id", f"no items at {batch.items.text}")
     return list(items.values())
+
+
+def delivery_items(spec: EventIdSpec, body: Body | bytes,
+                   headers: Mapping[str, str]) -> list[BatchItem]:
+    """Every event a delivery carries: one item (position 0) for a plain spec, one per item of
+    a batch. Raises ``EventIdError`` as ``extract_event_id`` and ``batch_items`` do."""
+    if spec.batch is not None:
+        return batch_items(spec, body, headers)
+    return [BatchItem(extract_event_id(spec, body, headers), 0, None)]

@@ -67,6 +67,18 @@ class AttemptResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Forwarded:
+    """One forward to the app and the recording of its result on the rows it was for."""
+
+    attempt: int  # the highest attempt among those rows: what the app was told
+    result: AttemptResult
+    response: RecordedResponse | None  # None when the app gave no HTTP answer
+    upstream_error: str | None
+    recorded: bool | None  # True written; False superseded by a newer attempt; None store error
+    record_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class EventRow:
     """One row of the event table as read, with the database clock at read time.
 

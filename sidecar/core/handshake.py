@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar.core.body import Body, NotJson
 from sidecar.core.errors import ConfigError
 from sidecar.core.jsonpath import JsonPath, parse_json_path
 from sidecar.core.signing.spec import get_header_name
@@ -118,10 +119,10 @@ def parse_handshake_spec(data: object, path: str) -> HandshakeSpec:
     return HandshakeSpec(when_path, equals, fields, None, when_header, status)
 
 
-def _document(body: bytes) -> tuple[bool, object]:
+def _document(body: Body) -> tuple[bool, object]:
     try:
-        return True, json.loads(body)
-    except (ValueError, RecursionError):  # not JSON (or too deep)
+        return True, body.json()
+    except NotJson:
         return False, None
 
 
@@ -132,7 +133,7 @@ def _refuse(reason: str) -> HandshakeAnswer:
 
 def handshake_answer(
     spec: HandshakeSpec,
-    body: bytes,
+    body: Body | bytes,
     headers: Mapping[str, str] | None = None,
     keys: Sequence[bytes] = (),
 ) -> HandshakeAnswer | None:
@@ -140,6 +141,7 @@ def handshake_answer(
 
     A handshake that lacks what its answer needs (a challenge that is not a string, no key
     for an HMAC) gets a 400 answer: it is still never forwarded."""
+    body = Body.of(body)
     parsed, document = False, None
     if spec.when_header is not None:
         if header_value(headers or {}, spec.when_header) != spec.equals:

@@ -36,13 +36,9 @@ class JsonPath:
     text: str
     steps: tuple[Step, ...]
 
-    @property
-    def has_wildcard(self) -> bool:
-        return any(isinstance(step, Wildcard) for step in self.steps)
-
     def lookup(self, document: object) -> tuple[bool, object]:
         """``(True, value)`` if every step exists, else ``(False, None)``. Never raises.
-        A wildcard step never matches here: use ``lookup_all``."""
+        A wildcard step never matches here (batches expand it themselves)."""
         node = document
         for step in self.steps:
             if isinstance(step, Wildcard):
@@ -56,24 +52,6 @@ class JsonPath:
                     return False, None
                 node = node[step]
         return True, node
-
-    def lookup_all(self, document: object) -> list[object]:
-        """Every value the path selects, in document order (a wildcard step expands over an
-        array's elements; anything missing is skipped). Never raises."""
-        nodes = [document]
-        for step in self.steps:
-            found: list[object] = []
-            for node in nodes:
-                if isinstance(step, Wildcard):
-                    if isinstance(node, list):
-                        found.extend(node)
-                elif isinstance(step, int):
-                    if isinstance(node, list) and step < len(node):
-                        found.append(node[step])
-                elif isinstance(node, dict) and step in node:
-                    found.append(node[step])
-            nodes = found
-        return nodes
 
 
 def parse_json_path(text: object, path: str, *, wildcards: bool = False) -> JsonPath:

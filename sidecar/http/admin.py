@@ -12,7 +12,7 @@ from aiohttp import web
 from sidecar import operations
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, StoreError
-from sidecar.http.keys import CONFIG, FORWARDER, METRICS, OWNER, STORE
+from sidecar.http.appkeys import CONFIG, FORWARDER, METRICS, OWNER, STORE
 
 AdminHandler = Callable[[web.Request], Awaitable[Any]]
 

@@ -73,17 +73,17 @@ async def test_secret_files_are_reloaded_when_they_change(tmp_path: Path) -> Non
     data["providers"]["stripe"]["secrets"] = [{"file": str(secret)}, "whsec_inline"]
     config = parse_config(data, env={})
     keyring = Keyring(config.providers)
-    assert keyring.keys("stripe") == (b"whsec_old", b"whsec_inline")
+    assert keyring.key_bytes("stripe") == (b"whsec_old", b"whsec_inline")
     assert keyring.reload().changed == ()
 
     secret.write_text("whsec_new\n")
     assert keyring.reload().changed == ("stripe",)
-    assert keyring.keys("stripe") == (b"whsec_new", b"whsec_inline")
+    assert keyring.key_bytes("stripe") == (b"whsec_new", b"whsec_inline")
 
     secret.write_text("")  # a half-written file must not wipe the keys
     result = keyring.reload()
     assert result.changed == () and "is empty" in result.errors[0]
-    assert keyring.keys("stripe") == (b"whsec_new", b"whsec_inline")
+    assert keyring.key_bytes("stripe") == (b"whsec_new", b"whsec_inline")
 
     secret.write_bytes(b"\xff\xfe not text")  # nor a file that is not text
     result = keyring.reload()

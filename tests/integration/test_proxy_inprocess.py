@@ -12,12 +12,14 @@ from typing import Any
 
 import aiohttp
 import pytest
+import structlog
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from sidecar.config.loader import parse_config
 from sidecar.core.errors import StoreError
 from sidecar.core.events import AttemptResult, Claim, EventState
+from sidecar.obs.metrics import Metrics
 from sidecar.serve import Running, start, stop
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
@@ -141,6 +143,48 @@ async def test_a_store_failure_mid_batch_frees_the_items_already_claimed(tmp_pat
         row = await inner.get("sendgrid", "a")
         # Not left leased for a minute: failed, so the provider's retry takes it over at once.
         assert row is not None and row.state is EventState.FAILED and not row.lease_live
+    finally:
+        await stop(running)
+        await stub.stop()
+        await inner.close()
+
+
+class ClaimIsBuggy:
+    """A real SQLite store whose claim has a bug (not a store failure)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def claim(self, *args: Any) -> Claim:
+        raise ZeroDivisionError("a bug in the claim")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_an_unexpected_error_is_500_logged_with_its_traceback_and_counted(
+    tmp_path: Any,
+) -> None:
+    stub = await StubApp().start()
+    data = base_config(stub.url, f"sqlite:///{tmp_path / 'events.db'}")
+    inner = await SQLiteStore.open(str(tmp_path / "events.db"))
+    metrics = Metrics()
+    running = await start(parse_config(data, env={}), store=ClaimIsBuggy(inner), metrics=metrics)
+    try:
+        body = stripe_event("evt_bug")
+        with structlog.testing.capture_logs() as logs:
+            async with aiohttp.ClientSession() as client:
+                status, _, payload = await post(client, f"http://{running.listen}/webhooks/stripe",
+                                                body, stripe_headers(body))
+        assert status == 500 and json.loads(payload)["reason"] == "internal_error"
+        assert b"a bug" not in payload, "the error's text stays in the log"
+        line = next(e for e in logs if e["event"] == "delivery")
+        assert line["log_level"] == "error" and line["result"] == "error"
+        assert isinstance(line["exc_info"], ZeroDivisionError)
+        assert line["event_id"] == "evt_bug"
+        counted = metrics.registry.get_sample_value(
+            "webhook_events_total", {"provider": "stripe", "result": "error"})
+        assert counted == 1 and stub.count() == 0
     finally:
         await stop(running)
         await stub.stop()

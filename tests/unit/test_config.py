@@ -52,7 +52,7 @@ def test_minimal_config_takes_defaults_and_preset() -> None:
     assert config.upstream.timeout == 10.0
     stripe = config.providers[0]
     assert stripe.key == "stripe" and stripe.preset == "stripe"
-    assert stripe.keys == (b"whsec_abc",)  # Stripe's secret is used verbatim
+    assert stripe.key_bytes == (b"whsec_abc",)  # Stripe's secret is used verbatim
     assert stripe.retention == 30 * 86400
     assert 500 in stripe.retryable_statuses and 429 in stripe.retryable_statuses
     assert 404 not in stripe.retryable_statuses
@@ -105,7 +105,7 @@ def test_interpolation_with_defaults_and_missing_variables() -> None:
     data = minimal(secrets=["${STRIPE_SECRET}"])
     assert error_path(data) == "providers.stripe.secrets[0]"
     config = parse_config(data, env={"STRIPE_SECRET": "whsec_x"})
-    assert config.providers[0].keys == (b"whsec_x",)
+    assert config.providers[0].key_bytes == (b"whsec_x",)
 
 
 def test_secrets_from_env_and_files_several_at_once(tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ def test_secrets_from_env_and_files_several_at_once(tmp_path: Path) -> None:
     data = minimal(secrets=[{"env": "NEW"}, {"file": "old"}])
     config = parse_config(data, env={"NEW": "whsec_new"}, base_dir=tmp_path)
     provider = config.providers[0]
-    assert provider.keys == (b"whsec_new", b"whsec_old")
+    assert provider.key_bytes == (b"whsec_new", b"whsec_old")
     assert [s.source for s in provider.secrets] == ["env:NEW", f"file:{tmp_path / 'old'}"]
     assert "whsec" not in repr(config)  # secrets are redacted in every repr
     assert error_path(minimal(secrets=[{"file": "missing"}])) == "providers.stripe.secrets[0].file"
@@ -124,7 +124,7 @@ def test_standard_webhooks_secret_is_base64_decoded() -> None:
     data = minimal()
     data["providers"]["stripe"].update(preset="standard-webhooks",
                                        secrets=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])
-    key = parse_config(data, env={}).providers[0].keys[0]
+    key = parse_config(data, env={}).providers[0].key_bytes[0]
     assert len(key) == 24
 
 

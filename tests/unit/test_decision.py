@@ -6,15 +6,18 @@ from dataclasses import replace
 
 import pytest
 
+from sidecar.core.answers import failure_status
 from sidecar.core.decision import (
+    FIRST_POLL,
+    MAX_POLL,
+    AnswerRecorded,
     Busy,
     MirrorFailure,
-    Replay,
     TakeOver,
     Wait,
     classify,
     decide,
-    failure_status,
+    rejects_other_body,
     result_of,
 )
 from sidecar.core.events import EventRow, EventState, Outcome, RecordedResponse
@@ -31,27 +34,54 @@ def row(state: EventState, lease_until: float | None = None, **kw: object) -> Ev
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
-def test_done_is_replayed() -> None:
-    assert decide(row(EventState.DONE, response=OK), waited=False, wait_left=1) == Replay(OK)
+def test_done_is_answered_from_the_row() -> None:
+    done = row(EventState.DONE, response=OK)
+    assert decide(done, waits=0, wait_left=1) == AnswerRecorded(done)
 
 
 def test_failed_is_taken_over_on_arrival_but_mirrored_after_waiting() -> None:
     failed = row(EventState.FAILED, outcome=Outcome.TIMEOUT)
-    assert decide(failed, waited=False, wait_left=1) == TakeOver()
-    assert decide(failed, waited=True, wait_left=1) == MirrorFailure(failed)
+    assert decide(failed, waits=0, wait_left=1) == TakeOver()
+    assert decide(failed, waits=1, wait_left=1) == MirrorFailure(failed)
 
 
 def test_live_lease_waits_then_is_busy() -> None:
     live = row(EventState.PROCESSING, lease_until=NOW + 30)
-    assert decide(live, waited=False, wait_left=0.5) == Wait(lease_remaining=30)
-    assert decide(live, waited=True, wait_left=0) == Busy(retry_after=30)
+    assert decide(live, waits=0, wait_left=0.5) == Wait(pause=FIRST_POLL)
+    assert decide(live, waits=1, wait_left=0) == Busy(retry_after=30)
     short = row(EventState.PROCESSING, lease_until=NOW + 0.2)
-    assert decide(short, waited=True, wait_left=0) == Busy(retry_after=1)
+    assert decide(short, waits=1, wait_left=0) == Busy(retry_after=1)
+
+
+@pytest.mark.parametrize(("waits", "wait_left", "lease_left", "pause"), [
+    (0, 5.0, 30.0, FIRST_POLL),  # the first poll comes soon
+    (1, 5.0, 30.0, FIRST_POLL * 2),  # then the polls space out, doubling
+    (3, 5.0, 30.0, FIRST_POLL * 8),
+    (10, 5.0, 30.0, MAX_POLL),  # up to a ceiling
+    (10_000, 5.0, 30.0, MAX_POLL),  # however long it has waited
+    (10, 0.05, 30.0, 0.05),  # never past the wait budget
+    (10, 5.0, 0.01, 0.01),  # nor past the lease (then the attempt may be taken over)
+])
+def test_waiting_backs_off_within_budget_and_lease(waits: int, wait_left: float,
+                                                   lease_left: float, pause: float) -> None:
+    live = row(EventState.PROCESSING, lease_until=NOW + lease_left)
+    decision = decide(live, waits=waits, wait_left=wait_left)
+    assert isinstance(decision, Wait) and decision.pause == pytest.approx(pause)
 
 
 def test_expired_lease_is_taken_over_even_after_waiting() -> None:
     crashed = row(EventState.PROCESSING, lease_until=NOW - 0.001)
-    assert decide(crashed, waited=True, wait_left=0) == TakeOver()
+    assert decide(crashed, waits=1, wait_left=0) == TakeOver()
+
+
+@pytest.mark.parametrize(("seen_body", "policy", "verdict"), [
+    (b"h", "duplicate", None),  # the same body: no mismatch at all
+    (b"h", "reject", None),
+    (b"other", "duplicate", False),  # counted, then answered as the duplicate it claims to be
+    (b"other", "reject", True),  # counted and refused (422)
+])
+def test_payload_mismatch_policy(seen_body: bytes, policy: str, verdict: bool | None) -> None:
+    assert rejects_other_body(row(EventState.DONE), seen_body, policy) is verdict
 
 
 @pytest.mark.parametrize(("status", "state"), [

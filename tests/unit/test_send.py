@@ -21,7 +21,7 @@ from nacl.signing import SigningKey
 from sidecar.cli import main
 from sidecar.config.presets import load_preset
 from sidecar.core.errors import VerificationError
-from sidecar.core.eventid import extract_event_ids, parse_event_id_spec
+from sidecar.core.eventid import delivery_items, parse_event_id_spec
 from sidecar.core.signing import decode_secret, parse_signature_spec, verify
 
 PAYLOAD = b'{"id":"evt_send_1","type":"invoice.paid","event_id":"Ev1","data":{}}'
@@ -69,7 +69,8 @@ class Receiver:
             except VerificationError as exc:
                 self.rejected.append(exc.reason)
                 return web.json_response({"reason": exc.reason}, status=401)
-            ids = extract_event_ids(event_id, body, request.headers)  # type: ignore[arg-type]
+            items = delivery_items(event_id, body, request.headers)  # type: ignore[arg-type]
+            ids = [item.event_id for item in items]
             replay = any(previous == ids for previous, _ in self.seen)
             self.seen.append((ids, dict(request.headers)))
             async with arrived:

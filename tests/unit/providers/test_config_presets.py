@@ -39,9 +39,9 @@ def test_every_new_kind_of_preset_loads() -> None:
     assert not isinstance(square, PluginSpec) and square.url == "https://h.example/webhooks/square"
     twilio = loaded["twilio"].signature
     assert isinstance(twilio, PluginSpec) and twilio.plugin == "twilio"
-    assert isinstance(loaded["discord"].keys[0], PublicKey)
-    assert [isinstance(k, PublicKey) for k in loaded["sw"].keys] == [False, True]
-    assert loaded["adyen"].keys == (bytes.fromhex("ab" * 32),)
+    assert isinstance(loaded["discord"].key_bytes[0], PublicKey)
+    assert [isinstance(k, PublicKey) for k in loaded["sw"].key_bytes] == [False, True]
+    assert loaded["adyen"].key_bytes == (bytes.fromhex("ab" * 32),)
     assert loaded["adyen"].event_id.is_batch
 
 

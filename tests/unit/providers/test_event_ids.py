@@ -10,14 +10,14 @@ import stripe
 from slack_sdk.signature import SignatureVerifier
 
 from sidecar.core.errors import ConfigError, EventIdError
-from sidecar.core.eventid import extract_event_id, extract_event_ids, parse_event_id_spec
+from sidecar.core.eventid import delivery_items, extract_event_id, parse_event_id_spec
 from sidecar.core.signing import sign, verify
 
 from .helpers import NOW, keys_for, preset_event_id, preset_spec
 
 
 def ids(preset: str, body: bytes, headers: dict[str, str] | None = None) -> list[str]:
-    return extract_event_ids(preset_event_id(preset), body, headers or {})
+    return [i.event_id for i in delivery_items(preset_event_id(preset), body, headers or {})]
 
 
 # --- redeliveries: per-attempt headers never change the id -----------------------------------
@@ -170,16 +170,16 @@ def test_batch_errors() -> None:
                       (b'[{"sg_event_id": "a"}, {"sg_event_id": ""}]', "invalid_event_id"),
                       (b"not json", "invalid_json")):
         with pytest.raises(EventIdError) as caught:
-            extract_event_ids(spec, body, {})
+            [i.event_id for i in delivery_items(spec, body, {})]
         assert caught.value.reason == why, body
-    with pytest.raises(ValueError, match="extract_event_ids"):
+    with pytest.raises(ValueError, match="batch_items"):
         extract_event_id(spec, b'[{"sg_event_id": "a"}]', {})
 
 
 def test_non_batch_specs_give_one_id() -> None:
     spec = preset_event_id("stripe")
     assert not spec.is_batch and preset_event_id("adyen").is_batch
-    assert extract_event_ids(spec, b'{"id": "evt_1"}', {}) == ["evt_1"]
+    assert [i.event_id for i in delivery_items(spec, b'{"id": "evt_1"}', {})] == ["evt_1"]
 
 
 @pytest.mark.parametrize(

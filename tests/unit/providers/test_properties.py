@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.errors import EventIdError, VerificationError
-from sidecar.core.eventid import extract_event_ids
+from sidecar.core.eventid import delivery_items
 from sidecar.core.handshake import handshake_answer, parse_handshake_spec
 from sidecar.core.signing import (
     FORMATS,
@@ -174,7 +174,7 @@ def test_event_ids_are_usable_or_event_id_error(name: str, document: object, raw
     spec = preset_event_id(name)
     for body in (json.dumps(document).encode(), raw):
         try:
-            found = extract_event_ids(spec, body, {})
+            found = [i.event_id for i in delivery_items(spec, body, {})]
         except EventIdError:
             continue
         assert found and all(isinstance(i, str) and i.strip() for i in found)

@@ -8,11 +8,11 @@ raises only ``VerificationError``; ``sign`` produces what the provider would sen
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from sidecar.core.body import NotJson, parse_json
 from sidecar.core.errors import VerificationError
 from sidecar.core.signing.spec import (
     SECRET_DECODERS,
@@ -75,8 +75,8 @@ def json_document(body: bytes) -> object:
     """The body as JSON for schemes whose signature lives in it; ``VerificationError`` if not
     JSON. (These schemes must read the body before verifying: there is nothing else to read.)"""
     try:
-        return json.loads(body.decode("utf-8"))
-    except (ValueError, RecursionError):  # bad UTF-8 / JSON, too many digits, too deep
+        return parse_json(body)
+    except NotJson:
         raise VerificationError("malformed_body", "body is not JSON") from None
 
 

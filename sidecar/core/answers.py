@@ -1,0 +1,170 @@
+"""What a provider is answered, and how the delivery is counted: every status code and
+``Retry-After`` the proxy chooses itself, as one table, plus the rules for relaying the app's
+own answer and replaying a recorded one. Pure values; the HTTP shell only writes them out.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from sidecar.core.events import Outcome, RecordedResponse
+from sidecar.core.headers import ATTEMPT_HEADER, REPLAY_HEADER
+
+
+class Result(enum.StrEnum):
+    """How a delivery ended: the ``result`` label of the metric and of the log line."""
+
+    NEW = "new"  # forwarded as attempt 1; the app answered 2xx (or a final status)
+    TAKEOVER = "takeover"  # forwarded as attempt > 1 after a failure or a crashed attempt
+    DUPLICATE = "duplicate"  # answered from the recorded row; the app was not contacted
+    IN_FLIGHT = "in_flight"  # another attempt is still running: 409
+    MIRRORED_FAILURE = "mirrored_failure"  # the attempt it waited for failed
+    UPSTREAM_ERROR = "upstream_error"  # forwarded; the app failed or gave no answer
+    PAYLOAD_MISMATCH = "payload_mismatch"  # same id, other body, policy `reject`
+    INVALID_SIGNATURE = "invalid_signature"
+    BAD_REQUEST = "bad_request"
+    TOO_LARGE = "too_large"
+    HANDSHAKE = "handshake"  # answered by the proxy (Slack url_verification, …)
+    STORE_ERROR = "store_error"  # the store failed or was too slow: 503
+    ERROR = "error"  # a bug in the proxy: 500
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the provider gets, and what the delivery's log line and metric say about it."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    result: Result
+    reason: str | None = None  # why a delivery was refused (log field and JSON error body)
+    # The rest of the delivery's log line: event id, attempt, latencies, what went wrong.
+    log: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One answer the proxy gives on its own: status, counted result, message, Retry-After.
+    ``message`` may name ``{details}``; ``status`` 0 means "given by the caller"."""
+
+    status: int
+    result: Result
+    message: str
+    retry_after: str | None = None
+    close: bool = False  # also close the connection (the client may still be sending)
+
+
+STORE_RETRY_AFTER: Final = "5"
+UPSTREAM_RETRY_AFTER: Final = "1"  # when the app failed without saying when to come back
+
+# Every answer the proxy makes up itself, by reason. Read top to bottom, this is the order in
+# which a delivery is checked. A signature or event-id failure's own reason (e.g.
+# ``stale_timestamp``, ``missing_event_id``) is reported under the rule of its kind.
+RULES: Final[Mapping[str, Rule]] = {
+    # refused before anything is stored or forwarded
+    "too_large": Rule(413, Result.TOO_LARGE, "body exceeds {limit} bytes"),
+    "content_encoding": Rule(415, Result.BAD_REQUEST, "Content-Encoding {encoding!r} is not "
+                             "accepted"),
+    "body_timeout": Rule(408, Result.BAD_REQUEST, "request body not received in time",
+                         close=True),
+    "invalid_signature": Rule(401, Result.INVALID_SIGNATURE, "signature verification failed"),
+    "no_event_id": Rule(400, Result.BAD_REQUEST, "verified delivery carries no usable event id"),
+    # the store could not decide: the provider keeps the event and retries
+    "store_error": Rule(503, Result.STORE_ERROR, "event store unavailable; retry later",
+                        retry_after=STORE_RETRY_AFTER),
+    # another delivery of the same event decides
+    "in_flight": Rule(409, Result.IN_FLIGHT, "this event is being processed; retry later",
+                      retry_after="{lease}"),
+    "payload_mismatch": Rule(422, Result.PAYLOAD_MISMATCH, "event id already seen with a "
+                             "different body"),
+    "upstream_failed": Rule(0, Result.MIRRORED_FAILURE, "the attempt for this event failed; "
+                            "retry later", retry_after=UPSTREAM_RETRY_AFTER),
+    # this delivery's forward got no HTTP answer from the app (status from the outcome)
+    "no_answer": Rule(0, Result.UPSTREAM_ERROR, "upstream {outcome}",
+                      retry_after=UPSTREAM_RETRY_AFTER),
+    # no provider route took the request
+    "unknown_path": Rule(404, Result.BAD_REQUEST, "no provider is configured at this path"),
+    "method_not_allowed": Rule(405, Result.BAD_REQUEST, "{method} is not accepted here; "
+                               "providers POST"),
+    # a bug: logged with its traceback and counted
+    "internal_error": Rule(500, Result.ERROR, "internal error"),
+}
+
+# The status for an attempt that got no HTTP answer: never a 2xx.
+NO_ANSWER_STATUS: Final[Mapping[Outcome, int]] = {
+    Outcome.TIMEOUT: 504,
+    Outcome.CONNECT_ERROR: 502,
+    Outcome.DISCONNECTED: 502,
+}
+
+
+def refuse(rule_name: str, reason: str | None = None, *, status: int = 0,
+           retry_after: str | None = None, **details: object) -> Answer:
+    """The JSON error answer of ``RULES[rule_name]``; ``reason`` defaults to the rule's name."""
+    rule = RULES[rule_name]
+    headers: list[tuple[str, str]] = [("Content-Type", "application/json; charset=utf-8")]
+    wait = retry_after or rule.retry_after
+    if wait is not None:
+        headers.append(("Retry-After", wait.format(**details)))
+    if rule.close:
+        headers.append(("Connection", "close"))
+    why = reason or rule_name
+    body = json.dumps({"error": rule.message.format(**details), "reason": why}).encode()
+    return Answer(status or rule.status, tuple(headers), body, rule.result, why)
+
+
+def failure_status(outcome: Outcome, response: RecordedResponse | None) -> int:
+    """The status a provider gets for a failed attempt: the app's non-2xx, else by outcome."""
+    if outcome is Outcome.RESPONSE and response is not None and response.status >= 300:
+        return response.status
+    return NO_ANSWER_STATUS.get(outcome, 502)
+
+
+def _with(response: RecordedResponse, extra: Iterable[tuple[str, str]]) -> tuple[
+        tuple[str, str], ...]:
+    """The recorded headers with ``extra`` set (replacing any of the same name)."""
+    added = dict(extra)
+    names = {name.lower() for name in added}
+    kept = tuple((n, v) for n, v in response.headers if n.lower() not in names)
+    return kept + tuple(added.items())
+
+
+def header(response: RecordedResponse | None, name: str) -> str | None:
+    if response is None:
+        return None
+    lowered = name.lower()
+    return next((v for n, v in response.headers if n.lower() == lowered), None)
+
+
+def replayed(response: RecordedResponse | None, attempt: int) -> Answer:
+    """A redelivery of a done event: the recorded answer (a 2xx stays 2xx), marked as a
+    replay. A row done without a recorded response (written by an older release) gets 200."""
+    extra = ((REPLAY_HEADER, "true"), (ATTEMPT_HEADER, str(attempt)))
+    if response is None:
+        return Answer(200, extra, b"", Result.DUPLICATE)
+    return Answer(response.status, _with(response, extra), response.body, Result.DUPLICATE)
+
+
+def relayed(response: RecordedResponse, attempt: int, result: Result) -> Answer:
+    """The app's own answer to this delivery's forward. A failure keeps the app's
+    ``Retry-After`` or gets a short one, so the provider comes back soon."""
+    extra = [(ATTEMPT_HEADER, str(attempt))]
+    if result is Result.UPSTREAM_ERROR:
+        extra.append(("Retry-After", header(response, "Retry-After") or UPSTREAM_RETRY_AFTER))
+    return Answer(response.status, _with(response, extra), response.body, result)
+
+
+def no_answer(outcome: Outcome) -> Answer:
+    """This delivery's forward got no HTTP answer (timeout, refused, connection lost)."""
+    return refuse("no_answer", outcome.value, status=NO_ANSWER_STATUS[outcome],
+                  outcome=outcome.value.replace("_", " "))
+
+
+def mirrored(outcome: Outcome | None, response: RecordedResponse | None) -> Answer:
+    """The attempt this delivery waited for failed: its failure, never a 2xx."""
+    return refuse("upstream_failed",
+                  status=failure_status(outcome or Outcome.DISCONNECTED, response))

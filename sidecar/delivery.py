@@ -1,0 +1,313 @@
+"""The delivery pipeline: one inbound webhook in, one answer out. No HTTP server, database driver,
+logger or metrics library here: collaborators are passed in once, as ports, and every rule is a
+call into the core (``decide``, ``core.answers``, ``core.batch``).
+
+    verify ─ bind nonce ─ handshake ─ event ids ─ claim each ─┬─ forward ours, record
+                                                              └─ or answer from the rows
+
+A single event is a batch of one item: the same path claims it, forwards it and answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from sidecar.config.model import ProviderConfig
+from sidecar.core.answers import (
+    Answer,
+    Result,
+    mirrored,
+    no_answer,
+    refuse,
+    relayed,
+    replayed,
+)
+from sidecar.core.batch import batch_answer, claim_digest, filtered_body
+from sidecar.core.body import Body
+from sidecar.core.decision import (
+    AnswerRecorded,
+    Busy,
+    MirrorFailure,
+    TakeOver,
+    Wait,
+    decide,
+    rejects_other_body,
+)
+from sidecar.core.errors import EventIdError, StoreError, VerificationError
+from sidecar.core.eventid import BatchItem, EventIdSpec, delivery_items, extract_event_id
+from sidecar.core.events import (
+    AttemptResult,
+    EventRow,
+    EventState,
+    Forwarded,
+    Outcome,
+    StoredRequest,
+)
+from sidecar.core.handshake import handshake_answer
+from sidecar.core.ports import Store
+from sidecar.core.signing import verify
+
+MAX_DECISION_STEPS = 1000  # a safety bound; every step waits, answers or makes progress
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One request on a provider's route, as received (the body already read within bounds)."""
+
+    method: str
+    path: str  # path and query, as received
+    query: str  # the raw query string, without "?"
+    headers: Mapping[str, str]  # case-insensitive; items() yields every header in order
+    body: bytes
+    peer: str | None = None
+
+
+class Forwarding(Protocol):
+    """Forwards once on behalf of ``rows`` (``(event_id, attempt)``) and records the result on
+    each row (``sidecar.forwarding.Forwarder``)."""
+
+    async def forward(self, provider: ProviderConfig, rows: Sequence[tuple[str, int]],
+                      method: str, path: str, headers: Iterable[tuple[str, str]],
+                      body: bytes) -> Forwarded: ...
+
+
+class Observer(Protocol):
+    """What the pipeline reports besides its answer (metrics and warnings)."""
+
+    def claimed(self, provider: str, seconds: float) -> None: ...
+
+    def payload_mismatch(self, provider: str, event_id: str) -> None: ...
+
+
+class Keys(Protocol):
+    def key_bytes(self, provider: str) -> tuple[bytes, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Ours:
+    """This delivery owns an attempt at the event: it forwards it."""
+
+    item: BatchItem
+    attempt: int
+    result: Result  # NEW or TAKEOVER
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """Another delivery's row answers for the event."""
+
+    answer: Answer
+    attempt: int
+
+
+class _Trace:
+    """What one delivery learned on its way, for its log line."""
+
+    __slots__ = ("attempt", "event_id", "fields")
+
+    def __init__(self) -> None:
+        self.event_id: str | None = None
+        self.attempt: int | None = None
+        self.fields: dict[str, object] = {}
+
+    def finish(self, answer: Answer) -> Answer:
+        log: dict[str, object] = {"event_id": self.event_id, "attempt": self.attempt}
+        if answer.reason is not None:
+            log["reason"] = answer.reason
+        log.update(self.fields)
+        return replace(answer, log=log)
+
+
+class Pipeline:
+    """Built once at start-up; ``deliver`` is called once per request."""
+
+    def __init__(self, *, store: Store, forwarder: Forwarding, keyring: Keys, owner: str,
+                 observer: Observer, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._forwarder = forwarder
+        self._keyring = keyring
+        self._owner = owner
+        self._observer = observer
+        self._clock = clock
+
+    async def deliver(self, provider: ProviderConfig, inbound: Inbound) -> Answer:
+        trace = _Trace()
+        try:
+            answer = await self._deliver(provider, inbound, Body(inbound.body), trace)
+        except StoreError as exc:
+            trace.fields["error"] = str(exc)
+            answer = refuse("store_error")
+        except Exception as exc:  # a bug: answered 500, logged with its traceback, counted
+            trace.fields["exc_info"] = exc
+            answer = refuse("internal_error")
+        return trace.finish(answer)
+
+    async def _deliver(self, provider: ProviderConfig, inbound: Inbound, body: Body,
+                       trace: _Trace) -> Answer:
+        keys = self._keyring.key_bytes(provider.key)
+        try:
+            verify(provider.signature, keys, body.raw, inbound.headers, self._clock(),
+                   method=inbound.method, query=inbound.query)
+        except VerificationError as exc:
+            return refuse("invalid_signature", exc.reason)
+
+        if provider.replay_nonce is not None:
+            refused = await self._check_nonce(provider.key, provider.replay_nonce, inbound, body)
+            if refused is not None:
+                return refused
+
+        if provider.handshake is not None:
+            handshake = handshake_answer(provider.handshake, body, inbound.headers, keys)
+            if handshake is not None:
+                return Answer(handshake.status, (("Content-Type", handshake.content_type),),
+                              handshake.body, Result.HANDSHAKE)
+
+        try:
+            items = delivery_items(provider.event_id, body, inbound.headers)
+        except EventIdError as exc:
+            return refuse("no_event_id", exc.reason)
+        trace.event_id = items[0].event_id
+        if provider.event_id.is_batch:
+            trace.fields["batch_size"] = len(items)
+
+        ours, settled = await self._claim_all(provider, inbound, body, items, trace)
+        if provider.event_id.is_batch:
+            trace.fields["batch_forwarded"] = len(ours)
+        forwarded: Answer | None = None
+        if ours:
+            forwarded = await self._forward(provider, inbound, body, items, ours, trace)
+        else:
+            trace.attempt = settled[0].attempt
+        return batch_answer(forwarded, [s.answer for s in settled])
+
+    async def _check_nonce(self, provider: str, spec: EventIdSpec, inbound: Inbound,
+                           body: Body) -> Answer | None:
+        """For schemes that sign a nonce but not the body (Mailgun): bind the nonce to this
+        body on first sight; the same signed nonce with another body is a reused signature."""
+        try:
+            nonce = extract_event_id(spec, body, inbound.headers)
+        except EventIdError:
+            return refuse("invalid_signature", "missing_nonce")
+        bound = await self._store.bind_nonce(provider, nonce, body.sha256)
+        if bound != body.sha256:
+            return refuse("invalid_signature", "replayed_signature")
+        return None
+
+    async def _claim_all(self, provider: ProviderConfig, inbound: Inbound, body: Body,
+                         items: list[BatchItem], trace: _Trace
+                         ) -> tuple[list[_Ours], list[_Settled]]:
+        """Claim every event of the delivery. If the store fails midway, the attempts already
+        claimed are marked failed before the error goes on, so the provider's retry takes them
+        over at once instead of after the lease."""
+        deadline = asyncio.get_running_loop().time() + provider.inflight_wait
+        payload = (StoredRequest(inbound.method, inbound.path, tuple(inbound.headers.items()),
+                                 body.raw) if provider.store_payload else None)
+        ours: list[_Ours] = []
+        settled: list[_Settled] = []
+        try:
+            for item in items:
+                digest = claim_digest(provider.event_id, body, item)
+                resolved = await self._resolve(provider, item, digest, payload, deadline, trace)
+                if isinstance(resolved, _Ours):
+                    ours.append(resolved)
+                else:
+                    settled.append(resolved)
+        except StoreError:
+            await self._abandon(provider, ours)
+            raise
+        return ours, settled
+
+    async def _resolve(self, provider: ProviderConfig, item: BatchItem, digest: bytes,
+                       payload: StoredRequest | None, deadline: float,
+                       trace: _Trace) -> _Ours | _Settled:
+        """Claim one event id and, when another delivery has it, follow the core's decisions
+        until this delivery owns an attempt or knows the answer. Waits at most until
+        ``deadline`` (loop time)."""
+        loop = asyncio.get_running_loop()
+        event_id = item.event_id
+        row = await self._claim(provider, event_id, digest, payload, trace)
+        if row is None:
+            return _Ours(item, 1, Result.NEW)
+        rejected = rejects_other_body(row, digest, provider.on_payload_mismatch)
+        if rejected is not None:
+            self._observer.payload_mismatch(provider.key, event_id)
+            trace.fields["payload_mismatch"] = True
+            if rejected:
+                return _Settled(refuse("payload_mismatch"), row.attempt)
+
+        waits = 0
+        for _ in range(MAX_DECISION_STEPS):
+            if row is None:  # deleted meanwhile (operator or retention): claim afresh
+                row = await self._claim(provider, event_id, digest, payload, trace)
+                if row is None:
+                    return _Ours(item, 1, Result.NEW)
+            match decide(row, waits=waits, wait_left=deadline - loop.time()):
+                case AnswerRecorded(recorded):
+                    return _Settled(replayed(recorded.response, recorded.attempt),
+                                    recorded.attempt)
+                case TakeOver():
+                    attempt = await self._store.take_over(provider.key, event_id,
+                                                          provider.lease, self._owner)
+                    if attempt is not None:
+                        return _Ours(item, attempt, Result.TAKEOVER)
+                    row = await self._store.get(provider.key, event_id)  # another one won it
+                case Wait(pause):
+                    await asyncio.sleep(pause)
+                    waits += 1
+                    row = await self._store.get(provider.key, event_id)
+                case Busy(retry_after):
+                    return _Settled(refuse("in_flight", lease=retry_after), row.attempt)
+                case MirrorFailure(failed):
+                    return _Settled(mirrored(failed.outcome, failed.response), failed.attempt)
+        raise StoreError("event row kept changing; giving up this delivery")
+
+    async def _claim(self, provider: ProviderConfig, event_id: str, digest: bytes,
+                     payload: StoredRequest | None, trace: _Trace) -> EventRow | None:
+        """The row another delivery holds, or None when this delivery inserted it."""
+        started = time.monotonic()
+        claim = await self._store.claim(provider.key, event_id, digest, provider.lease,
+                                        self._owner, payload)
+        seconds = time.monotonic() - started
+        self._observer.claimed(provider.key, seconds)
+        trace.fields.setdefault("claim_ms", round(seconds * 1000, 2))
+        return None if claim.won else claim.row
+
+    async def _forward(self, provider: ProviderConfig, inbound: Inbound, body: Body,
+                       items: list[BatchItem], ours: list[_Ours], trace: _Trace) -> Answer:
+        rows = [(o.item.event_id, o.attempt) for o in ours]
+        if provider.event_id.is_batch:
+            body_bytes = filtered_body(provider.event_id, body, {o.item.position for o in ours},
+                                       items)
+        else:
+            body_bytes = body.raw
+        done = await self._forwarder.forward(provider, rows, inbound.method, inbound.path,
+                                             inbound.headers.items(), body_bytes)
+        trace.attempt = done.attempt
+        trace.fields["upstream_ms"] = round(done.result.latency_ms, 2)
+        if done.upstream_error:
+            trace.fields["upstream_error"] = done.upstream_error
+        if done.record_error:
+            trace.fields["record_error"] = done.record_error
+        if done.recorded is False:
+            trace.fields["superseded"] = True
+        if done.response is None:
+            return no_answer(done.result.outcome)
+        if done.result.state is EventState.DONE:
+            result = (Result.NEW if all(o.result is Result.NEW for o in ours)
+                      else Result.TAKEOVER)
+            return relayed(done.response, done.attempt, result)
+        return relayed(done.response, done.attempt, Result.UPSTREAM_ERROR)
+
+    async def _abandon(self, provider: ProviderConfig, ours: list[_Ours]) -> None:
+        """Best effort: mark attempts this delivery claimed but will not forward as failed
+        (never reached the app). Fenced by attempt; if the store is still failing, the leases
+        expire as after a crash."""
+        not_sent = AttemptResult(EventState.FAILED, Outcome.CONNECT_ERROR, None, 0.0)
+        for o in ours:
+            with contextlib.suppress(StoreError):
+                await self._store.complete(provider.key, o.item.event_id, o.attempt, not_sent)
