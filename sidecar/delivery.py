@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from sidecar.config.model import ProviderConfig
@@ -64,7 +64,8 @@ class Inbound:
     query: str  # the raw query string, without "?"
     headers: Mapping[str, str]  # case-insensitive; items() yields every header in order
     body: bytes
-    peer: str | None = None
+    peer: str | None = None  # the TCP peer's address
+    scheme: str = "http"  # of the listener the request came in on
 
 
 class Forwarding(Protocol):
@@ -120,7 +121,8 @@ class _Trace:
         if answer.reason is not None:
             log["reason"] = answer.reason
         log.update(self.fields)
-        return replace(answer, log=log)
+        return Answer(answer.status, answer.headers, answer.body, answer.result, answer.reason,
+                      log)
 
 
 class Pipeline:

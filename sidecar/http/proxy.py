@@ -46,7 +46,7 @@ async def _answer(provider: ProviderConfig, request: web.Request) -> Answer:
         return body
     inbound = Inbound(method=request.method, path=request.path_qs,
                       query=request.rel_url.raw_query_string, headers=request.headers,
-                      body=body, peer=request.remote)
+                      body=body, peer=request.remote, scheme=request.scheme)
     return await request.app[PIPELINE].deliver(provider, inbound)
 
 
