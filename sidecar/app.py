@@ -9,6 +9,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Final
 
 from aiohttp import web
 
@@ -19,6 +20,7 @@ from sidecar.delivery import Pipeline
 from sidecar.forwarding import Forwarder
 from sidecar.http.admin import admin_routes
 from sidecar.http.appkeys import CONFIG, FORWARDER, METRICS, OWNER, PENDING, PIPELINE, STORE
+from sidecar.http.listener import tracked
 from sidecar.http.proxy import delivery_handler, unrouted
 from sidecar.maintenance import Maintenance
 from sidecar.obs.logs import get_logger
@@ -30,11 +32,43 @@ from sidecar.upstream import Upstream
 
 log = get_logger("sidecar.app")
 
+# A graceful stop is one schedule, counted from SIGTERM (t) with T = shutdown_timeout:
+#   t        stop accepting; idle connections closed; deliveries in progress go on
+#   t+T      deliveries still in progress are cancelled (the provider retries them)
+#   t+T+0.5  cancelled deliveries have unwound
+#   t+T+1.0  result writes started before then have finished, or are abandoned (the row stays
+#            `processing`; a redelivery after the lease forwards it again)
+#   t+T+1.5  the app client and the store are closed
+#   t+T+2.0  the process has exited (SHUTDOWN_OVERRUN; the chart's grace-period check uses it)
+UNWIND_GRACE: Final = 0.5
+WRITES_GRACE: Final = 1.0
+CLOSE_GRACE: Final = 1.5
+SHUTDOWN_OVERRUN: Final = 2.0
+
+
+@dataclass(slots=True)
+class Shutdown:
+    """The deadline of a graceful stop on the event loop's clock: None until it begins."""
+
+    deadline: float | None = None
+
+    def begin(self, timeout: float) -> float:
+        """Start the schedule (once): deliveries may run ``timeout`` more seconds."""
+        if self.deadline is None:
+            self.deadline = asyncio.get_running_loop().time() + timeout
+        return self.deadline
+
+    def left(self, grace: float) -> float:
+        """Seconds until ``grace`` past the deadline."""
+        assert self.deadline is not None
+        return max(0.0, self.deadline + grace - asyncio.get_running_loop().time())
+
 
 @dataclass(frozen=True, slots=True)
 class Apps:
     proxy: web.Application  # bound to `listen`: provider routes only
     admin: web.Application  # bound to `admin_listen`: health, readiness, metrics
+    shutdown: Shutdown  # set going by serve.stop; read by the proxy app's cleanup
 
 
 async def open_store(config: StoreConfig) -> Store:
@@ -61,7 +95,9 @@ def build_apps(
     clock: Callable[[], float] | None = None,
     metrics: Metrics | None = None,
 ) -> Apps:
-    proxy = web.Application(client_max_size=config.max_body_bytes + 1, middlewares=[unrouted])
+    proxy = web.Application(client_max_size=config.max_body_bytes + 1,
+                            middlewares=[tracked, unrouted])
+    shutdown = Shutdown()
     metrics = metrics or Metrics()
     upstream = upstream or Upstream(config.upstream)
     keyring = Keyring(config.providers)
@@ -81,7 +117,8 @@ def build_apps(
         forwarder = Forwarder(opened, upstream, metrics, pending)
         app[FORWARDER] = forwarder
         app[PIPELINE] = Pipeline(store=opened, forwarder=forwarder, keyring=keyring, owner=owner,
-                                 observer=DeliveryTelemetry(metrics), clock=clock or time.time)
+                                 observer=DeliveryTelemetry(metrics), clock=clock or time.time,
+                                 trusted_proxies=config.trusted_proxies)
         for warning in config.warnings:
             log.warning("config_warning", message=warning)
         upkeep = Maintenance(config, opened, metrics, keyring)
@@ -92,17 +129,25 @@ def build_apps(
         try:
             yield
         finally:
+            shutdown.begin(config.shutdown_timeout)  # already begun by serve.stop, normally
             for task in background:
                 task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            # Handlers are done or cancelled by now; result writes they started still finish.
+            # Deliveries are done or cancelled by now; result writes they started go on.
             unfinished = set(pending)
             if unfinished:
                 log.info("draining_result_writes", count=len(unfinished))
-                await asyncio.wait(unfinished, timeout=config.shutdown_timeout)
-            await upstream.close()
-            if store is None:  # opened here, so closed here
-                await opened.close()
+                _, abandoned = await asyncio.wait(unfinished,
+                                                  timeout=shutdown.left(WRITES_GRACE))
+                if abandoned:
+                    log.warning("result_writes_abandoned", count=len(abandoned))
+            try:
+                async with asyncio.timeout(shutdown.left(CLOSE_GRACE)):
+                    await asyncio.gather(*background, return_exceptions=True)
+                    await upstream.close()
+                    if store is None:  # opened here, so closed here
+                        await opened.close()
+            except TimeoutError:
+                log.warning("close_timed_out", timeout_s=CLOSE_GRACE)
 
     proxy.cleanup_ctx.append(resources)
     for provider in config.providers:
@@ -110,4 +155,4 @@ def build_apps(
 
     admin = web.Application()
     admin.add_routes(admin_routes(proxy))
-    return Apps(proxy=proxy, admin=admin)
+    return Apps(proxy=proxy, admin=admin, shutdown=shutdown)

@@ -38,7 +38,7 @@ from sidecar.core.decision import (
     decide,
     rejects_other_body,
 )
-from sidecar.core.errors import EventIdError, StoreError, VerificationError
+from sidecar.core.errors import EventIdError, RowLocked, StoreError, VerificationError
 from sidecar.core.eventid import BatchItem, EventIdSpec, delivery_items, extract_event_id
 from sidecar.core.events import (
     AttemptResult,
@@ -48,6 +48,7 @@ from sidecar.core.events import (
     Outcome,
     StoredRequest,
 )
+from sidecar.core.forwarded import Network, forwarding_headers
 from sidecar.core.handshake import handshake_answer
 from sidecar.core.ports import Store
 from sidecar.core.signing import verify
@@ -129,13 +130,15 @@ class Pipeline:
     """Built once at start-up; ``deliver`` is called once per request."""
 
     def __init__(self, *, store: Store, forwarder: Forwarding, keyring: Keys, owner: str,
-                 observer: Observer, clock: Callable[[], float] = time.time) -> None:
+                 observer: Observer, clock: Callable[[], float] = time.time,
+                 trusted_proxies: Sequence[Network] = ()) -> None:
         self._store = store
         self._forwarder = forwarder
         self._keyring = keyring
         self._owner = owner
         self._observer = observer
         self._clock = clock
+        self._trusted_proxies = tuple(trusted_proxies)  # empty: no peer is trusted
 
     async def deliver(self, provider: ProviderConfig, inbound: Inbound) -> Answer:
         trace = _Trace()
@@ -207,7 +210,7 @@ class Pipeline:
         claimed are marked failed before the error goes on, so the provider's retry takes them
         over at once instead of after the lease."""
         deadline = asyncio.get_running_loop().time() + provider.inflight_wait
-        payload = (StoredRequest(inbound.method, inbound.path, tuple(inbound.headers.items()),
+        payload = (StoredRequest(inbound.method, inbound.path, self._app_headers(inbound),
                                  body.raw) if provider.store_payload else None)
         ours: list[_Ours] = []
         settled: list[_Settled] = []
@@ -253,8 +256,11 @@ class Pipeline:
                     return _Settled(replayed(recorded.response, recorded.attempt),
                                     recorded.attempt)
                 case TakeOver():
-                    attempt = await self._store.take_over(provider.key, event_id,
-                                                          provider.lease, self._owner)
+                    try:
+                        attempt = await self._store.take_over(provider.key, event_id,
+                                                              provider.lease, self._owner)
+                    except RowLocked:  # another session holds the row: as good as in flight
+                        return _Settled(refuse("in_flight", "row_locked", lease=1), row.attempt)
                     if attempt is not None:
                         return _Ours(item, attempt, Result.TAKEOVER)
                     row = await self._store.get(provider.key, event_id)  # another one won it
@@ -288,7 +294,7 @@ class Pipeline:
         else:
             body_bytes = body.raw
         done = await self._forwarder.forward(provider, rows, inbound.method, inbound.path,
-                                             inbound.headers.items(), body_bytes)
+                                             self._app_headers(inbound), body_bytes)
         trace.attempt = done.attempt
         trace.fields["upstream_ms"] = round(done.result.latency_ms, 2)
         if done.upstream_error:
@@ -299,11 +305,22 @@ class Pipeline:
             trace.fields["superseded"] = True
         if done.response is None:
             return no_answer(done.result.outcome)
+        if done.result.state is EventState.DONE and done.record_error:
+            # The app's final answer could not be recorded, retries included: relayed, it would
+            # end the provider's retries and leave the row `processing` for good. The provider
+            # comes back instead, and after the lease the event is taken over (attempt + 1).
+            return refuse("store_error", "record_failed")
         if done.result.state is EventState.DONE:
             result = (Result.NEW if all(o.result is Result.NEW for o in ours)
                       else Result.TAKEOVER)
             return relayed(done.response, done.attempt, result)
         return relayed(done.response, done.attempt, Result.UPSTREAM_ERROR)
+
+    def _app_headers(self, inbound: Inbound) -> tuple[tuple[str, str], ...]:
+        """The headers the app gets, now and on a re-drive: forwarding headers by the
+        trusted-hops rule (``core.forwarded``). Signatures are verified on the raw ones."""
+        return forwarding_headers(inbound.headers.items(), inbound.peer, inbound.scheme,
+                                  self._trusted_proxies)
 
     async def _abandon(self, provider: ProviderConfig, ours: list[_Ours]) -> None:
         """Best effort: mark attempts this delivery claimed but will not forward as failed

@@ -13,8 +13,14 @@ from typing import Protocol
 from sidecar.config.model import ProviderConfig
 from sidecar.core.batch import batch_key
 from sidecar.core.decision import result_of
-from sidecar.core.errors import StoreError, UpstreamError
-from sidecar.core.events import AttemptResult, Forwarded, Outcome, RecordedResponse
+from sidecar.core.errors import StoreClosed, StoreError, UpstreamError
+from sidecar.core.events import (
+    AttemptResult,
+    EventRow,
+    Forwarded,
+    Outcome,
+    RecordedResponse,
+)
 from sidecar.core.headers import (
     ATTEMPT_HEADER,
     BATCH_SIZE_HEADER,
@@ -28,6 +34,10 @@ from sidecar.obs.metrics import Metrics
 from sidecar.upstream import forwardable_headers
 
 log = get_logger("sidecar.forwarding")
+
+RECORD_FIRST_PAUSE = 0.05  # seconds before a failed result write is tried again; doubles...
+RECORD_MAX_PAUSE = 1.0  # ...up to this
+LEASE_MARGIN = 1.0  # result writes are not retried in the last second before the lease ends
 
 
 class Sender(Protocol):
@@ -66,6 +76,10 @@ class Forwarder:
             added[IDEMPOTENCY_HEADER] = f"{provider.key}:{ids[0]}"
             added[EVENT_HEADER] = ids[0]
         started = time.monotonic()
+        # The rows' leases began at their claims, just before this forward — for a batch up to
+        # inflight_wait before (its items are claimed in turn, waiting on in-flight ones).
+        lease_ends = (asyncio.get_running_loop().time() + provider.lease
+                      - (provider.inflight_wait if provider.event_id.is_batch else 0.0))
         response: RecordedResponse | None = None
         error: str | None = None
         try:
@@ -78,15 +92,17 @@ class Forwarder:
         elapsed = time.monotonic() - started
         self._metrics.upstream_latency.labels(provider.key).observe(elapsed)
         result = result_of(outcome, response, elapsed * 1000, provider.retryable_statuses)
-        recorded, record_error = await self._record(provider.key, rows, result)
+        recorded, record_error = await self._record(provider.key, rows, result,
+                                                    lease_ends - LEASE_MARGIN)
         return Forwarded(attempt, result, response, error, recorded, record_error)
 
     async def _record(self, provider: str, rows: Sequence[tuple[str, int]],
-                      result: AttemptResult) -> tuple[bool | None, str | None]:
+                      result: AttemptResult, until: float) -> tuple[bool | None, str | None]:
         """Write the result on every row, protected from cancellation of the caller (a
         shutdown past its timeout, or a client that went away): all writes are started before
-        any is awaited, go on regardless, and are awaited on shutdown."""
-        tasks = [asyncio.ensure_future(self._store.complete(provider, event_id, attempt, result))
+        any is awaited, go on regardless, and are awaited on shutdown. A failed write is tried
+        again until ``until`` (loop time, before the leases end)."""
+        tasks = [asyncio.ensure_future(self._write(provider, event_id, attempt, result, until))
                  for event_id, attempt in rows]
         for task in tasks:
             self._pending.add(task)
@@ -109,3 +125,55 @@ class Forwarder:
         if error is not None:
             return None, error
         return all(outcomes), None
+
+    async def _write(self, provider: str, event_id: str, attempt: int, result: AttemptResult,
+                     until: float) -> bool:
+        """One row's result write. The app has answered and the provider gets that answer, so
+        the write is not given up on at the first store error: it is tried again (the store
+        opens a new connection for a failed one) after a pause that doubles from 50 ms up to
+        1 s, while the lease lasts. Past ``until`` (just before the lease ends) another
+        delivery may take the event over: no try starts then, and one in progress is cancelled
+        (the fence would refuse it after a take-over anyway). It also stops when the store is
+        closed (shutdown, after the drain's wait). Raises the last ``StoreError``."""
+        loop = asyncio.get_running_loop()
+        pause = RECORD_FIRST_PAUSE
+        tries = 0
+        error: StoreError | None = None
+        while True:
+            tries += 1
+            try:
+                # The first try is bounded by the store alone, however late it comes.
+                async with asyncio.timeout_at(until if tries > 1 else None):
+                    written = await self._store.complete(provider, event_id, attempt, result)
+                break
+            except StoreClosed:
+                raise
+            except StoreError as exc:
+                error = exc
+            except TimeoutError as exc:
+                if error is None:  # not the lease's bound: only retries have one
+                    raise
+                raise StoreError(f"{error} (the lease ends: no more tries)") from exc
+            left = until - loop.time()
+            if left <= 0:
+                raise error
+            if tries == 1:
+                log.warning("record_retrying", provider=provider, event_id=event_id,
+                            attempt=attempt, error=str(error), retry_for_s=round(left, 1))
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, RECORD_MAX_PAUSE)
+        if tries > 1:
+            if not written:
+                # A failed try may have committed before its answer was lost: then this one
+                # found nothing to write. The row tells whether it holds this very result.
+                written = _holds(await self._store.get(provider, event_id), attempt, result)
+            log.info("record_recovered", provider=provider, event_id=event_id,
+                     attempt=attempt, tries=tries)
+        return written
+
+
+def _holds(row: EventRow | None, attempt: int, result: AttemptResult) -> bool:
+    """Whether ``row`` holds exactly ``result`` as the outcome of ``attempt``."""
+    return (row is not None and row.attempt == attempt and row.state is result.state
+            and row.outcome is result.outcome and row.response == result.response
+            and row.latency_ms == result.latency_ms)

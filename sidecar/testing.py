@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -86,11 +86,14 @@ class FakeUpstream:
         return [r.headers.get("X-Webhook-Sidecar-Event-Id") for r in self.requests]
 
 
-def inbound(body: bytes, headers: Mapping[str, str], *, path: str = "/",
-            method: str = "POST") -> Inbound:
-    """An inbound request as the HTTP shell would build it."""
+def inbound(body: bytes, headers: Mapping[str, str] | Iterable[tuple[str, str]], *,
+            path: str = "/", method: str = "POST", peer: str | None = None,
+            scheme: str = "http") -> Inbound:
+    """An inbound request as the HTTP shell would build it (``headers`` may repeat a name when
+    given as pairs; ``peer``: the TCP peer's address, unknown by default)."""
     query = path.partition("?")[2]
-    return Inbound(method, path, query, CIMultiDictProxy(CIMultiDict(headers)), body)
+    return Inbound(method, path, query, CIMultiDictProxy(CIMultiDict(headers)), body, peer,
+                   scheme)
 
 
 def pipeline_for(config: Config, *, store: Store | None = None,
@@ -98,10 +101,12 @@ def pipeline_for(config: Config, *, store: Store | None = None,
                  clock: Callable[[], float] = time.time,
                  metrics: Metrics | None = None,
                  owner: str = "test") -> Pipeline:
-    """The delivery pipeline wired as in production, with test doubles by default."""
+    """The delivery pipeline wired as in production (``config.trusted_proxies`` included),
+    with test doubles by default."""
     metrics = metrics or Metrics()
     store = store or MemoryStore(clock=clock)
     forwarder = Forwarder(store, upstream or FakeUpstream(), metrics, set())
     return Pipeline(store=store, forwarder=forwarder, keyring=Keyring(config.providers),
-                    owner=owner, observer=DeliveryTelemetry(metrics), clock=clock)
+                    owner=owner, observer=DeliveryTelemetry(metrics), clock=clock,
+                    trusted_proxies=config.trusted_proxies)
 

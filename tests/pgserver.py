@@ -12,7 +12,8 @@ When none of these works, :func:`find_or_start` raises ``PgServerError`` (the fi
 into ``pytest.fail``), so a missing database shows up as a red run, never as skipped tests.
 
 ``ThrowawayCluster`` is also the tool for fault tests: start a private cluster, crash it with
-``stop(mode="immediate")``, ``start()`` it again on the same port and data directory.
+``stop(mode="immediate")``, ``start()`` it again on the same port and data directory, or hang
+it for a while with ``paused()``.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ import re
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import tempfile
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -310,6 +313,37 @@ class ThrowawayCluster:
             self._initialised = False
             self._owns_base = False
             self.port = 0
+
+    def pids(self) -> list[int]:
+        """The postmaster's pid and its children's (backends and auxiliary processes)."""
+        postmaster = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        children = []
+        for proc_stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = proc_stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the process ended while we looked
+                continue
+            if int(fields[1]) == postmaster:
+                children.append(int(proc_stat.parent.name))
+        return [postmaster, *children]
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """A hung server: SIGSTOP the postmaster and every process it started, SIGCONT them on
+        the way out. Connections stay open and connects are accepted by the kernel, but nothing
+        answers. A backend started while paused is not stopped (none is: the postmaster forks
+        them, and it is stopped first)."""
+        stopped: list[int] = []
+        try:
+            for pid in self.pids():
+                with suppress(ProcessLookupError):  # a child that has just exited
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+            yield
+        finally:
+            for pid in stopped:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     def __enter__(self) -> ThrowawayCluster:
         self.start()

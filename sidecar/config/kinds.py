@@ -11,6 +11,8 @@ before it parses, so a constrained string also accepts an ``interpolated`` one (
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError
+from sidecar.core.forwarded import Network
 
 JSON = dict[str, Any]
 T_co = TypeVar("T_co", covariant=True)
@@ -272,6 +275,53 @@ class Statuses(_Shared):
         if any(200 <= s < 300 for s in statuses):
             raise ConfigError(path, "a 2xx answer is never retryable")
         return frozenset(statuses)
+
+
+# What the loader hands to ``ipaddress`` (no netmask forms, zones or spaces, which it would also
+# read), and the schema's view of it: IPv4 exactly, IPv6 by its characters (the loader checks
+# the rest, that the host bits are zero and that an IPv6 network is not IPv4-mapped).
+_CIDR_RE = re.compile(r"[0-9A-Fa-f:.]+(?:/(?:0|[1-9][0-9]*))?")
+_IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+_IPV4_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_CIDR_PATTERN = (rf"^(?:(?:{_IPV4_OCTET}\.){{3}}{_IPV4_OCTET}(?:/(?:3[0-2]|[12]?[0-9]))?"
+                 r"|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*(?:/(?:12[0-8]|1[01][0-9]|[1-9]?[0-9]))?)$")
+
+
+@dataclass(frozen=True)
+class Networks:
+    """IPv4 and IPv6 networks in CIDR notation (``10.0.0.0/8``, ``fd00::/8``; an address alone
+    is that one address), host bits zero; a list, possibly empty."""
+
+    label = "list of CIDRs"
+
+    def schema(self) -> JSON:
+        return {"type": "array", "items": text({
+            "description": "An IPv4 or IPv6 network in CIDR notation, e.g. 10.0.0.0/8 or "
+            "fd00::/8; an address alone is that one address.",
+            "type": "string", "pattern": _CIDR_PATTERN})}
+
+    def parse(self, raw: object, path: str) -> tuple[Network, ...]:
+        if not isinstance(raw, list):
+            raise ConfigError(path, "must be a list of CIDRs, e.g. [10.0.0.0/8, \"fd00::/8\"]")
+        return tuple(self._network(item, f"{path}[{i}]") for i, item in enumerate(raw))
+
+    @staticmethod
+    def _network(raw: object, path: str) -> Network:
+        network: Network | None = None
+        if isinstance(raw, str) and _CIDR_RE.fullmatch(raw):
+            with contextlib.suppress(ValueError):
+                network = ipaddress.ip_network(raw, strict=False)
+        if not isinstance(raw, str) or network is None:
+            raise ConfigError(path, f"{raw!r} is not a CIDR: an IPv4 or IPv6 network such as "
+                              "10.0.0.0/8 or fd00::/8, or one address")
+        address = raw.partition("/")[0]
+        if ipaddress.ip_address(address) != network.network_address:
+            raise ConfigError(path, f"{raw} has host bits set: write {network} for the network, "
+                              f"or {address}/{network.max_prefixlen} for one address")
+        if isinstance(network, ipaddress.IPv6Network) and network.subnet_of(_IPV4_MAPPED):
+            raise ConfigError(path, f"{raw} is IPv4-mapped: write it as IPv4 (a mapped peer "
+                              "is matched as its IPv4 address)")
+        return network
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,8 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "an integer key (sizes in bytes, pool sizes, statuses, max_length) written as a float such "
     "as 100.0 (a JSON Schema integer; the loader wants a YAML integer)",
     "numbers that do not fit a float (1e400 as text) are not durations",
+    "trusted_proxies: a network's host bits must be zero (10.0.0.0/8, not 10.0.0.1/8), an IPv6 "
+    "one must be a valid address and not IPv4-mapped",
 )
 
 TOP: Final = block_of(Config)

@@ -24,6 +24,7 @@ from sidecar.config.kinds import (
     Duration,
     HostPort,
     Integer,
+    Networks,
     Size,
     Statuses,
     StoreURL,
@@ -35,6 +36,7 @@ from sidecar.config.kinds import (
 )
 from sidecar.config.presets import preset_names
 from sidecar.core.eventid import EventIdSpec
+from sidecar.core.forwarded import Network
 from sidecar.core.handshake import HandshakeSpec
 from sidecar.core.signing import SignatureSpec
 
@@ -107,11 +109,20 @@ class StoreConfig:
                                  yaml_default=1)
     pool_max_size: int = setting(Integer(1), "PostgreSQL pool: at most this many connections.",
                                  yaml_default=10)
-    acquire_timeout: float = setting(Duration(), "Waiting for a pooled connection (503 past it).",
+    acquire_timeout: float = setting(Duration(), "PostgreSQL: longest wait for a pooled "
+                                     "connection, within statement_timeout (503 past it).",
                                      yaml_default="2s")
-    statement_timeout: float = setting(Duration(), "Server-side bound on each statement.",
+    statement_timeout: float = setting(Duration(), "PostgreSQL: deadline of each store call, "
+                                       "from its wait for a connection to its answer, lock "
+                                       "waits and one repeat on a new connection included; "
+                                       "past it the call is cancelled (503). Also the "
+                                       "server's statement_timeout. 0: none.",
                                        yaml_default="5s")
-    lock_timeout: float = setting(Duration(), "Server-side bound on waiting for a row lock.",
+    lock_timeout: float = setting(Duration(), "PostgreSQL's lock_timeout: the longest wait for "
+                                  "each lock a statement needs (a row queued behind another "
+                                  "waiter costs two; statement_timeout bounds the call). A "
+                                  "takeover or result write gives up on an event row another "
+                                  "session holds after 100ms (or this, if shorter).",
                                   yaml_default="2s")
     statement_cache_size: int = setting(Integer(0), "Prepared statements cached per connection; "
                                         "0 behind pgbouncer in transaction mode.",
@@ -237,6 +248,11 @@ PROVIDER_KEY_PATTERN: Final = "^[a-z0-9][a-z0-9_-]{0,62}$"
 class Config:
     listen: Address = setting(HostPort(), "Provider-facing listener: provider routes only.",
                               yaml_default="0.0.0.0:8080")
+    trusted_proxies: tuple[Network, ...] = setting(
+        Networks(), "Peers on listen (load balancers, ingress) whose X-Forwarded-*, Forwarded and "
+        "X-Real-IP headers reach the app, with the peer appended to X-Forwarded-For; from any "
+        "other peer the proxy drops them and sets X-Forwarded-For, -Proto and -Host itself.",
+        yaml_default=[])
     admin_listen: Address = setting(HostPort(), "/healthz, /readyz, /metrics and the admin API; "
                                     "never on listen. In Kubernetes use 0.0.0.0:9090 so probes "
                                     "and Prometheus reach it.", yaml_default="127.0.0.1:9090")
@@ -251,11 +267,25 @@ class Config:
     log_format: LogFormat = setting(Choice(LogFormat), "auto: JSON unless on a TTY.",
                                     yaml_default="auto", key="log.format")
     shutdown_timeout: float = setting(Duration(), "On SIGTERM, how long in-flight deliveries may "
-                                      "take to finish and record; keep it below Kubernetes "
-                                      "terminationGracePeriodSeconds.", yaml_default="30s")
+                                      "take to finish and record; the process exits at most 2s "
+                                      "later. In Kubernetes keep preStop + shutdown_timeout + 2s "
+                                      "within terminationGracePeriodSeconds.", yaml_default="30s")
     body_read_timeout: float = setting(Duration(positive=True), "How long a sender may take to "
                                        "send a request body; slower requests get 408.",
                                        yaml_default="10s")
+    header_read_timeout: float = setting(Duration(positive=True), "How long a sender on listen "
+                                         "may take to send a request's headers, from the "
+                                         "connection's opening or from the first byte of a "
+                                         "request on a kept-alive one; slower connections are "
+                                         "closed.", yaml_default="10s")
+    idle_timeout: float = setting(Duration(positive=True), "Kept-alive connections on listen "
+                                  "that send no request for this long are closed; keep it above "
+                                  "the idle timeout of a load balancer in front.",
+                                  yaml_default="75s")
+    max_connections: int = setting(Integer(1), "Open connections on listen at most; more are "
+                                   "closed at once, unanswered (senders retry). Keep it below "
+                                   "the open-file limit.",
+                                   yaml_default=1000)
     maintenance: MaintenanceConfig = nested(MaintenanceConfig)
     admin_token: str | None = setting(String("string", text({"type": "string", "minLength": 16}),
                                              "must be a string of at least 16 characters",

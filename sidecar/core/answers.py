@@ -65,10 +65,14 @@ UPSTREAM_RETRY_AFTER: Final = "1"  # when the app failed without saying when to 
 # which a delivery is checked. A signature or event-id failure's own reason (e.g.
 # ``stale_timestamp``, ``missing_event_id``) is reported under the rule of its kind.
 RULES: Final[Mapping[str, Rule]] = {
-    # refused before anything is stored or forwarded
-    "too_large": Rule(413, Result.TOO_LARGE, "body exceeds {limit} bytes"),
+    # refused before anything is stored or forwarded; a refused body is not read any further,
+    # so its connection is closed
+    "malformed_request": Rule(400, Result.BAD_REQUEST, "malformed HTTP request", close=True),
+    "transfer_encoding": Rule(501, Result.BAD_REQUEST, "Transfer-Encoding {coding!r} is not "
+                              "accepted: send the body as is or chunked", close=True),
+    "too_large": Rule(413, Result.TOO_LARGE, "body exceeds {limit} bytes", close=True),
     "content_encoding": Rule(415, Result.BAD_REQUEST, "Content-Encoding {encoding!r} is not "
-                             "accepted"),
+                             "accepted", close=True),
     "body_timeout": Rule(408, Result.BAD_REQUEST, "request body not received in time",
                          close=True),
     "invalid_signature": Rule(401, Result.INVALID_SIGNATURE, "signature verification failed"),

@@ -42,6 +42,17 @@ class StoreError(SidecarError):
     """The store could not answer (unreachable, too slow, pool exhausted): answered 503."""
 
 
+class RowLocked(StoreError):
+    """The event's row is held by another database session (an operator's ``SELECT … FOR
+    UPDATE``, a stuck transaction) and the statement gave up waiting for it. Nothing was
+    written. A take-over meeting it answers like an attempt in flight (409 + ``Retry-After``);
+    a result write tries again within its lease."""
+
+
+class StoreClosed(StoreError):
+    """The store was closed (shutdown): no call will succeed any more, so nothing retries."""
+
+
 class SchemaError(StoreError):
     """The database schema is missing or older than this version needs (run ``migrate``)."""
 

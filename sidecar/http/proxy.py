@@ -1,6 +1,7 @@
 """The provider-facing HTTP shell: read the body within its bounds, hand the request to the
 delivery pipeline, write its answer, and emit one log line and one metric per delivery, even
-when something unexpected happens."""
+when something unexpected happens. (The connection-level bounds — header and idle timeouts,
+connection cap, malformed requests, no decompression — are the listener's: ``listener.py``.)"""
 
 from __future__ import annotations
 
@@ -34,16 +35,24 @@ def delivery_handler(provider: ProviderConfig) -> Handler:
             answer = replace(refuse("internal_error"), log={"exc_info": exc})
         finally:
             _observe(request, provider, answer, time.monotonic() - started)
-        return web.Response(status=answer.status, body=answer.body,
-                            headers=CIMultiDict(answer.headers))
+        response = web.Response(status=answer.status, body=answer.body,
+                                headers=CIMultiDict(answer.headers))
+        if _closes(answer):
+            response.force_close()  # a refused body is not read: the connection ends with it
+        return response
 
     return handle
+
+
+def _closes(answer: Answer) -> bool:
+    return any(name.lower() == "connection" and value.lower() == "close"
+               for name, value in answer.headers)
 
 
 async def _answer(provider: ProviderConfig, request: web.Request) -> Answer:
     body = await _read(provider, request)
     if isinstance(body, Answer):
-        return body
+        return replace(body, log={"reason": body.reason})
     inbound = Inbound(method=request.method, path=request.path_qs,
                       query=request.rel_url.raw_query_string, headers=request.headers,
                       body=body, peer=request.remote, scheme=request.scheme)
@@ -52,6 +61,12 @@ async def _answer(provider: ProviderConfig, request: web.Request) -> Answer:
 
 async def _read(provider: ProviderConfig, request: web.Request) -> bytes | Answer:
     """The body, read within the provider's bounds, or the answer refusing it."""
+    codings = [coding.strip().lower()
+               for value in request.headers.getall("Transfer-Encoding", [])
+               for coding in value.split(",")]
+    if codings and codings != ["chunked"]:
+        # aiohttp's parser de-chunks and would pass any other coding's bytes on as the body.
+        return refuse("transfer_encoding", coding=", ".join(codings))
     limit = provider.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         return refuse("too_large", limit=limit)
@@ -64,6 +79,8 @@ async def _read(provider: ProviderConfig, request: web.Request) -> bytes | Answe
             body = await read_bounded(request.content, limit + 1)
     except TimeoutError:
         return refuse("body_timeout")
+    except (ConnectionError, web.RequestPayloadError):
+        return refuse("malformed_request", "body_incomplete")  # the sender went away mid-body
     if len(body) > limit:
         return refuse("too_large", limit=limit)
     return body
@@ -76,7 +93,12 @@ def _observe(request: web.Request, provider: ProviderConfig, answer: Answer | No
     result = answer.result if answer is not None else Result.ERROR
     request.app[METRICS].events.labels(provider.key, result.value).inc()
     fields = dict(answer.log) if answer is not None else {"cancelled": True}
-    emit = log.error if result is Result.ERROR else log.info
+    if answer is None:
+        emit = log.warning  # cut off by a shutdown past its timeout: not a bug
+    elif result is Result.ERROR:
+        emit = log.error  # a bug, logged with its traceback
+    else:
+        emit = log.info
     emit("delivery", provider=provider.key, result=result.value,
          status=answer.status if answer is not None else None,
          latency_ms=round(seconds * 1000, 2), **fields)

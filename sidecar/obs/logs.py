@@ -1,7 +1,10 @@
 """structlog set-up: JSON when not on a TTY, readable on one; stdlib loggers routed through it.
 
 Log lines carry provider, event id, outcome, attempt and latencies; never a secret, a signature
-or a body (callers pass none, and nothing here reads request data).
+or a body: our callers pass none, and a library's line (aiohttp's server and client, asyncpg,
+asyncio) is rendered without its exception — only the exception's type is kept — since a
+library's exception message or traceback may quote request bytes. Requests the HTTP parser
+refuses are logged by the listener, one line each, with a reason and no request data.
 """
 
 from __future__ import annotations
@@ -11,9 +14,23 @@ import sys
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
+
+
+def _library_line(_: Any, __: str, event_dict: EventDict) -> EventDict:
+    """A stdlib (library) record: named by its logger; its exception named by type only."""
+    record = event_dict.get("_record")
+    if isinstance(record, logging.LogRecord):
+        event_dict["logger"] = record.name
+    event_dict.pop("stack_info", None)
+    exc_info = event_dict.pop("exc_info", None)
+    exc = exc_info[1] if isinstance(exc_info, tuple) else exc_info
+    if isinstance(exc, BaseException):
+        event_dict["error_type"] = type(exc).__name__
+    return event_dict
 
 
 def configure_logging(level: str = "info", fmt: str = "auto", stream: Any = None) -> None:
@@ -34,7 +51,8 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: Any = None
     )
     handler = logging.StreamHandler(out)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+        # No ExtraAdder: a library's `extra` (aiohttp's access log) may hold request data.
+        foreign_pre_chain=[*shared, _library_line],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info, renderer],
     ))

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sidecar.core.errors import StoreError
+from sidecar.core.errors import StoreClosed
 from sidecar.core.events import (
     AttemptResult,
     Claim,
@@ -106,10 +106,10 @@ class MemoryStore:
 
     async def _now(self, what: str) -> float:
         """The one await of every verb (a turn of the loop, standing for the round trip), then
-        the clock. Raises ``StoreError`` once the store is closed."""
+        the clock. Raises ``StoreClosed`` (a ``StoreError``) once the store is closed."""
         await asyncio.sleep(0)
         if self._closed:
-            raise StoreError(f"{what}: the memory store is closed")
+            raise StoreClosed(f"{what}: the memory store is closed")
         return float(self._clock())
 
     # -- the Store verbs: after `_now`, no await -------------------------------------------

@@ -5,6 +5,12 @@ Every verb is one short autocommitted statement on a connection held only for th
 key arbitrates claims, guarded ``UPDATE … RETURNING`` statements arbitrate takeovers and fence
 result writes by attempt, and every time comes from the database clock (``clock_timestamp()``).
 
+Every call has one deadline (``statement_timeout``) and ends in rows or a ``StoreError``, never
+in a driver error. A connection that fails is closed, never reused, and the call is repeated
+once on a connection that has just answered where that is safe (``_AGAIN`` says which, and how
+a repeated write recognises its own first run). A take-over or result write meeting an event
+row another session holds gives up at once with ``RowLocked`` (``row_lock_wait.fragment.sql``).
+
 The schema is applied by :func:`migrate_postgres` (``webhook-sidecar migrate``);
 :meth:`PostgresStore.connect` only checks it and refuses a database that is behind.
 """
@@ -12,12 +18,14 @@ The schema is applied by :func:`migrate_postgres` (``webhook-sidecar migrate``);
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from typing import Final
 
 import asyncpg
 
-from sidecar.core.errors import StoreError
+from sidecar.core.errors import RowLocked, StoreClosed, StoreError
 from sidecar.core.events import Claim
 from sidecar.store import migrations
 from sidecar.store.rows import Params, event_row
@@ -36,6 +44,42 @@ _DRIVER_ERRORS: tuple[type[BaseException], ...] = (
 )
 _CLOSE_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *_DRIVER_ERRORS)
 _CLOSE_GRACE = 10.0  # seconds close() waits for borrowed connections before aborting them
+
+# Running a call again after its connection failed mid-call. asyncpg gives no way to tell
+# whether the server ran the statement before the connection went (a reply lost with the
+# connection looks like a request never sent), so a call is repeated only where a second run
+# cannot do harm and its answer tells the truth about the first. The repeat runs these
+# statements in order, on a connection that has just answered, until one returns rows.
+# A statement missing here is not repeated: its call fails with StoreError (503).
+_AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
+    # Reads: nothing to repeat but the read.
+    **{read: (read,) for read in ("get", "get_nonce", "get_payload", "list_events", "ping",
+                                  "stuck_counts", "migrations_exist", "migrations_applied")},
+    # ON CONFLICT DO NOTHING inserts at most once; but if the first run's insert committed, a
+    # plain repeat finds the row and answers "lost". The row is leased to an owner unique to
+    # the call, so claim_landed.sql finds it first and answers "won".
+    "claim": ("claim_landed", "claim"),
+    # NOT idempotent in effect: a plain repeat after a first run that committed finds the row
+    # under a live lease and answers "someone else took it", and nobody forwards the attempt
+    # until its lease expires (the event is delayed, not lost, not duplicated). The lease owner
+    # is unique to the call, so take_over_landed.sql, after the repeat updated nothing, finds
+    # this call's own attempt.
+    "take_over": ("take_over", "take_over_landed"),
+    # Fenced by attempt: a repeat writes nothing more. If the first run committed, the repeat
+    # updates nothing; complete_landed.sql then tells "recorded by the first run" from
+    # "superseded" (the row holds exactly this result).
+    "complete": ("complete", "complete_landed"),
+    # ON CONFLICT DO NOTHING, then the bound hash either way.
+    "bind_nonce": ("bind_nonce",),
+    # Makes the row failed: a repeat finds it failed and answers the same attempt.
+    "release": ("release",),
+    # purge and purge_nonces are not repeated: a repeat deletes another batch and reports only
+    # its own count. The maintenance loop runs them again at its interval.
+}
+
+
+class _ConnectionLost(Exception):
+    """Internal: the connection failed mid-call; the statement may or may not have run."""
 
 
 def _describe(exc: BaseException) -> str:
@@ -56,11 +100,20 @@ async def _no_session_state(conn: asyncpg.Connection) -> None:
 
 class PostgresStore(SQLStore):
     """``sidecar.core.ports.Store`` on PostgreSQL. Create with :meth:`connect`. The verbs are
-    :class:`~sidecar.store.verbs.SQLStore`'s; this class holds the pool and the claim race."""
+    :class:`~sidecar.store.verbs.SQLStore`'s; this class holds the pool, the claim race and
+    what a call does when its connection fails.
 
-    def __init__(self, pool: asyncpg.Pool, *, acquire_timeout: float) -> None:
+    Every call ends within ``deadline`` seconds (when set): waiting for a connection (at most
+    ``acquire_timeout`` of it), lock waits, the statement, and its one repeat on another
+    connection. Past it the call is cancelled (asyncpg asks the server to cancel the
+    statement), its connection is closed, and it raises ``StoreError``.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, *, acquire_timeout: float,
+                 deadline: float | None = None) -> None:
         self._pool = pool
         self._acquire_timeout = acquire_timeout
+        self._deadline = deadline
 
     def __repr__(self) -> str:  # never shows the DSN (it may carry a password)
         return f"<PostgresStore pool={self._pool.get_size()}/{self._pool.get_max_size()}>"
@@ -83,10 +136,15 @@ class PostgresStore(SQLStore):
     ) -> PostgresStore:
         """Create the pool and check the schema version (never migrates).
 
-        ``statement_timeout``, ``lock_timeout`` and ``idle_in_transaction_timeout`` are sent as
-        connection startup parameters. Behind pgbouncer in transaction mode pass
-        ``session_settings=False`` (pgbouncer rejects them; set them with ``ALTER ROLE`` instead)
-        and ``statement_cache_size=0``.
+        ``statement_timeout`` is the deadline of each call, from its wait for a connection to
+        its answer (0: none); ``lock_timeout`` bounds each lock wait (PostgreSQL applies it per
+        lock), except that a take-over or result write gives up on an event row another
+        session holds after ~100 ms (``RowLocked``). ``statement_timeout``, ``lock_timeout``
+        and ``idle_in_transaction_timeout`` are also sent as connection startup parameters,
+        for the server's side. Behind pgbouncer in transaction mode pass
+        ``session_settings=False`` (pgbouncer rejects them; set them with ``ALTER ROLE``
+        instead) and ``statement_cache_size=0``. ``command_timeout`` is asyncpg's own bound on
+        one statement, a backstop behind the deadline.
 
         Raises ``SchemaError`` if the database lacks migrations this release needs, and
         ``StoreError`` if it cannot be reached within ``connect_timeout``.
@@ -116,7 +174,8 @@ class PostgresStore(SQLStore):
                 )
         except _DRIVER_ERRORS as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {_describe(exc)}") from exc
-        store = cls(pool, acquire_timeout=acquire_timeout)
+        store = cls(pool, acquire_timeout=acquire_timeout,
+                    deadline=statement_timeout if statement_timeout > 0 else None)
         try:
             await store.check_schema()
         except BaseException:
@@ -160,30 +219,125 @@ class PostgresStore(SQLStore):
         key = f"{params['provider']}:{params['event_id']}"
         raise StoreError(f"claim of {key} did not settle after 3 tries")
 
-    # -- one statement on one pooled connection ---------------------------------------------
+    # -- one call: a statement on a pooled connection, within the deadline -------------------
 
     async def _rows(self, name: str, params: Params) -> list[asyncpg.Record]:
+        """Run ``sql/postgres/<name>.sql``; on a failed connection, repeat it per ``_AGAIN``.
+        Raises ``StoreError`` (``RowLocked``, ``StoreClosed``) and nothing else from the driver;
+        a cancellation of the caller goes on as such."""
+        if self._pool.is_closing():
+            raise StoreClosed(f"{name}: the PostgreSQL store is closed")
         try:
-            conn = await self._pool.acquire(timeout=self._acquire_timeout)
-        except _DRIVER_ERRORS as exc:
-            raise StoreError(f"{name}: no database connection: {_describe(exc)}") from exc
+            async with asyncio.timeout(self._deadline):
+                try:
+                    return await self._run(name, (name,), params, self._pooled)
+                except _ConnectionLost:
+                    again = _AGAIN.get(name)
+                    if again is None:
+                        raise
+                    return await self._run(name, again, params, self._answering)
+        except _ConnectionLost as lost:
+            raise StoreError(f"{name}: connection lost: {lost}") from lost.__cause__
+        except TimeoutError as exc:  # only the deadline's: _run raises nothing else untranslated
+            raise StoreError(f"{name}: no answer within the store deadline "
+                             f"({self._deadline}s)") from exc
+
+    async def _run(self, name: str, names: tuple[str, ...], params: Params,
+                   connection: Callable[[str], Awaitable[asyncpg.Connection]],
+                   ) -> list[asyncpg.Record]:
+        """The statements ``names`` in order on one connection, until one returns rows."""
+        statements = [(stmt.sql, stmt.positional(params))
+                      for stmt in (statement(DIALECT, each) for each in names)]
+        conn = await connection(name)
+        records: list[asyncpg.Record] = []
         try:
-            return await _fetch(conn, name, params)
+            for sql, args in statements:
+                records = await conn.fetch(sql, *args)
+                if records:
+                    break
+        except Exception as exc:
+            if not _server_refused(exc):
+                # A broken socket, a protocol in an unknown state, a session the server ended:
+                # this connection is never used again, and the statement's fate is unknown.
+                _discard(conn)
+                raise _ConnectionLost(_describe(exc)) from exc
+            await self._give_back(conn)
+            if isinstance(exc, asyncpg.LockNotAvailableError):
+                raise RowLocked(f"{name}: the event row is locked by another session "
+                                f"({_describe(exc)})") from exc
+            raise StoreError(f"{name}: {_describe(exc)}") from exc
         except BaseException as exc:
-            if _connection_is_suspect(exc):
-                # Broken socket or protocol trouble: drop the connection, so that the next
-                # acquire opens a fresh one (how the pool serves again after a restart).
-                conn.terminate()
-            # On cancellation or command_timeout asyncpg has sent the server a cancel request;
-            # release() below waits (bounded) for it and terminates the connection if it fails.
-            if isinstance(exc, _DRIVER_ERRORS):
-                raise StoreError(f"{name}: {_describe(exc)}") from exc
+            # Cancelled (the deadline, or the caller): asyncpg has sent the server a cancel
+            # request; the connection is closed now rather than given back to the pool after
+            # waiting for the cancellation (which a hung server never confirms).
+            _discard(conn)
+            if isinstance(exc, asyncio.CancelledError) and not _cancelling():
+                # The driver's own CancelledError, not a cancellation of this task.
+                raise _ConnectionLost(_describe(exc)) from exc
             raise
-        finally:
+        await self._give_back(conn)
+        return records
+
+    async def _pooled(self, name: str) -> asyncpg.Connection:
+        """A connection from the pool (opened anew if the pooled one is known to be closed)."""
+        try:
+            conn: asyncpg.Connection = await self._pool.acquire(timeout=self._acquire_timeout)
+        except Exception as exc:
+            if self._pool.is_closing():
+                raise StoreClosed(f"{name}: the PostgreSQL store is closed") from exc
+            raise StoreError(f"{name}: no database connection: {_describe(exc)}") from exc
+        return conn
+
+    async def _answering(self, name: str) -> asyncpg.Connection:
+        """A pooled connection that has just answered a ping, for repeating a call. After one
+        connection failed, more of the pool's idle ones often have too (a server restart, a
+        failover, backends terminated together): each is closed in turn until one answers."""
+        for _ in range(self._pool.get_max_size() + 1):
+            conn = await self._pooled(name)
             try:
-                await self._pool.release(conn)
-            except _DRIVER_ERRORS:
-                conn.terminate()
+                await conn.fetch(statement(DIALECT, "ping").sql)
+            except Exception:
+                _discard(conn)
+                continue
+            except BaseException:
+                _discard(conn)
+                raise
+            return conn
+        raise StoreError(f"{name}: no pooled connection answers")
+
+    async def _give_back(self, conn: asyncpg.Connection) -> None:
+        """Return a connection that works to the pool (a local step, no round trip); if the
+        pool refuses it, close it instead."""
+        try:
+            await self._pool.release(conn)
+        except Exception:
+            _discard(conn)
+
+
+def _discard(conn: asyncpg.Connection) -> None:
+    """Close a connection that may be broken, at once, so the pool opens a new one in its
+    place. If asyncpg has already closed it and handed it back to the pool, there is nothing
+    left to do (calling it then raises InterfaceError)."""
+    with contextlib.suppress(Exception):
+        conn.terminate()
+
+
+def _server_refused(exc: Exception) -> bool:
+    """The server answered the statement with an error, and the session goes on (a lock or
+    statement timeout, a constraint): the connection can be reused."""
+    if not isinstance(exc, asyncpg.PostgresError):
+        return False  # raised by the driver itself: socket, protocol state, pool
+    if isinstance(exc, asyncpg.PostgresConnectionError):
+        return False
+    # Class 57P (admin shutdown, crash shutdown, cannot connect now, database dropped, idle
+    # session timeout) and FATAL errors end the session.
+    return not (exc.sqlstate or "").startswith("57P") and \
+        getattr(exc, "severity_en", None) not in ("FATAL", "PANIC")
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 async def _fetch(conn: asyncpg.Connection, name: str, params: Params) -> list[asyncpg.Record]:
@@ -191,14 +345,6 @@ async def _fetch(conn: asyncpg.Connection, name: str, params: Params) -> list[as
     stmt = statement(DIALECT, name)
     records: list[asyncpg.Record] = await conn.fetch(stmt.sql, *stmt.positional(params))
     return records
-
-
-def _connection_is_suspect(exc: BaseException) -> bool:
-    if isinstance(exc, asyncpg.PostgresConnectionError):
-        return True
-    if isinstance(exc, asyncpg.PostgresError | TimeoutError | asyncio.CancelledError):
-        return False  # the server answered, or asyncpg is cancelling the statement cleanly
-    return isinstance(exc, _DRIVER_ERRORS)
 
 
 @asynccontextmanager

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
-from sidecar.core.errors import StoreError
+from sidecar.core.errors import StoreClosed, StoreError
 from sidecar.core.events import Claim
 from sidecar.store import migrations
 from sidecar.store.rows import Params, event_row
@@ -147,7 +147,7 @@ class SQLiteStore(SQLStore):
 
     async def _call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
-            raise StoreError(f"{what}: the SQLite store is closed")
+            raise StoreClosed(f"{what}: the SQLite store is closed")
         loop = asyncio.get_running_loop()
         job = loop.run_in_executor(self._executor, functools.partial(fn, *args))
         try:
@@ -164,7 +164,7 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"{what}: {type(exc).__name__}: {exc}") from exc
         except RuntimeError as exc:  # the executor was shut down by a concurrent close()
             if self._closed:
-                raise StoreError(f"{what}: the SQLite store is closed") from exc
+                raise StoreClosed(f"{what}: the SQLite store is closed") from exc
             raise
 
 

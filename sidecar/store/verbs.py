@@ -10,6 +10,7 @@ one statement on its connections (:meth:`SQLStore._rows`), its claim race
 from __future__ import annotations
 
 import abc
+import secrets
 from collections.abc import Sequence
 
 from sidecar.core.errors import StoreError
@@ -52,7 +53,7 @@ class SQLStore(abc.ABC):
             "event_id": event_id,
             "body_sha256": body_sha256,
             "lease_seconds": float(lease_seconds),
-            "owner": owner,
+            "owner": _call_owner(owner),
             "payload_body": payload.body if payload else None,
             "payload_request": payload.meta_json() if payload else None,
         })
@@ -64,7 +65,7 @@ class SQLStore(abc.ABC):
             "provider": provider,
             "event_id": event_id,
             "lease_seconds": float(lease_seconds),
-            "owner": owner,
+            "owner": _call_owner(owner),
         })
         return int(rows[0]["attempt"]) if rows else None
 
@@ -137,3 +138,10 @@ class SQLStore(abc.ABC):
         # Each row counts the rows it stands for: PostgreSQL answers one row with the total,
         # SQLite one row per deleted row (its DELETE cannot sit in a query that counts it).
         return sum(int(r["deleted"]) for r in rows)
+
+
+def _call_owner(owner: str) -> str:
+    """The lease owner written by one ``claim`` or ``take_over`` call: the process's owner id
+    and a token of the call. An adapter that repeats a call whose connection failed finds the
+    first run's row by it (``sql/postgres/claim_landed.sql``, ``take_over_landed.sql``)."""
+    return f"{owner}#{secrets.token_hex(6)}"

@@ -168,37 +168,56 @@ async def test_crash_between_the_apps_answer_and_the_record_is_retried_once(
     assert dep.client is not None
     victim, survivor = dep.procs
     locker = await asyncpg.connect(dep.store_url)
+    # Watches the proxies' backends from outside the locker's transaction (whose snapshot of
+    # pg_stat_activity would not move), in this test's own database only: on a shared server,
+    # never someone else's backend.
+    watcher = await asyncpg.connect(dep.store_url)
     lock = locker.transaction()
 
     async def answer_then_block_the_record(seen: Seen) -> web.StreamResponse:
         if seen.attempt == 1:
-            # Hold the event's row so the proxy's result write waits, then answer: the app has
-            # done its work; the proxy has not recorded it.
+            # Hold the event's row so the proxy's result write cannot land (it gives up on the
+            # lock and tries again, until its lease ends), then answer: the app has done its
+            # work; the proxy has not recorded it.
             await lock.start()
             await locker.execute("SELECT 1 FROM webhook_event WHERE event_id = $1 FOR UPDATE",
                                  seen.event_id)
         return web.json_response({"ok": True})
 
+    async def proxy_backends(query: str) -> list[int]:
+        rows = await watcher.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'webhook-sidecar' AND query LIKE $1", query)
+        return [r["pid"] for r in rows]
+
     dep.stub.behaviour = answer_then_block_the_record
     body = stripe_event("evt_window")
     first = asyncio.create_task(post(dep.client, victim.url + STRIPE, body, stripe_headers(body)))
     try:
-        for _ in range(200):  # until the proxy's UPDATE is waiting on our row lock
-            waiting = await locker.fetchval(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE '%UPDATE webhook_event%' AND pid <> pg_backend_pid()")
-            if waiting:
+        for _ in range(300):  # until the proxy tries to write the result
+            writing = await proxy_backends("%UPDATE webhook_event%")
+            if writing:
                 break
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.01)
         else:
             pytest.fail("the proxy never tried to record the result")
-        # The host dies: the process and its connection. (A killed process alone leaves its
-        # backend waiting, and the write would still commit once the lock is free.)
+        # The host dies: the process and its connections. (A killed process alone leaves its
+        # backends to notice the closed socket on their own.)
         await victim.kill()
-        await locker.execute("SELECT pg_terminate_backend($1)", waiting)
-    finally:
+        for pid in writing:
+            await watcher.execute("SELECT pg_terminate_backend($1)", pid)
+        for _ in range(300):  # gone before the lock goes, so no write of theirs can land
+            if not set(writing) & set(await proxy_backends("%")):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail(f"the terminated backends {writing} did not go away")
         await lock.rollback()
+    finally:
+        # Closing ends the transaction too, if the test failed before its rollback; neither
+        # close raises over the test's own error.
         await locker.close()
+        await watcher.close()
     with pytest.raises(aiohttp.ClientError):
         await first  # the provider saw no answer, certainly no 2xx
     row = await dep.rows.one("stripe", "evt_window")

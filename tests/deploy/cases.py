@@ -200,6 +200,8 @@ VALID: list[Case] = [
                                                "max_response_bytes": "1KB"})),
     Case("provider-key-charset", base(providers={"a-b_c9": {
         "path": "/x", "preset": "github", "secrets": ["s"]}})),
+    Case("trusted-proxies", base(trusted_proxies=["10.0.0.0/8", "192.168.1.7", "fd00::/8",
+                                                  "::1", "${LB_NET:-172.16.0.0/12}"])),
 ]
 
 
@@ -469,6 +471,9 @@ LOADER_ONLY: list[Case] = [
     Case("integral-float", base(upstream={"url": "http://a", "max_connections": 100.0}),
          rule=9),
     Case("duration-overflow", base(shutdown_timeout="9" * 400), rule=10),
+    Case("trusted-proxies-host-bits", base(trusted_proxies=["10.0.0.1/8"]), rule=11),
+    Case("trusted-proxies-bad-ipv6", base(trusted_proxies=["fd00::1::2"]), rule=11),
+    Case("trusted-proxies-ipv4-mapped", base(trusted_proxies=["::ffff:10.0.0.0/104"]), rule=11),
 ]
 
 

@@ -20,6 +20,7 @@ import promql_parser
 import pytest
 import yaml
 
+from sidecar.app import SHUTDOWN_OVERRUN
 from sidecar.config.loader import BLOCKS, TOP, parse_config
 from sidecar.config.schema import SCHEMA_FILE
 from sidecar.config.schema.chart import CHART_OWNED, CHART_SCHEMA_FILE, chart_schema_text
@@ -220,10 +221,12 @@ def check_pod_runs_the_proxy(docs: list[Manifest], pod: Manifest, service: Manif
                 assert "secretKeyRef" in env[ref["env"]]["valueFrom"]
     for var in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", yaml.safe_dump(config)):
         assert var in env, f"the config interpolates ${{{var}}} but the container has no {var}"
-    # Graceful shutdown fits in the grace period; the container runs as non-root.
+    # Graceful shutdown, exit included, fits in the grace period; the container runs as
+    # non-root.
     grace = pod["terminationGracePeriodSeconds"]
     pre_stop = int(proxy["lifecycle"]["preStop"]["exec"]["command"][1])
-    assert parse_duration(config["shutdown_timeout"], "shutdown_timeout") + pre_stop < grace
+    shutdown = parse_duration(config["shutdown_timeout"], "shutdown_timeout")
+    assert pre_stop + shutdown + SHUTDOWN_OVERRUN <= grace
     context = proxy["securityContext"]
     assert context["runAsNonRoot"] is True and context["runAsUser"] != 0
     assert context["readOnlyRootFilesystem"] is True
@@ -318,7 +321,7 @@ def test_rendered_config_passes_the_schema_and_the_loader(
     parsed = parse_config(data, env=env, base_dir=tmp_path)
     assert [p.key for p in parsed.providers] == sorted(config["providers"])
     if pod is not None:
-        assert parsed.shutdown_timeout < pod["terminationGracePeriodSeconds"]
+        assert parsed.shutdown_timeout + SHUTDOWN_OVERRUN <= pod["terminationGracePeriodSeconds"]
 
 
 def test_migrate_hook_job_uses_the_same_config_on_postgres(
@@ -422,6 +425,9 @@ INVALID_VALUES = [
     ("grace-too-short", bad("standalone", lambda v: v.update(
         terminationGracePeriodSeconds=30, shutdownTimeoutSeconds=25, preStopSleepSeconds=5)),
      "terminationGracePeriodSeconds"),
+    ("grace-without-time-to-exit", bad("standalone", lambda v: v.update(
+        terminationGracePeriodSeconds=5 + 25 + int(SHUTDOWN_OVERRUN) - 1,
+        shutdownTimeoutSeconds=25, preStopSleepSeconds=5)), "must not exceed"),
     ("sqlite-with-replicas", bad("standalone", lambda v: v["standalone"].update(
         replicaCount=3)), "PostgreSQL"),
     ("chart-owned-config-key", bad("sidecar", lambda v: v.update(
@@ -445,6 +451,16 @@ def test_invalid_values_are_rejected(values: dict[str, Any], mentions: str) -> N
     with pytest.raises((helm.HelmValuesError, helm.HelmRenderError)) as info:
         render(CHART, values)
     assert mentions in str(info.value)
+
+
+def test_grace_period_check_uses_the_proxys_real_shutdown_bound() -> None:
+    """The proxy exits at most SHUTDOWN_OVERRUN seconds after shutdown_timeout: a grace period
+    of exactly preStop + shutdown_timeout + that renders (one second less does not, above)."""
+    values = copy.deepcopy(VALUES["standalone"])
+    values.update(terminationGracePeriodSeconds=5 + 25 + int(SHUTDOWN_OVERRUN),
+                  shutdownTimeoutSeconds=25, preStopSleepSeconds=5)
+    pod = one(render(CHART, values), "Deployment")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 5 + 25 + SHUTDOWN_OVERRUN
 
 
 def test_lint_reports_schema_violations() -> None:

@@ -542,13 +542,13 @@ async def test_postgres_exhausted_pool_raises_store_error_after_the_acquire_time
                                      lock_timeout=3.0) as single:
         async with PgBackdoor(pg_dsn).hold_write_lock("stripe", "evt_1"):
             # The only pooled connection now waits on the row lock...
-            blocked = await _take_over_blocked_on_the_only_connection(single)
+            blocked = await _release_blocked_on_the_only_connection(single)
             assert not blocked.done() and single._pool.get_idle_size() == 0
             started = time.monotonic()
             with pytest.raises(StoreError, match="no database connection"):
                 await single.ping()
             assert time.monotonic() - started < 1.0
-        assert await blocked == 2, "the blocked statement completes once the lock is gone"
+        assert await blocked is True, "the blocked statement completes once the lock is gone"
         await single.ping()
 
 
@@ -558,7 +558,7 @@ async def test_postgres_a_cancelled_call_gives_its_connection_back(
 ) -> None:
     async with _one_connection_store(pg_store, pg_dsn, acquire_timeout=1.0) as single:
         async with PgBackdoor(pg_dsn).hold_write_lock("stripe", "evt_1"):
-            blocked = await _take_over_blocked_on_the_only_connection(single)
+            blocked = await _release_blocked_on_the_only_connection(single)
             assert not blocked.done()
             blocked.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -580,12 +580,13 @@ async def _one_connection_store(
         await single.close()
 
 
-async def _take_over_blocked_on_the_only_connection(
+async def _release_blocked_on_the_only_connection(
     single: PostgresStore,
-) -> asyncio.Task[int | None]:
-    """A take-over of stripe:evt_1 (row locked by the caller) on a one-connection store, returned
-    once it holds that connection: a bounded poll on the pool, not a sleep used as a barrier."""
-    blocked = asyncio.create_task(single.take_over("stripe", "evt_1", LEASE, "b"))
+) -> asyncio.Task[bool]:
+    """An operator's release of stripe:evt_1 (row locked by the caller) on a one-connection
+    store, returned once it holds that connection: a bounded poll on the pool, not a sleep used
+    as a barrier. (Not a take-over: that gives up on a locked row at once, RowLocked.)"""
+    blocked = asyncio.create_task(single.release("stripe", "evt_1"))
     for _ in range(300):
         if not single._pool.get_idle_size() or blocked.done():
             break

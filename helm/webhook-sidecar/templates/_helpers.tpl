@@ -141,12 +141,20 @@ sqlite
 {{- toYaml $config }}
 {{- end }}
 
+{{/* Seconds the proxy may take to exit after shutdown_timeout: deliveries still running are
+cancelled and unwind, their result writes finish, the store closes. The proxy's own constant,
+sidecar.app.SHUTDOWN_OVERRUN (a test keeps the two equal). */}}
+{{- define "webhook-sidecar.shutdownOverrunSeconds" -}}
+2
+{{- end }}
+
 {{/* Render-time checks that values.schema.json cannot express. */}}
 {{- define "webhook-sidecar.validate" -}}
 {{- $grace := int .Values.terminationGracePeriodSeconds }}
-{{- $needed := add (int .Values.shutdownTimeoutSeconds) (int .Values.preStopSleepSeconds) }}
-{{- if ge $needed $grace }}
-{{- fail (printf "shutdownTimeoutSeconds (%d) + preStopSleepSeconds (%d) must be below terminationGracePeriodSeconds (%d): the kubelet kills the proxy at the end of the grace period, before in-flight deliveries are recorded" (int .Values.shutdownTimeoutSeconds) (int .Values.preStopSleepSeconds) $grace) }}
+{{- $overrun := int (include "webhook-sidecar.shutdownOverrunSeconds" .) }}
+{{- $needed := add (int .Values.preStopSleepSeconds) (int .Values.shutdownTimeoutSeconds) $overrun }}
+{{- if gt $needed $grace }}
+{{- fail (printf "preStopSleepSeconds (%d) + shutdownTimeoutSeconds (%d) + %d (the proxy's exit after its shutdown timeout) must not exceed terminationGracePeriodSeconds (%d): the kubelet kills the proxy at the end of the grace period, before in-flight deliveries are recorded" (int .Values.preStopSleepSeconds) (int .Values.shutdownTimeoutSeconds) $overrun $grace) }}
 {{- end }}
 {{- if eq (int .Values.ports.proxy) (int .Values.ports.admin) }}
 {{- fail "ports.proxy and ports.admin must differ: admin routes are never served to providers" }}

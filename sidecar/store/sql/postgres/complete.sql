@@ -1,5 +1,7 @@
 -- Record the result of :attempt, fenced: only if the row is still processing at that attempt.
--- :state is 'done' or 'failed'; :response_headers is JSON text.
+-- :state is 'done' or 'failed'; :response_headers is JSON text. A row another session holds is
+-- given up on after ~100 ms (row_lock_wait.fragment.sql): RowLocked, and the forwarder tries
+-- again within the lease. Answers the attempt, or no row when the attempt was superseded.
 UPDATE webhook_event
    SET state = :state::text,
        outcome = :outcome::text,
@@ -12,4 +14,5 @@ UPDATE webhook_event
        updated_at = clock_timestamp()
  WHERE provider = :provider::text AND event_id = :event_id::text
    AND attempt = :attempt::integer AND state = 'processing'
+   AND {{row_lock_wait}}
 RETURNING attempt;

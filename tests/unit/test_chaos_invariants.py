@@ -1,0 +1,283 @@
+"""The chaos suite's invariant checker (bench/invariants.py) on synthetic histories: each
+invariant holds on a clean history and is violated, by name and with evidence, by the smallest
+history that breaks it. Pure and fast: no process, socket or database."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+
+from bench.invariants import (
+    Delivery,
+    ForwardLog,
+    History,
+    Invariant,
+    Kind,
+    Receipt,
+    Row,
+    check,
+    repeats,
+    retryable,
+    tally,
+)
+
+BOUND = 10.0
+
+
+def ok(event_id: str, sent: float = 0.0, status: int = 200, elapsed: float = 0.1,
+       replica: int = 0, kind: Kind = Kind.NORMAL) -> Delivery:
+    return Delivery(event_id, kind, replica, sent, elapsed, status)
+
+
+def app(event_id: str, attempt: int = 1, at: float = 0.05, status: int | None = 200
+        ) -> Receipt:
+    return Receipt(event_id, attempt, at, status, at + 0.01 if status is not None else None)
+
+
+def done(event_id: str, attempt: int = 1) -> Row:
+    return Row(event_id, "done", attempt, lease_expired=True)
+
+
+def history(deliveries: Sequence[Delivery], receipts: Sequence[Receipt] = (),
+            rows: Sequence[Row] = (), forwards: Sequence[ForwardLog] = (),
+            kinds: dict[str, Kind] | None = None, faults: dict[str, int] | None = None,
+            proxy_errors: Sequence[str] = (), replica_deaths: Sequence[str] = ()) -> History:
+    """A history with a fault recorded; ``kinds`` default to those of the deliveries."""
+    if kinds is None:
+        kinds = {d.event_id: d.kind for d in deliveries}
+    return History(kinds=kinds, deliveries=deliveries, receipts=receipts, forwards=forwards,
+                   rows=rows, bound=BOUND, faults={"crashes": 1} if faults is None else faults,
+                   proxy_errors=proxy_errors, replica_deaths=replica_deaths)
+
+
+def clean(event_id: str = "evt_1") -> History:
+    return history([ok(event_id)], [app(event_id)], [done(event_id)])
+
+
+def violated(h: History) -> set[Invariant]:
+    return {v.invariant for v in check(h)}
+
+
+# -- a clean history, and each invariant on its own ----------------------------------------
+
+
+def test_clean_history_violates_nothing() -> None:
+    h = history(
+        [ok("evt_1", status=503, elapsed=0.5), ok("evt_1", sent=1.0, elapsed=0.2),
+         ok("evt_2", status=409), ok("evt_2", sent=0.5, replica=1)],
+        [app("evt_1", at=1.05), app("evt_2", at=0.02)],
+        [done("evt_1"), done("evt_2")])
+    assert check(h) == []
+
+
+def test_an_event_never_answered_2xx() -> None:
+    h = history([ok("evt_1", status=503), ok("evt_1", sent=1, status=503)])
+    [v] = [v for v in check(h) if v.invariant is Invariant.EVENTUALLY_2XX]
+    assert v.count == 1 and "evt_1: 2 deliveries, none 2xx; last 503" in v.evidence[0]
+
+
+def test_an_event_the_provider_never_sent_counts_as_unanswered() -> None:
+    h = history([ok("evt_1")], [app("evt_1")], [done("evt_1")],
+                kinds={"evt_1": Kind.NORMAL, "evt_2": Kind.NORMAL})
+    assert violated(h) == {Invariant.EVENTUALLY_2XX}
+
+
+def test_a_refused_gzip_body_need_not_succeed_but_a_normal_one_must() -> None:
+    gz = ok("gz_1", status=415, kind=Kind.GZIP)
+    assert check(history([gz], faults={"gzip events": 1})) == []
+    plain = replace(gz, kind=Kind.NORMAL)
+    assert violated(history([plain])) == {Invariant.EVENTUALLY_2XX}
+
+
+def test_2xx_without_the_app_is_caught() -> None:
+    h = history([ok("evt_1")], rows=[done("evt_1")])
+    assert Invariant.NO_2XX_WITHOUT_APP in violated(h)
+
+
+def test_2xx_before_the_app_answered_is_caught() -> None:
+    # The app's 2xx exists, but came after the provider had its 2xx.
+    h = history([ok("evt_1", elapsed=0.1)], [app("evt_1", at=0.5)], [done("evt_1")])
+    assert violated(h) == {Invariant.NO_2XX_WITHOUT_APP}
+
+
+def test_2xx_when_the_app_answered_500_is_caught() -> None:
+    h = history([ok("evt_1")], [app("evt_1", status=500)], [done("evt_1")])
+    v = {v.invariant: v for v in check(h)}
+    assert "attempt 1 → 500" in v[Invariant.NO_2XX_WITHOUT_APP].evidence[0]
+
+
+def test_told_2xx_but_row_left_processing_is_lost_with_the_logged_cause() -> None:
+    h = history([ok("evt_1")], [app("evt_1")],
+                [Row("evt_1", "processing", 1, lease_expired=True)],
+                [ForwardLog("evt_1", 1, 0, 200, record_error="lock timeout")])
+    found = {v.invariant: v for v in check(h)}
+    assert set(found) == {Invariant.LOST_ZERO, Invariant.NO_STUCK_ROWS}
+    evidence = found[Invariant.LOST_ZERO].evidence[0]
+    assert "row processing at attempt 1 (lease expired)" in evidence
+    assert "result write failed on replica 0 (lock timeout)" in evidence
+
+
+def test_told_2xx_but_no_row_is_lost() -> None:
+    h = history([ok("evt_1")], [app("evt_1")])
+    found = {v.invariant: v for v in check(h)}
+    assert set(found) == {Invariant.LOST_ZERO}
+    assert "no row" in found[Invariant.LOST_ZERO].evidence[0]
+
+
+def test_a_500_is_caught_with_the_replicas_error_line() -> None:
+    h = history([ok("evt_1", status=500), ok("evt_1", sent=1)], [app("evt_1", at=1.05)],
+                [done("evt_1")], proxy_errors=["replica 0: delivery evt_1 InterfaceError"])
+    [v] = check(h)
+    assert v.invariant is Invariant.NO_500
+    assert "log: replica 0: delivery evt_1 InterfaceError" in v.evidence
+    assert "no-500 violated" in str(v)
+
+
+@pytest.mark.parametrize(("state", "expired", "stuck"), [
+    ("processing", True, True), ("processing", False, False), ("failed", True, False),
+    ("done", True, False)])
+def test_stuck_rows_are_processing_rows_with_an_expired_lease(
+        state: str, expired: bool, stuck: bool) -> None:
+    h = replace(clean(), rows=[done("evt_1"), Row("evt_9", state, 2, expired)])
+    assert (Invariant.NO_STUCK_ROWS in violated(h)) is stuck
+
+
+@pytest.mark.parametrize(("elapsed", "status", "late"), [
+    (BOUND, 200, False), (BOUND + 0.01, 200, True), (3.0, None, True)])
+def test_answers_beyond_the_bound_or_missing(elapsed: float, status: int | None,
+                                             late: bool) -> None:
+    extra = Delivery("evt_1", Kind.NORMAL, 1, 0.0, elapsed, status,
+                     None if status else "ServerDisconnectedError")
+    h = replace(clean(), deliveries=[ok("evt_1"), extra])
+    assert (Invariant.WITHIN_BOUND in violated(h)) is late
+
+
+@pytest.mark.parametrize(("status", "found"), [
+    (413, set()), (415, set()), (400, set()), (503, {Invariant.BOMB_REFUSED}),
+    (409, {Invariant.BOMB_REFUSED}), (200, {Invariant.BOMB_REFUSED,
+                                            Invariant.NO_2XX_WITHOUT_APP, Invariant.LOST_ZERO}),
+    (None, {Invariant.WITHIN_BOUND})])  # no answer at all is counted once, as unanswered
+def test_a_bomb_must_get_a_final_4xx(status: int | None, found: set[Invariant]) -> None:
+    bomb = Delivery("bomb", Kind.BOMB, 0, 0.0, 0.2, status, None if status else "reset")
+    h = replace(clean(), deliveries=[ok("evt_1"), bomb],
+                kinds={"evt_1": Kind.NORMAL, "bomb": Kind.BOMB})
+    assert violated(h) == found
+
+
+def test_a_bomb_that_reaches_the_app_is_caught_even_if_refused() -> None:
+    bomb = Delivery("bomb", Kind.BOMB, 0, 0.0, 0.2, 413)
+    h = replace(clean(), deliveries=[ok("evt_1"), bomb],
+                kinds={"evt_1": Kind.NORMAL, "bomb": Kind.BOMB},
+                receipts=[app("evt_1"), app("bomb", status=None)])
+    found = {v.invariant: v for v in check(h)}
+    assert "bomb: reached the app as attempt 1" in found[Invariant.BOMB_REFUSED].evidence
+
+
+@pytest.mark.parametrize("faults", [{}, {"backends terminated": 0}])
+def test_a_run_whose_fault_never_happened_proves_nothing(faults: dict[str, int]) -> None:
+    assert violated(replace(clean(), faults=faults)) == {Invariant.FAULT_INJECTED}
+
+
+def test_a_control_run_needs_no_fault() -> None:
+    assert check(replace(clean(), faults={}, expect_fault=False)) == []
+
+
+# -- repeats at the app --------------------------------------------------------------------
+
+
+def repeated(attempts: Sequence[int], forwards: Sequence[ForwardLog] = (),
+             first_status: int | None = 200, deaths: Sequence[str] = ()) -> History:
+    receipts = [app("evt_1", attempt, at=0.05 + i, status=first_status if i == 0 else 200)
+                for i, attempt in enumerate(attempts)]
+    last = len(attempts) - 1
+    return history([ok("evt_1", sent=last, elapsed=0.2)], receipts,
+                   [done("evt_1", max(attempts))], forwards, replica_deaths=deaths)
+
+
+@pytest.mark.parametrize(("log", "why"), [
+    (ForwardLog("evt_1", 1, 0, 200, record_error="lock timeout"),
+     "attempt 1: result write failed on replica 0 (lock timeout)"),
+    (ForwardLog("evt_1", 1, 1, 504, upstream_error="no answer within 2s"),
+     "attempt 1: forward got no answer on replica 1 (no answer within 2s)"),
+    (ForwardLog("evt_1", 1, 0, superseded=True),
+     "attempt 1: lease expired before its result was written (superseded)"),
+    (ForwardLog("evt_1", 0, 1, 500, error="InterfaceError"),
+     "attempt 1: a delivery of the event died with an internal error on replica 1 "
+     "(InterfaceError)"),
+])
+def test_a_repeat_after_an_unknown_outcome_is_justified_by_the_log(
+        log: ForwardLog, why: str) -> None:
+    h = repeated([1, 2], [log])
+    assert [r.why for r in repeats(h)] == [why]
+    assert Invariant.REPEATS_JUSTIFIED not in violated(h)
+
+
+def test_a_repeat_after_the_app_failed_is_justified() -> None:
+    h = repeated([1, 2], first_status=503)
+    assert [r.why for r in repeats(h)] == ["attempt 1: the app answered 503"]
+    h = repeated([1, 2], first_status=None)
+    assert [r.why for r in repeats(h)] == ["attempt 1: the app never answered"]
+
+
+def test_a_repeat_after_a_replica_died_without_logging_is_justified() -> None:
+    h = repeated([1, 2], deaths=["replica 0 exited -9"])
+    assert "a replica died (replica 0 exited -9)" in (repeats(h)[0].why or "")
+
+
+def test_a_repeat_after_a_known_success_is_not_justified() -> None:
+    h = repeated([1, 2], [ForwardLog("evt_1", 1, 0, 200)])
+    [v] = check(h)
+    assert v.invariant is Invariant.REPEATS_JUSTIFIED
+    assert v.evidence == ("evt_1 attempts [1, 2]: UNJUSTIFIED",)
+
+
+def test_a_repeat_without_any_log_and_no_death_is_not_justified() -> None:
+    assert violated(repeated([1, 2])) == {Invariant.REPEATS_JUSTIFIED}
+
+
+def test_an_error_logged_for_another_attempt_justifies_nothing() -> None:
+    h = repeated([1, 2, 3], [ForwardLog("evt_1", 1, 0, record_error="x"),
+                             ForwardLog("evt_1", 3, 0, 500, error="boom")])
+    assert violated(h) == {Invariant.REPEATS_JUSTIFIED}
+
+
+@pytest.mark.parametrize("attempts", [[1, 1], [2, 1], [1, 3, 2], [0, 1]])
+def test_attempt_numbers_must_increase_at_the_app(attempts: list[int]) -> None:
+    logs = [ForwardLog("evt_1", n, 0, record_error="x") for n in set(attempts)]
+    assert Invariant.REPEATS_JUSTIFIED in violated(repeated(attempts, logs))
+
+
+def test_several_repeats_each_need_a_justification() -> None:
+    logs = [ForwardLog("evt_1", 1, 0, record_error="lock timeout"),
+            ForwardLog("evt_1", 2, 1, upstream_error="ClientOSError")]
+    [r] = repeats(repeated([1, 2, 4], logs))
+    assert r.attempts == (1, 2, 4)
+    assert r.why == ("attempt 1: result write failed on replica 0 (lock timeout); "
+                     "attempt 2: forward got no answer on replica 1 (ClientOSError)")
+    assert violated(repeated([1, 2, 4], logs[:1])) == {Invariant.REPEATS_JUSTIFIED}
+
+
+# -- retries and counts ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("status", "again"), [
+    (None, True), (500, True), (503, True), (409, True), (429, True), (408, True),
+    (400, False), (401, False), (413, False), (415, False), (200, False)])
+def test_what_the_provider_redelivers(status: int | None, again: bool) -> None:
+    assert retryable(status) is again
+
+
+def test_tally_counts_by_code() -> None:
+    h = history(
+        [ok("evt_1", status=503), ok("evt_1", sent=1, status=500, elapsed=2.5),
+         ok("evt_1", sent=4, status=502), ok("evt_1", sent=5, status=409),
+         Delivery("evt_1", Kind.NORMAL, 0, 6, 1.0, None, "reset"),
+         ok("evt_1", sent=8), ok("gz_1", status=415, kind=Kind.GZIP)],
+        [app("evt_1", 1, at=4.05), app("evt_1", 2, at=8.05)], [done("evt_1", 2)],
+        [ForwardLog("evt_1", 1, 0, 502, upstream_error="ClientOSError")])
+    t = tally(h)
+    assert (t.events, t.deliveries, t.ok_2xx, t.status_409, t.status_503) == (2, 7, 1, 1, 1)
+    assert t.five_xx() == "500:1 502:1" and t.others() == "415:1 none:1"
+    assert (t.app_requests, t.repeats, t.unjustified, t.max_latency) == (2, 1, 0, 2.5)
