@@ -9,12 +9,13 @@ the clock. It keeps nothing across processes or restarts: never a production sto
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from sidecar.core.errors import StoreClosed
+from sidecar.core.errors import RowLocked, StoreClosed
 from sidecar.core.events import (
     AttemptResult,
     Claim,
@@ -99,6 +100,7 @@ class MemoryStore:
         self._clock = clock
         self._events: dict[tuple[str, str], _Event] = {}
         self._nonces: dict[tuple[str, str], tuple[bytes, float]] = {}  # -> (hash, received_at)
+        self._held: set[tuple[str, str]] = set()  # rows "another session" has locked
         self._closed = False
 
     def __repr__(self) -> str:
@@ -111,6 +113,22 @@ class MemoryStore:
         if self._closed:
             raise StoreClosed(f"{what}: the memory store is closed")
         return float(self._clock())
+
+    @contextlib.asynccontextmanager
+    async def hold_row(self, provider: str, event_id: str) -> AsyncIterator[None]:
+        """For tests: while inside, the row counts as locked by another database session (an
+        operator's ``SELECT … FOR UPDATE``): writes to it raise ``RowLocked`` at once, as the
+        SQL stores do after their short row-lock wait; reads are unaffected."""
+        key = (provider, event_id)
+        self._held.add(key)
+        try:
+            yield
+        finally:
+            self._held.discard(key)
+
+    def _writable(self, what: str, key: tuple[str, str]) -> None:
+        if key in self._held:
+            raise RowLocked(f"{what}: the event row is locked by another session")
 
     # -- the Store verbs: after `_now`, no await -------------------------------------------
 
@@ -136,6 +154,7 @@ class MemoryStore:
         self, provider: str, event_id: str, lease_seconds: float, owner: str
     ) -> int | None:
         now = await self._now("take_over")
+        self._writable("take_over", (provider, event_id))
         event = self._events.get((provider, event_id))
         if event is None or not (
             event.state is EventState.FAILED
@@ -155,6 +174,7 @@ class MemoryStore:
         if result.state is EventState.PROCESSING:
             raise ValueError("an attempt's result must be DONE or FAILED, not PROCESSING")
         now = await self._now("complete")
+        self._writable("complete", (provider, event_id))
         event = self._events.get((provider, event_id))
         if event is None or event.state is not EventState.PROCESSING or event.attempt != attempt:
             return False
@@ -201,6 +221,7 @@ class MemoryStore:
 
     async def release(self, provider: str, event_id: str) -> bool:
         now = await self._now("release")
+        self._writable("release", (provider, event_id))
         event = self._events.get((provider, event_id))
         if event is None or event.state not in (EventState.PROCESSING, EventState.FAILED):
             return False

@@ -343,3 +343,15 @@ async def test_a_bug_is_answered_500_and_keeps_its_traceback_for_the_log() -> No
     assert answer.status == 500 and answer.result is Result.ERROR
     assert isinstance(answer.log["exc_info"], RuntimeError)
     assert world.upstream.requests == []
+
+
+async def test_a_takeover_meeting_a_locked_row_is_409_not_a_held_connection() -> None:
+    statuses = iter([500, 200])
+    world = World(upstream=FakeUpstream(reply=lambda _: RecordedResponse(next(statuses), (),
+                                                                         b"")))
+    assert (await world.stripe("evt_1")).status == 500  # failed: the next one takes it over
+    async with world.store.hold_row("stripe", "evt_1"):
+        locked = await world.stripe("evt_1")
+    assert locked.status == 409 and locked.result is Result.IN_FLIGHT
+    assert locked.reason == "row_locked" and world.header(locked, "Retry-After") == "1"
+    assert (await world.stripe("evt_1")).status == 200, "taken over once the lock is gone"
