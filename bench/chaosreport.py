@@ -1,0 +1,130 @@
+"""Reporting for the chaos suite (``bench.chaos``): a run's outcome, its table of counts, the
+console report, and the results block of docs/chaos.md with the machine it ran on."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.invariants import MEANING, History, Invariant, Tally, Violation, repeats
+from tests.pgserver import find_bindir
+from tests.support import REPO
+
+DOCS = REPO / "docs" / "chaos.md"
+RESULTS_BEGIN = "<!-- BEGIN chaos results (written by python -m bench.chaos --write-docs) -->"
+RESULTS_END = "<!-- END chaos results -->"
+
+
+@dataclass
+class Outcome:
+    """One run of one scenario: its history and what the checker made of it."""
+
+    scenario: str
+    run: int
+    seconds: float
+    history: History
+    violations: list[Violation]
+    tally: Tally
+    notes: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+
+
+HEADER = ("| scenario | run | verdict | events | deliveries | 2xx | 409 | 503 | other 5xx "
+          "| other | app requests | repeats (unjustified) | max latency / bound | time |")
+
+
+def table(outcomes: Sequence[Outcome]) -> list[str]:
+    """The counts of each run as a Markdown table."""
+    return [HEADER, "|" + "---|" * (HEADER.count("|") - 1), *map(table_row, outcomes)]
+
+
+def table_row(o: Outcome) -> str:
+    """A run's counts: answers by status, requests and repeats at the app, latency."""
+    t = o.tally
+    verdict = "pass" if o.passed else "FAIL: " + ", ".join(
+        sorted({str(v.invariant) for v in o.violations}))
+    return (f"| {o.scenario} | {o.run} | {verdict} | {t.events} | {t.deliveries} | {t.ok_2xx} "
+            f"| {t.status_409} | {t.status_503} | {t.five_xx()} | {t.others()} "
+            f"| {t.app_requests} | {t.repeats} ({t.unjustified}) "
+            f"| {t.max_latency:.1f} s / {o.history.bound:g} s | {o.seconds:.0f} s |")
+
+
+def report(o: Outcome, verbose: bool) -> str:
+    """One run: what was injected, its counts, every repeat with its justification, notes and
+    violations with their evidence."""
+    faults = ", ".join(f"{k} {v}" for k, v in o.history.faults.items()) or "none"
+    lines = [f"== {o.scenario} run {o.run}: {'PASS' if o.passed else 'FAIL'} "
+             f"({o.seconds:.0f} s) ==", f"injected: {faults}", *table([o])]
+    found = repeats(o.history)
+    if found:
+        lines.append(f"repeats at the app ({len(found)}), each with its justification:")
+        lines += [f"  {r}" for r in found[: None if verbose else 20]]
+    lines += [f"note: {note}" for note in o.notes]
+    lines += [f"{v}\n    ({v.invariant}: {MEANING[v.invariant]})" for v in o.violations]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    """The machine and software a run was made on, in one line."""
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+               platform.processor() or "unknown CPU")
+    try:
+        postgres = subprocess.run([str(find_bindir() / "postgres"), "--version"],
+                                  capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError, RuntimeError):
+        postgres = "PostgreSQL (version unknown)"
+    revision = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{os.cpu_count()} × {cpu}, {memory:.0f} GiB, Linux {platform.release()}, "
+            f"Python {platform.python_version()}, {postgres}, commit {revision or 'unknown'}")
+
+
+def results_markdown(outcomes: Sequence[Outcome], setup: str) -> str:
+    """The results block of docs/chaos.md: when, how, on what machine, the table, and the
+    first lines of evidence of every violation."""
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command = " ".join(["python -m bench.chaos", *sys.argv[1:]])
+    lines = [RESULTS_BEGIN, "", f"Run {when} with `{command}` on: {machine()}.", setup,
+             "", *table(outcomes)]
+    failing = [o for o in outcomes if not o.passed]
+    if failing:
+        lines += ["", "Violations (first lines of evidence):", ""]
+        for o in failing:
+            for v in o.violations:
+                lines.append(f"- **{o.scenario} run {o.run}**, `{v.invariant}`: {v.summary}")
+                lines += [f"  - `{line}`" for line in v.evidence[:3]]
+    lines += ["", RESULTS_END]
+    return "\n".join(lines)
+
+
+def write_docs(block: str) -> None:
+    """Replace the results block of docs/chaos.md."""
+    text = DOCS.read_text()
+    pattern = re.compile(re.escape(RESULTS_BEGIN) + ".*?" + re.escape(RESULTS_END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{DOCS}: no results markers to replace")
+    DOCS.write_text(pattern.sub(lambda _: block, text))
+
+
+def summary(outcomes: Sequence[Outcome]) -> tuple[str, bool]:
+    """The closing verdict: each failed run with the invariants it broke, or that all passed."""
+    failed = [o for o in outcomes if not o.passed]
+    if not failed:
+        return (f"all {len(outcomes)} runs passed every invariant "
+                f"({', '.join(Invariant)})"), True
+    return "\n".join(
+        f"FAIL {o.scenario} run {o.run}: "
+        + ", ".join(sorted({str(v.invariant) for v in o.violations})) for o in failed), False
