@@ -10,6 +10,7 @@ one statement on its connections (:meth:`SQLStore._rows`), its claim race
 from __future__ import annotations
 
 import abc
+import itertools
 import secrets
 from collections.abc import Sequence
 
@@ -140,8 +141,13 @@ class SQLStore(abc.ABC):
         return sum(int(r["deleted"]) for r in rows)
 
 
+# Call tokens: random per process, counted per call (no system call on the hot path).
+_PROCESS_TOKEN = secrets.token_hex(4)
+_calls = itertools.count(1)
+
+
 def _call_owner(owner: str) -> str:
     """The lease owner written by one ``claim`` or ``take_over`` call: the process's owner id
     and a token of the call. An adapter that repeats a call whose connection failed finds the
     first run's row by it (``sql/postgres/claim_landed.sql``, ``take_over_landed.sql``)."""
-    return f"{owner}#{secrets.token_hex(6)}"
+    return f"{owner}#{_PROCESS_TOKEN}.{next(_calls)}"
