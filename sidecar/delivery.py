@@ -11,7 +11,6 @@ A single event is a batch of one item: the same path claims it, forwards it and 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -325,8 +324,11 @@ class Pipeline:
     async def _abandon(self, provider: ProviderConfig, ours: list[_Ours]) -> None:
         """Best effort: mark attempts this delivery claimed but will not forward as failed
         (never reached the app). Fenced by attempt; if the store is still failing, the leases
-        expire as after a crash."""
+        expire as after a crash. The writes run together, so a batch's 503 waits at most about
+        one store deadline, not one per claimed item."""
         not_sent = AttemptResult(EventState.FAILED, Outcome.CONNECT_ERROR, None, 0.0)
-        for o in ours:
-            with contextlib.suppress(StoreError):
-                await self._store.complete(provider.key, o.item.event_id, o.attempt, not_sent)
+        writes = [self._store.complete(provider.key, o.item.event_id, o.attempt, not_sent)
+                  for o in ours]
+        for outcome in await asyncio.gather(*writes, return_exceptions=True):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, StoreError):
+                raise outcome

@@ -11,6 +11,7 @@ import aiohttp
 from sidecar.config.model import UpstreamConfig
 from sidecar.core.errors import UpstreamError
 from sidecar.core.events import Outcome, RecordedResponse
+from sidecar.core.forwarded import is_forwarding
 from sidecar.core.headers import IDEMPOTENCY_HEADER, OWN_PREFIX
 
 # RFC 9110 §7.6.1 plus the older RFC 7230 list: never forwarded by a proxy.
@@ -32,10 +33,12 @@ def forwardable_headers(
     removed, and every incoming ``X-Webhook-Sidecar-*`` and ``Idempotency-Key`` dropped, so a
     sender cannot spoof what only the proxy says (event id, attempt, replay, batch size)."""
     pairs = list(headers)
+    # A sender's Connection header may not strip the forwarding headers the proxy set itself
+    # (``core.forwarded`` has already decided which of them the app gets).
     named = {
         token.strip().lower()
         for name, value in pairs if name.lower() == "connection"
-        for token in value.split(",")
+        for token in value.split(",") if not is_forwarding(token.strip())
     }
     ours = {name.lower() for name in added}
     dropped = _REQUEST_DROP | named | ours | {IDEMPOTENCY_HEADER.lower()}

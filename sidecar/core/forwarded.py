@@ -65,8 +65,9 @@ _OTHERS: Final = (FORWARDED.lower(), REAL_IP.lower())
 
 
 def is_forwarding(name: str) -> bool:
-    """``X-Forwarded-*``, ``Forwarded`` or ``X-Real-IP``, in any case."""
-    lower = name.lower()
+    """``X-Forwarded-*``, ``Forwarded`` or ``X-Real-IP``, in any case, also spelt with
+    underscores (``X_Forwarded_For``): WSGI/CGI servers map both spellings to one variable."""
+    lower = name.lower().replace("_", "-")
     return lower.startswith(_X_FORWARDED_PREFIX) or lower in _OTHERS
 
 

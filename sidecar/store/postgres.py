@@ -71,8 +71,9 @@ _AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     "complete": ("complete", "complete_landed"),
     # ON CONFLICT DO NOTHING, then the bound hash either way.
     "bind_nonce": ("bind_nonce",),
-    # Makes the row failed: a repeat finds it failed and answers the same attempt.
-    "release": ("release",),
+    # release is NOT repeated: it has no attempt fence, so if its first run committed and a
+    # redelivery took the failed row over before the repeat ran, the repeat would release
+    # that newer, live attempt. The operator sees the error and runs it again.
     # purge and purge_nonces are not repeated: a repeat deletes another batch and reports only
     # its own count. The maintenance loop runs them again at its interval.
 }
@@ -200,6 +201,15 @@ class PostgresStore(SQLStore):
     # -- the claim race --------------------------------------------------------------------
 
     async def _claim(self, params: Params) -> Claim:
+        # Each statement has its deadline; the race as a whole gets one too, so a claim ends
+        # within statement_timeout like every other call.
+        try:
+            async with asyncio.timeout(self._deadline):
+                return await self._claim_race(params)
+        except TimeoutError as exc:
+            raise StoreError(f"claim: no answer within {self._deadline:g}s") from exc
+
+    async def _claim_race(self, params: Params) -> Claim:
         for _ in range(3):
             try:
                 records = await self._rows("claim", params)
@@ -299,8 +309,10 @@ class PostgresStore(SQLStore):
             except Exception:
                 _discard(conn)
                 continue
-            except BaseException:
+            except BaseException as exc:
                 _discard(conn)
+                if isinstance(exc, asyncio.CancelledError) and not _cancelling():
+                    continue  # the driver's own CancelledError: this connection is no good
                 raise
             return conn
         raise StoreError(f"{name}: no pooled connection answers")

@@ -324,6 +324,25 @@ async def test_a_write_whose_answer_was_lost_is_recognised_when_repeated(
     assert (row.state, row.attempt) == expected
 
 
+async def test_a_release_whose_answer_was_lost_is_not_repeated_over_a_newer_attempt(
+    dsn: str, eater: ReplyEater,
+) -> None:
+    # release has no attempt fence: repeated after a redelivery took the released row over,
+    # it would release that newer, live attempt. So its lost answer is a StoreError, and the
+    # operator runs it again knowingly.
+    relayed = dsn.replace(f":{eater.target_port}/", f":{eater.port}/")
+    async with opened(relayed, max_size=2, statement_cache_size=0) as store:
+        await store.claim("stripe", "evt_1", BODY, LEASE, "stuck")
+        eater.arm(b"state IN")
+        with pytest.raises(StoreError):
+            await store.release("stripe", "evt_1")
+        assert eater.fired.is_set(), "the release committed and its answer was lost"
+        # A redelivery takes the released row over: a later release must be an explicit act.
+        assert await store.take_over("stripe", "evt_1", LEASE, "proxy") == 2
+        row = await store.get("stripe", "evt_1")
+    assert row is not None and row.state is EventState.PROCESSING and row.lease_live
+
+
 # == a hung server ============================================================================
 
 

@@ -355,3 +355,39 @@ async def test_a_takeover_meeting_a_locked_row_is_409_not_a_held_connection() ->
     assert locked.status == 409 and locked.result is Result.IN_FLIGHT
     assert locked.reason == "row_locked" and world.header(locked, "Retry-After") == "1"
     assert (await world.stripe("evt_1")).status == 200, "taken over once the lock is gone"
+
+
+class ThirdClaimFails(MemoryStore):
+    """Fails the third claim; each result write waits until two are in progress at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claims = 0
+        self.writing = 0
+        self.together = asyncio.Event()
+
+    async def claim(self, provider: str, event_id: str, body_sha256: bytes,
+                    lease_seconds: float, owner: str,
+                    payload: StoredRequest | None = None) -> Claim:
+        self.claims += 1
+        if self.claims == 3:
+            raise StoreError("claim: connection lost")
+        return await super().claim(provider, event_id, body_sha256, lease_seconds, owner,
+                                   payload)
+
+    async def complete(self, *args: Any) -> bool:
+        self.writing += 1
+        if self.writing == 2:
+            self.together.set()
+        await asyncio.wait_for(self.together.wait(), 2)  # one at a time would time out
+        return await super().complete(*args)
+
+
+async def test_the_items_claimed_before_a_store_failure_are_freed_together() -> None:
+    # One by one, a batch's 503 could wait a store deadline per claimed item.
+    world = World(store=ThirdClaimFails())
+    answer = await world.send("sendgrid", *sendgrid("a", "b", "c"))
+    assert answer.status == 503 and world.store.together.is_set()
+    for event_id in ("a", "b"):
+        row = await world.store.get("sendgrid", event_id)
+        assert row.state is EventState.FAILED and not row.lease_live

@@ -157,3 +157,22 @@ async def test_a_batch_forward_follows_the_rule_too() -> None:
     [sent] = upstream.requests
     assert forwarding(sent.headers) == [("X-Forwarded-For", "203.0.113.9"),
                                         ("X-Forwarded-Proto", "http")]
+
+
+async def test_a_senders_connection_header_cannot_strip_the_proxys_forwarding_headers() -> None:
+    # "Connection: X-Forwarded-For" would make a hop-by-hop filter drop the header the proxy
+    # just set; an underscore spelling is a forwarding header too (WSGI maps both alike).
+    upstream = FakeUpstream()
+    pipeline = pipeline_for(config(), upstream=upstream)
+    body = stripe_event("evt_1")
+    headers = [("Host", "hooks.example.com"), *stripe_headers(body).items(),
+               ("Connection", "keep-alive, X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host"),
+               ("X_Forwarded_For", "6.6.6.6")]
+    answer = await pipeline.deliver(config().providers[0], inbound(
+        body, headers, peer="203.0.113.9"))
+    assert answer.result is Result.NEW
+    sent = upstream.requests[0].headers
+    assert sent["X-Forwarded-For"] == "203.0.113.9"
+    assert sent["X-Forwarded-Proto"] == "http"
+    assert sent["X-Forwarded-Host"] == "hooks.example.com"
+    assert "6.6.6.6" not in [value for _, value in sent.items()]
