@@ -36,6 +36,7 @@ from sidecar.core.decision import (
     Wait,
     decide,
     rejects_other_body,
+    status_class,
 )
 from sidecar.core.errors import EventIdError, RowLocked, StoreError, VerificationError
 from sidecar.core.eventid import BatchItem, EventIdSpec, delivery_items, extract_event_id
@@ -295,6 +296,7 @@ class Pipeline:
         done = await self._forwarder.forward(provider, rows, inbound.method, inbound.path,
                                              self._app_headers(inbound), body_bytes)
         trace.attempt = done.attempt
+        trace.fields["app_status_class"] = status_class(done.response)
         trace.fields["upstream_ms"] = round(done.result.latency_ms, 2)
         if done.upstream_error:
             trace.fields["upstream_error"] = done.upstream_error

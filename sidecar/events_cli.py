@@ -31,13 +31,21 @@ def configure_parser(parser: argparse.ArgumentParser,
     listing.add_argument("--limit", type=int, default=100)
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     for name, text in (("show", "show one event"),
-                       ("release", "release a stuck or failed event: the next redelivery is "
-                                   "forwarded"),
+                       ("release", "release a failed event, or a processing one whose lease "
+                                   "has expired: the next redelivery is forwarded"),
                        ("redrive", "forward a failed event again from its stored payload")):
         one = sub.add_parser(name, help=text)
         with_config(one)
         one.add_argument("provider")
         one.add_argument("event_id")
+        if name == "show":
+            one.add_argument("--json", action="store_true",
+                             help="one JSON object (stable fields) instead of the text view")
+        if name == "release":
+            one.add_argument("--force", action="store_true",
+                             help="also release a processing event whose lease is still live "
+                                  "(only once you know its process is gone: a redelivery "
+                                  "then reaches the app while that attempt may still run)")
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
@@ -59,10 +67,16 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
                                                 older_than=older, limit=args.limit)
             _print_rows(rows, as_json=args.json)
         elif command == "show":
-            print(json.dumps(await operations.show(store, args.provider, args.event_id),
-                             indent=2))
+            shown = await operations.show(store, args.provider, args.event_id)
+            print(json.dumps(shown, indent=2) if args.json else _show_text(shown))
         elif command == "release":
-            row = await operations.release(store, args.provider, args.event_id)
+            row = await operations.release(store, args.provider, args.event_id,
+                                           force=args.force)
+            if row["forced_live_lease"]:
+                print(f"webhook-sidecar: warning: released {args.provider}:{args.event_id} "
+                      f"while its lease was live (--force): if attempt {row['attempt']} is "
+                      "still running, a redelivery now reaches the app at the same time",
+                      file=sys.stderr)
             print(f"released {args.provider}:{args.event_id} (state {row['state']}, attempt "
                   f"{row['attempt']}): the next redelivery is forwarded as attempt "
                   f"{row['attempt'] + 1}")
@@ -108,3 +122,53 @@ def _age(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.1f}s"
+
+
+def _show_text(row: dict[str, Any]) -> str:
+    """``events show`` for a person: times in ISO-8601 UTC with their age, bodies as text."""
+    lines = [
+        f"{row['provider']}:{row['event_id']}",
+        f"  state       {row['state']} (attempt {row['attempt']})",
+        f"  received    {row['received_at_iso']} ({_age(row['age_seconds'])} ago)",
+        f"  updated     {row['updated_at_iso']} ({_age(row['updated_seconds_ago'])} ago)",
+    ]
+    if row["lease_until_iso"] is None:
+        lines.append("  lease       none")
+    else:
+        left = row["lease_seconds_left"]
+        when = (f"live, {_age(left)} left" if row["lease_live"]
+                else f"expired {_age(-left)} ago")
+        lines.append(f"  lease       until {row['lease_until_iso']} ({when})")
+    if row["outcome"] is not None:
+        answer = (f"HTTP {row['response_status']}" if row["response_status"] is not None
+                  else row["outcome"])
+        latency = f" in {row['latency_ms']:g} ms" if row["latency_ms"] is not None else ""
+        lines.append(f"  outcome     {row['outcome']}: {answer}{latency}")
+    lines.append(f"  body sha256 {row['body_sha256']}")
+    if "response_headers" in row:
+        lines.append("  response headers")
+        lines += [f"    {_safe(name)}: {_safe(value)}" for name, value in row["response_headers"]]
+        lines += _body("  response body", row["response_body_text"],
+                       row["response_body_base64"])
+    request = row.get("request")
+    if request is None:
+        lines.append("  request     not stored (store_payload is off for this provider)")
+    else:
+        lines.append(f"  request     {request['method']} {_safe(request['path'])}")
+        lines += [f"    {_safe(name)}: {_safe(value)}" for name, value in request["headers"]]
+        lines += _body("  request body", request["body_text"], request["body_base64"])
+    return "\n".join(lines)
+
+
+def _body(title: str, text: str | None, b64: str | None) -> list[str]:
+    if text is None:
+        return [f"{title} (base64, not UTF-8)", f"    {b64}"]
+    if not text:
+        return [f"{title} (empty)"]
+    return [title, *(f"    {_safe(line)}" for line in text.splitlines())]
+
+
+def _safe(text: str) -> str:
+    """Control characters (a terminal escape sequence in a body) and undecodable bytes kept
+    as header values shown as Python escapes, never sent to the terminal as they are."""
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)

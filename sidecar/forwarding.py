@@ -12,7 +12,7 @@ from typing import Protocol
 
 from sidecar.config.model import ProviderConfig
 from sidecar.core.batch import batch_key
-from sidecar.core.decision import result_of
+from sidecar.core.decision import result_of, status_class
 from sidecar.core.errors import StoreClosed, StoreError, UpstreamError
 from sidecar.core.events import (
     AttemptResult,
@@ -91,7 +91,8 @@ class Forwarder:
             error = exc.detail or exc.outcome
         elapsed = time.monotonic() - started
         self._metrics.upstream_latency.labels(provider.key).observe(elapsed)
-        result = result_of(outcome, response, elapsed * 1000, provider.retryable_statuses)
+        result = result_of(outcome, response, elapsed * 1000, provider.final_statuses)
+        self._metrics.app_answers.labels(provider.key, status_class(response)).inc()
         recorded, record_error = await self._record(provider.key, rows, result,
                                                     lease_ends - LEASE_MARGIN)
         return Forwarded(attempt, result, response, error, recorded, record_error)

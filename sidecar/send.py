@@ -8,6 +8,10 @@ id and first secret as the proxy would use them) or from a preset (``--preset NA
 S``). Public-key schemes (Discord, SendGrid, Standard Webhooks ``v1a``) verify with a public
 key, so signing needs the private key: pass it with ``--secret`` (Discord: hex 32-byte seed;
 SendGrid: base64 DER PKCS#8; Standard Webhooks: ``whsk_`` + base64 seed).
+
+It prints the event id(s) the delivery carries (every copy carries the same; a batch carries
+several), and sets the provider's event-type header where it has one (``X-GitHub-Event: ping``),
+as the provider would: apps route on it. ``--quiet`` prints only the event ids, one a line.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from sidecar.config.presets import load_preset, preset_names
-from sidecar.core.errors import ConfigError
-from sidecar.core.eventid import EventIdSpec, parse_event_id_spec
+from sidecar.core.errors import ConfigError, EventIdError
+from sidecar.core.eventid import EventIdSpec, delivery_items, parse_event_id_spec
 from sidecar.core.headers import ATTEMPT_HEADER, REPLAY_HEADER
 from sidecar.core.signing import (
     DeclarativeSpec,
@@ -47,6 +51,21 @@ class Scheme:
     key: bytes
     event_id: EventIdSpec | None
     form_body: bool = False
+    preset: str | None = None
+
+
+# The header naming the kind of event, for providers that send one beside the body, and a
+# harmless value for a test delivery (a provider's own test or ping event where it has one).
+# Apps route on it; the proxy never reads it. A --header of the same name wins.
+EVENT_TYPE_HEADERS: Mapping[str, tuple[str, str]] = {
+    "github": ("X-GitHub-Event", "ping"),
+    "gitlab": ("X-Gitlab-Event", "System Hook"),
+    "bitbucket": ("X-Event-Key", "repo:push"),
+    "shopify": ("X-Shopify-Topic", "app/uninstalled"),
+    "lemonsqueezy": ("X-Event-Name", "order_created"),
+    "linear": ("Linear-Event", "Issue"),
+    "twitch": ("Twitch-Eventsub-Message-Type", "notification"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +103,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="send all --count deliveries at once (default: one after another)")
     parser.add_argument("--timeout", type=float, default=30.0,
                         help="seconds to wait for each response (default 30)")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="print only the event id(s), one a line (for scripts); the exit "
+                        "code says whether every response was 2xx")
 
 
 def _headers(pairs: list[str]) -> dict[str, str]:
@@ -113,7 +135,7 @@ def _from_preset(args: argparse.Namespace) -> Scheme:
     spec = parse_signature_spec(signature, f"preset {args.preset}.signature")
     event_id = parse_event_id_spec(data["event_id"], f"preset {args.preset}.event_id")
     key = decode_signing_key(spec, args.secret, "--secret")
-    return Scheme(spec, key, event_id, _is_form(spec))
+    return Scheme(spec, key, event_id, _is_form(spec), args.preset)
 
 
 def _from_config(args: argparse.Namespace) -> Scheme:
@@ -136,7 +158,8 @@ def _from_config(args: argparse.Namespace) -> Scheme:
         ):
             raise ConfigError("--secret", f"provider {provider.key!r} verifies with public "
                               "keys: pass the private key to sign with")
-    return Scheme(provider.signature, key, provider.event_id, _is_form(provider.signature))
+    return Scheme(provider.signature, key, provider.event_id, _is_form(provider.signature),
+                  provider.preset)
 
 
 def _is_form(spec: SignatureSpec) -> bool:
@@ -153,6 +176,9 @@ def _generated(scheme: Scheme, headers: dict[str, str], now: float) -> dict[str,
     spec = scheme.signature
     if isinstance(spec, DeclarativeSpec):
         names += [part.name for part in spec.message.parts if part.kind == "header"]
+    event_type = EVENT_TYPE_HEADERS.get(scheme.preset or "")
+    if event_type is not None and header_value(headers, event_type[0]) is None:
+        added[event_type[0]] = event_type[1]
     for name in names:
         if header_value({**headers, **added}, name) is not None:
             continue
@@ -185,10 +211,20 @@ async def _deliver(
                        f"{type(exc).__name__}: {exc}".rstrip(": "))
 
 
-def _line(outcome: Outcome) -> str:
+def _line(outcome: Outcome, ids: list[str]) -> str:
     status = str(outcome.status) if outcome.status is not None else f"error ({outcome.error})"
     return (f"#{outcome.index} status={status} replay={outcome.replay} "
-            f"attempt={outcome.attempt} latency={outcome.latency_ms:.1f}ms")
+            f"attempt={outcome.attempt} latency={outcome.latency_ms:.1f}ms "
+            f"event={','.join(ids) or '-'}")
+
+
+def event_ids(scheme: Scheme, body: bytes, headers: Mapping[str, str]) -> list[str]:
+    """The event ids the delivery carries, as the proxy will read them (one, or one per item
+    of a batch); empty when the scheme declares none. Raises ``EventIdError`` when the proxy
+    would find none (it would answer 400)."""
+    if scheme.event_id is None:
+        return []
+    return [item.event_id for item in delivery_items(scheme.event_id, body, headers)]
 
 
 async def send(args: argparse.Namespace, scheme: Scheme, body: bytes) -> list[Outcome]:
@@ -197,6 +233,25 @@ async def send(args: argparse.Namespace, scheme: Scheme, body: bytes) -> list[Ou
         form = "application/x-www-form-urlencoded"
         headers["Content-Type"] = form if scheme.form_body else "application/json"
     headers.update(_generated(scheme, headers, time.time()))
+    quiet = args.quiet
+    try:
+        ids = event_ids(scheme, body, headers)
+    except EventIdError as exc:
+        ids = []
+        print(f"webhook-sidecar: warning: the proxy will find no event id in this delivery "
+              f"({exc}): it answers 400", file=sys.stderr)
+    if quiet:
+        for event_id in ids:
+            print(event_id, flush=True)
+    elif ids:
+        label = "event id" if len(ids) == 1 else f"event ids ({len(ids)})"
+        copies = f", in each of {args.count} copies" if args.count > 1 else ""
+        print(f"{label}: {', '.join(ids)}{copies}", flush=True)
+
+    def report(outcome: Outcome) -> None:
+        if not quiet:
+            print(_line(outcome, ids), flush=True)
+
     timeout = aiohttp.ClientTimeout(total=args.timeout)
     connector = aiohttp.TCPConnector(limit=max(args.count, 1))
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
@@ -206,12 +261,12 @@ async def send(args: argparse.Namespace, scheme: Scheme, body: bytes) -> list[Ou
                 for i in range(1, args.count + 1)
             ))
             for outcome in outcomes:
-                print(_line(outcome), flush=True)
+                report(outcome)
             return list(outcomes)
         done = []
         for i in range(1, args.count + 1):
             outcome = await _deliver(session, args, scheme, body, headers, i)
-            print(_line(outcome), flush=True)
+            report(outcome)
             done.append(outcome)
         return done
 
@@ -242,6 +297,11 @@ def run(args: argparse.Namespace) -> int:
     ok = sum(outcome.ok for outcome in outcomes)
     errors = sum(outcome.status is None for outcome in outcomes)
     replays = sum(outcome.replay == "true" for outcome in outcomes)
+    if args.quiet:
+        for outcome in outcomes:
+            if not outcome.ok:
+                print(_line(outcome, []).removesuffix(" event=-"), file=sys.stderr)
+        return 0 if ok == len(outcomes) else 1
     print(f"sent {len(outcomes)}: {ok} 2xx, {len(outcomes) - ok - errors} other, "
           f"{errors} errors, {replays} replays")
     return 0 if ok == len(outcomes) else 1

@@ -273,7 +273,7 @@ class Statuses(_Shared):
                 raise ConfigError(f"{path}[{i}]", "must be a status 100–599 or a class like "
                                   "'5xx'")
         if any(200 <= s < 300 for s in statuses):
-            raise ConfigError(path, "a 2xx answer is never retryable")
+            raise ConfigError(path, "2xx answers always end an event done: list only others")
         return frozenset(statuses)
 
 

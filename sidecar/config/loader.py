@@ -191,9 +191,20 @@ def _mapping(raw: object, path: str, allowed: frozenset[str]) -> dict[str, Any]:
         raise ConfigError(path, "must be a mapping")
     for key in raw:
         if key not in allowed:
+            if key in REPLACED_KEYS:
+                raise ConfigError(_join(path, str(key)), REPLACED_KEYS[key])
             raise ConfigError(_join(path, str(key)),
                               f"unknown key (allowed: {', '.join(sorted(allowed))})")
     return raw
+
+
+# Keys a release removed, with what to write instead (a config written for it fails loudly).
+REPLACED_KEYS: Final[Mapping[str, str]] = {
+    "retryable_statuses": "replaced by final_statuses in 0.2: only a 2xx answer makes an "
+                          "event done now, every other answer leaves it failed for the "
+                          "provider's retry; list in final_statuses the non-2xx answers that "
+                          "should be recorded and replayed instead (e.g. [400, 422])",
+}
 
 
 # --- the steps, filed under the key path they follow ------------------------------------------

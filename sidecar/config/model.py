@@ -203,9 +203,11 @@ class ProviderConfig:
                                yaml_default="7d")
     max_body_bytes: int = setting(Size(), "Larger bodies get 413 (default: the top-level "
                                   "max_body_bytes).")
-    retryable_statuses: frozenset[int] = setting(Statuses(), "App answers that leave the event "
-                                                 "failed (retried on redelivery).",
-                                                 yaml_default=["3xx", 408, 425, 429, "5xx"])
+    final_statuses: frozenset[int] = setting(Statuses(), "Non-2xx app answers that end the "
+                                             "event done, recorded and replayed (e.g. [400, "
+                                             "422]); by default only a 2xx does, so every other "
+                                             "answer leaves it failed and the provider's retry "
+                                             "reaches the app.", yaml_default=[])
     on_payload_mismatch: PayloadMismatch = setting(Choice(PayloadMismatch), "Same id, different "
                                                    "body: answer as the duplicate it claims to "
                                                    "be, or 422.", yaml_default="duplicate")

@@ -90,15 +90,22 @@ def rejects_other_body(row: EventRow, body_sha256: bytes, policy: str) -> bool |
     return policy == "reject"
 
 
-def classify(status: int, retryable: frozenset[int]) -> EventState:
-    """An upstream HTTP answer ends the attempt ``done`` (2xx, or a final 4xx) or ``failed``."""
-    if 200 <= status < 300:
+def classify(status: int, final: frozenset[int]) -> EventState:
+    """An app's HTTP answer ends the attempt ``done`` when it is a 2xx, or one of the provider's
+    ``final_statuses`` (a rejection the app wants recorded and replayed); any other answer
+    leaves it ``failed``, so the provider's own retry policy reaches the app again."""
+    if 200 <= status < 300 or status in final:
         return EventState.DONE
-    return EventState.FAILED if status in retryable else EventState.DONE
+    return EventState.FAILED
 
 
 def result_of(outcome: Outcome, response: RecordedResponse | None, latency_ms: float,
-              retryable: frozenset[int]) -> AttemptResult:
-    state = (classify(response.status, retryable)
+              final: frozenset[int]) -> AttemptResult:
+    state = (classify(response.status, final)
              if outcome is Outcome.RESPONSE and response is not None else EventState.FAILED)
     return AttemptResult(state=state, outcome=outcome, response=response, latency_ms=latency_ms)
+
+
+def status_class(response: RecordedResponse | None) -> str:
+    """The app's answer as a metric label: ``2xx``…``5xx``, or ``none`` when it gave none."""
+    return f"{response.status // 100}xx" if response is not None else "none"

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from sidecar.core.body import Body, NotJson
 from sidecar.core.errors import ConfigError, EventIdError
 from sidecar.core.jsonpath import JsonPath, Wildcard, parse_json_path
-from sidecar.core.signing.spec import as_mapping, check_keys, get_header_name, get_str, join_path
-from sidecar.core.signing.verify import header_value
+from sidecar.core.signing.spec import as_mapping, check_keys, get_header_names, get_str, join_path
+from sidecar.core.signing.verify import first_header
 
 # Control characters, lone surrogates (not valid UTF-8) and line/paragraph separators.
 _FORBIDDEN = frozenset(("Cc", "Cs", "Zl", "Zp"))
@@ -30,6 +30,11 @@ class IdPart:
     header: str | None = None
     json_path: JsonPath | None = None
     optional: bool = False
+    alternative_headers: tuple[str, ...] = ()  # read when ``header`` is absent, in order
+
+    @property
+    def headers(self) -> tuple[str, ...]:
+        return () if self.header is None else (self.header, *self.alternative_headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +72,9 @@ class EventIdSpec:
     max_length: int = 255
     composite: tuple[IdPart, ...] = ()
     batch: BatchSpec | None = None
+    # ``header`` is the first name the id header may have; these are read, in order, when it
+    # is absent (``header: [X-Shopify-Webhook-Id, shopify-webhook-id]``).
+    alternative_headers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         given = (self.header is not None, self.json_path is not None, bool(self.composite),
@@ -75,6 +83,11 @@ class EventIdSpec:
             raise ValueError(
                 "EventIdSpec needs exactly one of header, json_path, composite and batch"
             )
+
+    @property
+    def headers(self) -> tuple[str, ...]:
+        """Every name the id header may have; the first one present is read."""
+        return () if self.header is None else (self.header, *self.alternative_headers)
 
     @property
     def is_batch(self) -> bool:
@@ -91,6 +104,10 @@ def _max_length(mapping: Mapping[str, object], path: str, default: int) -> int:
     return max_length
 
 
+def _names_source(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else f"[{', '.join(names)}]"
+
+
 def _parse_part(data: object, path: str) -> IdPart:
     mapping = as_mapping(data, path)
     check_keys(mapping, path, optional=("header", "json", "optional"))
@@ -100,8 +117,9 @@ def _parse_part(data: object, path: str) -> IdPart:
     if "header" in mapping and "json" in mapping:
         raise ConfigError(join_path(path, "json"), "give header or json, not both")
     if "header" in mapping:
-        name = get_header_name(mapping, "header", path)
-        return IdPart(name, header=name, optional=optional)
+        names = get_header_names(mapping, "header", path)
+        return IdPart(_names_source(names), header=names[0], optional=optional,
+                      alternative_headers=names[1:])
     if "json" in mapping:
         text = get_str(mapping, "json", path)
         return IdPart(text, json_path=parse_json_path(text, join_path(path, "json")),
@@ -119,8 +137,9 @@ def _parse(data: object, path: str, *, allow_batch: bool, default_max: int) -> E
         raise ConfigError(join_path(path, given[1]),
                           f"give one of {', '.join(sources)}, not several")
     if "header" in mapping:
-        name = get_header_name(mapping, "header", path)
-        return EventIdSpec(name, header=name, max_length=max_length)
+        names = get_header_names(mapping, "header", path)
+        return EventIdSpec(_names_source(names), header=names[0], max_length=max_length,
+                           alternative_headers=names[1:])
     if "json" in mapping:
         text = get_str(mapping, "json", path)
         return EventIdSpec(text, json_path=parse_json_path(text, join_path(path, "json")),
@@ -197,7 +216,7 @@ def _escape(text: str) -> str:
 def _part_text(part: IdPart, document: Callable[[], object],
                headers: Mapping[str, str]) -> str | None:
     if part.header is not None:
-        return header_value(headers, part.header)
+        return first_header(headers, part.headers)
     assert part.json_path is not None
     found, node = part.json_path.lookup(document())
     if not found or node is None:
@@ -211,9 +230,9 @@ def _part_text(part: IdPart, document: Callable[[], object],
 
 def _extract(spec: EventIdSpec, document: Callable[[], object], headers: Mapping[str, str]) -> str:
     if spec.header is not None:
-        value = header_value(headers, spec.header)
+        value = first_header(headers, spec.headers)
         if value is None:
-            raise EventIdError("missing_event_id", f"no {spec.header} header")
+            raise EventIdError("missing_event_id", f"no {' or '.join(spec.headers)} header")
         return _checked(spec, value)
     if spec.json_path is not None:
         found, node = spec.json_path.lookup(document())

@@ -74,9 +74,12 @@ class Store(Protocol):
         the maintenance loop, never the request path."""
         ...
 
-    async def release(self, provider: str, event_id: str) -> bool:
-        """Operator repair: mark a ``processing`` or ``failed`` row ``failed`` with its lease
-        cleared, so that the next redelivery takes it over. Returns False if no such row."""
+    async def release(self, provider: str, event_id: str, *, force: bool = False) -> bool:
+        """Operator repair: mark a ``failed`` row, or a ``processing`` row whose lease has
+        expired, ``failed`` with its lease cleared, so that the next redelivery takes it over.
+        A ``processing`` row with a live lease is released only with ``force`` (its attempt may
+        still be running: a redelivery would then reach the app concurrently). The lease is
+        checked in the same atomic step as the update. Returns False if no row qualified."""
         ...
 
     async def purge(self, provider: str, older_than_seconds: float, batch_size: int) -> int:

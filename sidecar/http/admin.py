@@ -74,7 +74,11 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         return await operations.show(proxy_app[STORE], *_key(request))
 
     async def release(request: web.Request) -> Any:
-        return await operations.release(proxy_app[STORE], *_key(request))
+        force = request.query.get("force", "false").lower()
+        if force not in ("true", "false", "1", "0"):
+            raise operations.OperationError(400, "force must be true or false")
+        return await operations.release(proxy_app[STORE], *_key(request),
+                                        force=force in ("true", "1"))
 
     async def redrive(request: web.Request) -> Any:
         result = await operations.redrive(

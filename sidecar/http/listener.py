@@ -15,6 +15,8 @@ which aiohttp leaves open or long by default.
   traceback, and never the request's bytes (which may hold a signature).
 - On shutdown: stop accepting, close idle connections, let requests in progress finish until
   a deadline, then cancel them.
+- Answers carry no ``Server`` header (:class:`ProviderResponse`): the public endpoint does not
+  announce its Python and aiohttp versions.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.http_exceptions import (
     BadHttpMethod,
     BadStatusLine,
@@ -63,6 +65,21 @@ def malformed_reason(exc: BaseException | None) -> str:
     as it quotes the request."""
     return next((reason for kind, reason in _MALFORMED if isinstance(exc, kind)),
                 "malformed_request")
+
+
+class ProviderResponse(web.Response):
+    """A response on the provider listener: without aiohttp's ``Server: Python/3.x aiohttp/x.y``
+    (versions tell a scanner which advisories apply; providers need none of it).
+
+    aiohttp adds the header in ``_prepare_headers`` when the response has none, and offers no
+    switch; an empty value would still be a header. So it is removed right after, before the
+    headers are written. (``on_response_prepare`` would do it for routed requests only, not for
+    :meth:`ProviderConnection.handle_error`'s answers.) A test pins it against aiohttp changes.
+    """
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        self.headers.popall(hdrs.SERVER, None)
 
 
 class Listener:
@@ -275,7 +292,7 @@ class ProviderConnection(web.RequestHandler):
             self._malformed = True
         if request.writer.output_size > 0:
             raise ConnectionError("an answer was already being written")
-        response = web.Response(status=answer.status, body=answer.body,
-                                headers=CIMultiDict(answer.headers))
+        response = ProviderResponse(status=answer.status, body=answer.body,
+                                    headers=CIMultiDict(answer.headers))
         response.force_close()
         return response

@@ -17,6 +17,7 @@ from sidecar.config.model import ProviderConfig
 from sidecar.core.answers import Answer, Result, refuse
 from sidecar.delivery import Inbound
 from sidecar.http.appkeys import CONFIG, METRICS, PIPELINE
+from sidecar.http.listener import ProviderResponse
 from sidecar.obs.logs import get_logger
 from sidecar.upstream import read_bounded
 
@@ -35,8 +36,8 @@ def delivery_handler(provider: ProviderConfig) -> Handler:
             answer = replace(refuse("internal_error"), log={"exc_info": exc})
         finally:
             _observe(request, provider, answer, time.monotonic() - started)
-        response = web.Response(status=answer.status, body=answer.body,
-                                headers=CIMultiDict(answer.headers))
+        response = ProviderResponse(status=answer.status, body=answer.body,
+                                    headers=CIMultiDict(answer.headers))
         if _closes(answer):
             response.force_close()  # a refused body is not read: the connection ends with it
         return response
@@ -97,6 +98,8 @@ def _observe(request: web.Request, provider: ProviderConfig, answer: Answer | No
         emit = log.warning  # cut off by a shutdown past its timeout: not a bug
     elif result is Result.ERROR:
         emit = log.error  # a bug, logged with its traceback
+    elif result is Result.STORE_ERROR:
+        emit = log.warning  # the database is down or slow: the provider is told to retry
     else:
         emit = log.info
     emit("delivery", provider=provider.key, result=result.value,
@@ -120,4 +123,4 @@ async def unrouted(request: web.Request, handler: Handler) -> web.StreamResponse
         headers = CIMultiDict(answer.headers)
         if "Allow" in exc.headers:
             headers["Allow"] = exc.headers["Allow"]
-        return web.Response(status=answer.status, body=answer.body, headers=headers)
+        return ProviderResponse(status=answer.status, body=answer.body, headers=headers)

@@ -20,6 +20,10 @@ class Metrics:
             "(new, duplicate, in_flight, takeover, upstream_error, mirrored_failure, "
             "invalid_signature, bad_request, too_large, handshake, store_error).",
             ["provider", "result"], registry=self.registry)
+        self.app_answers = Counter(
+            "webhook_app_answers", "Forwards by provider and the app's status class (2xx, 3xx, "
+            "4xx, 5xx, or none: timeout, refused, disconnected).", ["provider", "status_class"],
+            registry=self.registry)
         self.upstream_latency = Histogram(
             "webhook_upstream_latency_seconds", "Time the app took to answer a forward.",
             ["provider"], buckets=LATENCY_BUCKETS, registry=self.registry)

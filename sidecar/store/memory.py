@@ -219,11 +219,13 @@ class MemoryStore:
         now = await self._now("stuck_counts")
         return dict(Counter(e.provider for e in self._events.values() if e.stuck(now)))
 
-    async def release(self, provider: str, event_id: str) -> bool:
+    async def release(self, provider: str, event_id: str, *, force: bool = False) -> bool:
         now = await self._now("release")
         self._writable("release", (provider, event_id))
         event = self._events.get((provider, event_id))
         if event is None or event.state not in (EventState.PROCESSING, EventState.FAILED):
+            return False
+        if event.state is EventState.PROCESSING and not force and not event.lease_expired(now):
             return False
         event.state = EventState.FAILED
         event.lease_owner, event.lease_until = None, None

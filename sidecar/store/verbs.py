@@ -103,8 +103,9 @@ class SQLStore(abc.ABC):
     async def stuck_counts(self) -> dict[str, int]:
         return {str(r["provider"]): int(r["stuck"]) for r in await self._rows("stuck_counts", {})}
 
-    async def release(self, provider: str, event_id: str) -> bool:
-        return bool(await self._rows("release", {"provider": provider, "event_id": event_id}))
+    async def release(self, provider: str, event_id: str, *, force: bool = False) -> bool:
+        return bool(await self._rows("release", {"provider": provider, "event_id": event_id,
+                                                 "force": bool(force)}))
 
     async def purge(self, provider: str, older_than_seconds: float, batch_size: int) -> int:
         return await self._purge("purge", provider, older_than_seconds, batch_size)

@@ -54,11 +54,32 @@ async def test_first_delivery_forwarded_once_then_replayed(deployment: Deploymen
     assert deployment.stub.count("evt_first") == 1
 
 
-async def test_final_4xx_is_terminal_and_replayed(deployment: Deployment) -> None:
+async def test_an_app_404_is_not_final_and_the_retry_reaches_the_fixed_app(
+    deployment: Deployment,
+) -> None:
+    async def misdeployed_then_fixed(seen: object) -> web.StreamResponse:
+        if seen.attempt == 1:  # type: ignore[attr-defined]
+            return web.json_response({"error": "no such route"}, status=404)
+        return web.json_response({"ok": True})
+
+    deployment.stub.behaviour = misdeployed_then_fixed
+    await deployment.start()
+    body = stripe_event("evt_404")
+    status, headers, _ = await deliver(deployment, 0, body)
+    assert status == 404 and "Retry-After" in headers
+    assert (await deployment.rows.one("stripe", "evt_404"))["state"] == "failed"  # type: ignore[index]
+    status, headers, _ = await deliver(deployment, 1, body)  # the provider's retry
+    assert status == 200 and headers["X-Webhook-Sidecar-Attempt"] == "2"
+    assert deployment.stub.count("evt_404") == 2
+    assert (await deployment.rows.one("stripe", "evt_404"))["state"] == "done"  # type: ignore[index]
+
+
+async def test_a_final_status_is_terminal_and_replayed(deployment: Deployment) -> None:
     async def reject(_: object) -> web.StreamResponse:
         return web.json_response({"error": "unknown customer"}, status=422)
 
     deployment.stub.behaviour = reject
+    deployment.config["providers"]["stripe"]["final_statuses"] = [422]
     await deployment.start()
     body = stripe_event("evt_4xx")
     assert (await deliver(deployment, 0, body))[0] == 422

@@ -15,7 +15,15 @@ import pytest
 
 from sidecar import __version__
 from tests.acceptance.conftest import Deployment, run_cli
-from tests.support import REPO, base_config, post, stripe_event, stripe_headers, write_config
+from tests.support import (
+    REPO,
+    STRIPE_SECRET,
+    base_config,
+    post,
+    stripe_event,
+    stripe_headers,
+    write_config,
+)
 
 
 async def test_python_dash_m_is_the_command() -> None:
@@ -118,3 +126,22 @@ async def test_sigterm_past_the_timeout_marks_nothing_done(deployment: Deploymen
     row = await deployment.rows.one("stripe", "evt_cut_off")
     assert row is not None and row["state"] == "processing"  # retried after the lease expires
     deployment.stub.hold.set()
+
+
+async def test_send_names_the_event_it_delivered(deployment: Deployment) -> None:
+    await deployment.start(1)
+    payload = deployment.tmp / "event.json"
+    payload.write_bytes(stripe_event("evt_sent"))
+    url = deployment.url(0, "/webhooks/stripe")
+    code, out, err = await run_cli("send", "--preset", "stripe", "--secret", STRIPE_SECRET,
+                                   "--url", url, "--file", str(payload), "--count", "2")
+    assert code == 0, out + err
+    assert out.splitlines()[0] == "event id: evt_sent, in each of 2 copies"
+    assert [line.split()[-1] for line in out.splitlines() if line.startswith("#")] == [
+        "event=evt_sent"] * 2
+    assert "1 replays" in out
+    assert deployment.stub.count("evt_sent") == 1
+
+    code, out, err = await run_cli("send", "--preset", "stripe", "--secret", STRIPE_SECRET,
+                                   "--url", url, "--file", str(payload), "--quiet")
+    assert (code, out, err) == (0, "evt_sent\n", "")

@@ -4,7 +4,9 @@ Real processes on real stores."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import re
 import time
 
 import aiohttp
@@ -132,10 +134,18 @@ async def test_stuck_event_found_by_list_released_then_forwarded(deployment: Dep
     assert [(e["event_id"], e["attempt"], e["lease_live"]) for e in listed] == [
         ("evt_stuck", 1, True)]
 
+    # Its lease is still live: a plain release refuses, naming the way out; nothing changes.
     code, out, err = await run_cli("events", "release", "stripe", "evt_stuck",
                                    "--config", config_path)
+    assert code == 1 and "live lease" in err and "--force" in err, out + err
+    row = await deployment.rows.one("stripe", "evt_stuck")
+    assert row is not None and row["state"] == "processing"
+
+    code, out, err = await run_cli("events", "release", "stripe", "evt_stuck",
+                                   "--config", config_path, "--force")
     assert code == 0, err
     assert "next redelivery is forwarded as attempt 2" in out
+    assert "warning" in err and "lease was live" in err
 
     await deployment.start(1)
     status, headers, _ = await post(client, deployment.url(0, STRIPE), body,
@@ -174,6 +184,64 @@ async def test_failed_event_redriven_from_its_stored_payload(deployment: Deploym
     assert status == 200 and headers["X-Webhook-Sidecar-Replay"] == "true"
 
 
+async def test_show_gives_times_bodies_and_the_stored_request(deployment: Deployment) -> None:
+    async def answer(seen: Seen) -> web.StreamResponse:
+        if seen.event_id == "evt_binary":
+            return web.Response(status=503, body=b"\xff\xfe\x00 not utf-8",
+                                content_type="application/octet-stream")
+        return web.Response(body='{"ok": true, "note": "d\u00e9j\u00e0 vu"}'.encode(),
+                            content_type="application/json")
+
+    deployment.stub.behaviour = answer
+    deployment.config["providers"]["stripe"]["store_payload"] = True
+    await deployment.start(1)
+    client = deployment.client
+    assert client is not None
+    text_body, binary_body = stripe_event("evt_text"), stripe_event("evt_binary")
+    for body in (text_body, binary_body):
+        await post(client, deployment.url(0, STRIPE + "?source=show"), body, stripe_headers(body))
+    config_path = str(write_config(deployment.tmp, deployment.config))
+
+    code, out, err = await run_cli("events", "show", "stripe", "evt_text", "--config", config_path)
+    assert code == 0, err
+    assert "stripe:evt_text" in out and "done (attempt 1)" in out
+    assert re.search(r"received +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \([\d.]+s ago\)", out), out
+    assert "outcome     response: HTTP 200" in out
+    assert '{"ok": true, "note": "d\u00e9j\u00e0 vu"}' in out  # the response body as text
+    assert f"request     POST {STRIPE}?source=show" in out
+    assert text_body.decode() in out  # the stored request body, as text
+    assert "Stripe-Signature: t=" in out
+
+    code, out, err = await run_cli("events", "show", "stripe", "evt_text", "--config", config_path,
+                                   "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    # The fields scripts read before stay, with the same meaning.
+    assert {"provider", "event_id", "state", "attempt", "received_at", "updated_at",
+            "age_seconds", "lease_until", "lease_live", "outcome", "response_status",
+            "latency_ms", "body_sha256", "response_headers", "response_body_base64",
+            "payload_stored"} <= set(shown)
+    assert shown["received_at_iso"].endswith("Z") and shown["lease_until_iso"] is None
+    assert json.loads(shown["response_body_text"]) == {"ok": True, "note": "d\u00e9j\u00e0 vu"}
+    request = shown["request"]
+    assert (request["method"], request["path"]) == ("POST", STRIPE + "?source=show")
+    assert (request["body_text"], request["body_base64"]) == (text_body.decode(), None)
+    assert any(name.lower() == "stripe-signature" for name, _ in request["headers"])
+
+    code, out, err = await run_cli("events", "show", "stripe", "evt_binary", "--config",
+                                   config_path, "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["state"] == "failed" and shown["response_status"] == 503
+    assert shown["response_body_text"] is None
+    assert base64.b64decode(shown["response_body_base64"]) == b"\xff\xfe\x00 not utf-8"
+    code, out, err = await run_cli("events", "show", "stripe", "evt_binary", "--config",
+                                   config_path)
+    assert code == 0, err
+    assert "response body (base64, not UTF-8)" in out
+    assert base64.b64encode(b"\xff\xfe\x00 not utf-8").decode() in out
+
+
 async def test_admin_api_lists_shows_and_releases(deployment: Deployment) -> None:
     deployment.config["admin_token"] = "t" * 24
     await deployment.start(1)
@@ -199,8 +267,45 @@ async def test_admin_api_lists_shows_and_releases(deployment: Deployment) -> Non
     async with client.post(proc.admin_url + "/admin/events/stripe/evt_admin/release",
                            headers=auth) as resp:
         assert resp.status == 409  # done events are not released
+    async with client.post(proc.admin_url + "/admin/events/stripe/evt_admin/release?force=true",
+                           headers=auth) as resp:
+        assert resp.status == 409  # not even forced
+    async with client.post(proc.admin_url + "/admin/events/stripe/evt_admin/release?force=maybe",
+                           headers=auth) as resp:
+        assert resp.status == 400
     async with client.get(proc.admin_url + "/admin/events/stripe/nope", headers=auth) as resp:
         assert resp.status == 404
+
+
+async def test_admin_api_releases_a_live_attempt_only_when_forced(
+    deployment: Deployment,
+) -> None:
+    deployment.config["providers"]["stripe"]["lease"] = "60s"
+    await deployment.start(1)
+    client, proc = deployment.client, deployment.procs[0]
+    assert client is not None
+    body = stripe_event("evt_live")
+    deployment.stub.hold.clear()
+    inflight = asyncio.create_task(post(client, proc.url + STRIPE, body, stripe_headers(body)))
+    await deployment.stub.wait_for(lambda: deployment.stub.count("evt_live") == 1)
+    release = proc.admin_url + "/admin/events/stripe/evt_live/release"
+    try:
+        async with client.post(release) as resp:
+            assert resp.status == 409
+            error = (await resp.json())["error"]
+        assert "live lease" in error and "force=true" in error
+        async with client.get(proc.admin_url + "/admin/events/stripe/evt_live") as resp:
+            assert (await resp.json())["state"] == "processing"
+        async with client.post(release + "?force=true") as resp:
+            assert resp.status == 200
+            released = await resp.json()
+        assert (released["state"], released["attempt"], released["forced_live_lease"]) == (
+            "failed", 1, True)
+    finally:
+        deployment.stub.hold.set()
+    await inflight
+    row = await deployment.rows.one("stripe", "evt_live")
+    assert row is not None and row["state"] == "failed", "the released attempt's record is fenced"
 
 
 async def test_rewritten_secret_file_takes_effect_without_restart(deployment: Deployment) -> None:

@@ -106,7 +106,7 @@ KITCHEN_SINK = base(
         "stripe": {"path": "/webhooks/stripe", "preset": "stripe", "description": "Stripe",
                    "secrets": ["whsec_a", {"env": "GITHUB_SECRET"}, {"file": "acme-secret.txt"}],
                    "lease": 30, "inflight_wait": 2.5, "retention": "30d", "retry_window": "3d",
-                   "max_body_bytes": 1048576, "retryable_statuses": ["5xx", 408, 425, 429],
+                   "max_body_bytes": 1048576, "final_statuses": [400, 422],
                    "on_payload_mismatch": "reject", "store_payload": True,
                    "replay_nonce": {"json": "$.signature.token"},
                    "signature": {"timestamp": {"tolerance": "10m"},
@@ -132,7 +132,7 @@ VALID: list[Case] = [
         providers={"stripe": {"path": "${STRIPE_PATH:-/webhooks/stripe}",
                               "preset": "${PRESET:-stripe}",
                               "secrets": ["${GITHUB_SECRET}"],
-                              "retryable_statuses": ["${RETRY:-5xx}", 429]}})),
+                              "final_statuses": ["${FINAL:-4xx}", 301]}})),
     Case("declarative-plain-header-timestamp", acme()),
     Case("declarative-kv-list", acme(KV_LIST, {"json": "$.id"})),
     Case("declarative-versioned-list", provider({
@@ -192,9 +192,9 @@ VALID: list[Case] = [
         "path": "/gh", "preset": "github", "secrets": {"env": "GITHUB_SECRET"}}})),
     Case("statuses-empty-and-mixed", base(providers={"stripe": {
         "path": "/s", "preset": "stripe", "secrets": ["x"],
-        "retryable_statuses": []}, "github": {
+        "final_statuses": []}, "github": {
         "path": "/g", "preset": "github", "secrets": ["x"],
-        "retryable_statuses": [100, "1xx", 599, "3xx"]}})),
+        "final_statuses": [100, "1xx", 599, "3xx"]}})),
     Case("sizes-and-durations", base(max_body_bytes=" 512 KiB ", shutdown_timeout=0,
                                      upstream={"url": "HTTP://app", "timeout": "0.5m",
                                                "max_response_bytes": "1KB"})),
@@ -287,17 +287,17 @@ INVALID: list[Case] = [
     Case("admin-token-short", base(admin_token="short")),
     Case("admin-token-number", base(admin_token=12345678901234567890)),
     Case("statuses-2xx-number", base(providers={"stripe": {
-        "path": "/s", "preset": "stripe", "secrets": ["x"], "retryable_statuses": [200]}})),
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "final_statuses": [200]}})),
     Case("statuses-2xx-class", base(providers={"stripe": {
-        "path": "/s", "preset": "stripe", "secrets": ["x"], "retryable_statuses": ["2xx"]}})),
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "final_statuses": ["2xx"]}})),
     Case("statuses-600", base(providers={"stripe": {
-        "path": "/s", "preset": "stripe", "secrets": ["x"], "retryable_statuses": [600]}})),
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "final_statuses": [600]}})),
     Case("statuses-upper-class", base(providers={"stripe": {
-        "path": "/s", "preset": "stripe", "secrets": ["x"], "retryable_statuses": ["5XX"]}})),
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "final_statuses": ["5XX"]}})),
     Case("statuses-not-list", base(providers={"stripe": {
-        "path": "/s", "preset": "stripe", "secrets": ["x"], "retryable_statuses": "5xx"}})),
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "final_statuses": "5xx"}})),
     Case("statuses-bool", base(providers={"stripe": {
-        "path": "/s", "preset": "stripe", "secrets": ["x"], "retryable_statuses": [True]}})),
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "final_statuses": [True]}})),
     Case("mismatch-policy-unknown", base(providers={"stripe": {
         "path": "/s", "preset": "stripe", "secrets": ["x"], "on_payload_mismatch": "drop"}})),
     Case("store-payload-string", base(providers={"stripe": {

@@ -362,7 +362,7 @@ def test_alerts_parse_and_use_exported_metrics(
     rule = one(rendered[name], "PrometheusRule")
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert set(alerts) == {"WebhookSidecarEventsStuck", "WebhookSidecarSignatureFailures",
-                           "WebhookSidecarStoreErrors"}
+                           "WebhookSidecarStoreErrors", "WebhookSidecarAppFailures"}
     exported = metric_names()
     for alert in alerts.values():
         promql_parser.parse(alert["expr"])
@@ -372,6 +372,7 @@ def test_alerts_parse_and_use_exported_metrics(
     assert "webhook_events_stuck" in alerts["WebhookSidecarEventsStuck"]["expr"]
     assert 'result="invalid_signature"' in alerts["WebhookSidecarSignatureFailures"]["expr"]
     assert 'result="store_error"' in alerts["WebhookSidecarStoreErrors"]["expr"]
+    assert 'status_class!="2xx"' in alerts["WebhookSidecarAppFailures"]["expr"]
 
 
 def test_service_monitor_scrapes_the_admin_port(rendered: dict[str, list[Manifest]]) -> None:

@@ -417,7 +417,7 @@ async def test_stuck_counts_only_expired_processing_rows(store: Store) -> None:
 async def test_release_fails_a_stuck_row_so_the_next_delivery_takes_it_over(
     store: Store,
 ) -> None:
-    await store.claim("stripe", "evt_1", BODY, LEASE, "stuck")
+    await store.claim("stripe", "evt_1", BODY, 0, "crashed")  # processing, lease expired
 
     assert await store.release("stripe", "evt_1") is True
     row = await _row(store, "stripe", "evt_1")
@@ -430,6 +430,52 @@ async def test_release_fails_a_stuck_row_so_the_next_delivery_takes_it_over(
     assert await store.release("stripe", "evt_1") is False, "a done row is not released"
     assert (await _row(store, "stripe", "evt_1")).state is EventState.DONE
     assert await store.release("stripe", "nope") is False
+    assert await store.release("stripe", "nope", force=True) is False
+
+
+async def test_release_leaves_a_live_lease_alone_unless_forced(store: Store) -> None:
+    await store.claim("stripe", "evt_1", BODY, LEASE, "busy")
+
+    assert await store.release("stripe", "evt_1") is False, "its attempt may still be running"
+    row = await _row(store, "stripe", "evt_1")
+    assert (row.state, row.attempt, row.lease_live) == (EventState.PROCESSING, 1, True)
+    assert await store.take_over("stripe", "evt_1", LEASE, "proxy-b") is None
+
+    assert await store.release("stripe", "evt_1", force=True) is True
+    row = await _row(store, "stripe", "evt_1")
+    assert (row.state, row.attempt, row.lease_until) == (EventState.FAILED, 1, None)
+    assert await store.complete("stripe", "evt_1", 1, DONE_200) is False, "released = fenced"
+    assert await store.take_over("stripe", "evt_1", LEASE, "proxy-b") == 2
+
+    assert await store.complete("stripe", "evt_1", 2, DONE_200) is True
+    assert await store.release("stripe", "evt_1", force=True) is False, "done is never released"
+    assert (await _row(store, "stripe", "evt_1")).state is EventState.DONE
+
+
+async def test_release_of_a_failed_row_needs_no_force(store: Store) -> None:
+    await store.claim("stripe", "evt_1", BODY, LEASE, "o")
+    assert await store.complete("stripe", "evt_1", 1, FAILED_503)
+    assert await store.release("stripe", "evt_1") is True
+    row = await _row(store, "stripe", "evt_1")
+    assert (row.state, row.attempt, row.lease_until) == (EventState.FAILED, 1, None)
+
+
+async def test_concurrent_plain_releases_never_release_a_renewed_live_attempt(
+    store: Store,
+) -> None:
+    # The lease is checked in the statement that updates: a release racing a take-over of an
+    # expired row either comes first (then the take-over finds a failed row and still wins
+    # attempt 2) or after it (then it sees attempt 2's live lease and does nothing). Never is
+    # attempt 2 released while live, whatever the interleaving.
+    for round_ in range(5):
+        event_id = f"evt_{round_}"
+        await store.claim("stripe", event_id, BODY, 0, "crashed")
+        releases = [store.release("stripe", event_id) for _ in range(3)]
+        taken, *_ = await asyncio.gather(
+            store.take_over("stripe", event_id, LEASE, "proxy-b"), *releases)
+        assert taken == 2
+        row = await _row(store, "stripe", event_id)
+        assert (row.state, row.attempt, row.lease_live) == (EventState.PROCESSING, 2, True)
 
 
 async def test_purge_deletes_expired_rows_oldest_first_in_batches(
@@ -463,7 +509,8 @@ async def test_purge_deletes_expired_rows_oldest_first_in_batches(
     assert await left() == {"live", "fresh"}
     assert await store.get("github", "done") is not None, "other providers are untouched"
 
-    assert await store.release("stripe", "live") is True
+    assert await store.release("stripe", "live") is False, "a live lease needs force"
+    assert await store.release("stripe", "live", force=True) is True
     assert await store.purge("stripe", 100, 2) == 1, "a released row is no longer protected"
     assert await left() == {"fresh"}
 

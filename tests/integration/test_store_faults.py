@@ -335,7 +335,7 @@ async def test_a_release_whose_answer_was_lost_is_not_repeated_over_a_newer_atte
         await store.claim("stripe", "evt_1", BODY, LEASE, "stuck")
         eater.arm(b"state IN")
         with pytest.raises(StoreError):
-            await store.release("stripe", "evt_1")
+            await store.release("stripe", "evt_1", force=True)
         assert eater.fired.is_set(), "the release committed and its answer was lost"
         # A redelivery takes the released row over: a later release must be an explicit act.
         assert await store.take_over("stripe", "evt_1", LEASE, "proxy") == 2
@@ -417,13 +417,13 @@ async def test_the_deadline_bounds_a_call_waiting_for_two_locks(dsn: str) -> Non
         await store.claim("stripe", "evt_1", BODY, LEASE, "proxy")
         async with row_locked(dsn, "evt_1"):
             # release: an operator's update, waiting with the session's lock_timeout.
-            first = asyncio.create_task(timed(store.release("stripe", "evt_1")))
+            first = asyncio.create_task(timed(store.release("stripe", "evt_1", force=True)))
 
             async def waiting() -> bool:
                 return bool(await store_backends(conn, waiting=True))
 
             await until(waiting, "the first release waits for the row")
-            second_took, second = await timed(store.release("stripe", "evt_1"))
+            second_took, second = await timed(store.release("stripe", "evt_1", force=True))
             first_took, first_value = await first
         assert isinstance(first_value, StoreError) and first_took < 1.3, (first_took, first_value)
         assert isinstance(second, StoreError), second

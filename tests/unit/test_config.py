@@ -54,8 +54,7 @@ def test_minimal_config_takes_defaults_and_preset() -> None:
     assert stripe.key == "stripe" and stripe.preset == "stripe"
     assert stripe.key_bytes == (b"whsec_abc",)  # Stripe's secret is used verbatim
     assert stripe.retention == 30 * 86400
-    assert 500 in stripe.retryable_statuses and 429 in stripe.retryable_statuses
-    assert 404 not in stripe.retryable_statuses
+    assert stripe.final_statuses == frozenset(), "by default only a 2xx ends an event done"
     assert any("one host" in w for w in config.warnings)
 
 
@@ -76,10 +75,12 @@ def test_minimal_config_takes_defaults_and_preset() -> None:
     (lambda d: d["providers"]["stripe"].update(secrets=[]), "providers.stripe.secrets"),
     (lambda d: d["providers"]["stripe"].update(path="webhooks"), "providers.stripe.path"),
     (lambda d: d["providers"]["stripe"].update(colour="red"), "providers.stripe.colour"),
-    (lambda d: d["providers"]["stripe"].update(retryable_statuses=[200]),
+    (lambda d: d["providers"]["stripe"].update(final_statuses=[200]),
+     "providers.stripe.final_statuses"),
+    (lambda d: d["providers"]["stripe"].update(final_statuses=["9xx"]),
+     "providers.stripe.final_statuses[0]"),
+    (lambda d: d["providers"]["stripe"].update(retryable_statuses=["5xx"]),
      "providers.stripe.retryable_statuses"),
-    (lambda d: d["providers"]["stripe"].update(retryable_statuses=["9xx"]),
-     "providers.stripe.retryable_statuses[0]"),
     (lambda d: d["providers"]["stripe"].update(on_payload_mismatch="ignore"),
      "providers.stripe.on_payload_mismatch"),
     (lambda d: d["providers"].update(Bad={"path": "/x"}), "providers.Bad"),

@@ -24,7 +24,7 @@ from sidecar.core.events import EventRow, EventState, Outcome, RecordedResponse
 
 NOW = 1_700_000_000.0
 OK = RecordedResponse(200, (("Content-Type", "application/json"),), b"{}")
-RETRYABLE = frozenset({408, 425, 429, *range(300, 400), *range(500, 600)})
+FINAL = frozenset({400, 422})  # a provider whose app wants these rejections recorded
 
 
 def row(state: EventState, lease_until: float | None = None, **kw: object) -> EventRow:
@@ -84,14 +84,20 @@ def test_payload_mismatch_policy(seen_body: bytes, policy: str, verdict: bool | 
     assert rejects_other_body(row(EventState.DONE), seen_body, policy) is verdict
 
 
-@pytest.mark.parametrize(("status", "state"), [
-    (200, EventState.DONE), (204, EventState.DONE), (400, EventState.DONE),
-    (404, EventState.DONE), (422, EventState.DONE), (301, EventState.FAILED),
-    (408, EventState.FAILED), (429, EventState.FAILED), (500, EventState.FAILED),
-    (503, EventState.FAILED),
+@pytest.mark.parametrize(("status", "final", "state"), [
+    (200, frozenset(), EventState.DONE), (204, frozenset(), EventState.DONE),
+    # by default anything but a 2xx leaves the event failed: the provider's retry reaches the
+    # app again (a 404 from a misdeployed app must not become permanent)
+    (404, frozenset(), EventState.FAILED), (401, frozenset(), EventState.FAILED),
+    (400, frozenset(), EventState.FAILED), (301, frozenset(), EventState.FAILED),
+    (429, frozenset(), EventState.FAILED), (500, frozenset(), EventState.FAILED),
+    # final_statuses opts chosen rejections in to being recorded and replayed
+    (400, FINAL, EventState.DONE), (422, FINAL, EventState.DONE),
+    (404, FINAL, EventState.FAILED), (503, FINAL, EventState.FAILED),
 ])
-def test_classify_follows_http_semantics(status: int, state: EventState) -> None:
-    assert classify(status, RETRYABLE) is state
+def test_only_2xx_or_a_final_status_ends_an_event_done(status: int, final: frozenset[int],
+                                                       state: EventState) -> None:
+    assert classify(status, final) is state
 
 
 def test_failure_status_is_never_2xx() -> None:
@@ -102,5 +108,5 @@ def test_failure_status_is_never_2xx() -> None:
 
 
 def test_result_of_without_a_response_is_failed() -> None:
-    assert result_of(Outcome.TIMEOUT, None, 10.0, RETRYABLE).state is EventState.FAILED
-    assert result_of(Outcome.RESPONSE, OK, 1.0, RETRYABLE).state is EventState.DONE
+    assert result_of(Outcome.TIMEOUT, None, 10.0, FINAL).state is EventState.FAILED
+    assert result_of(Outcome.RESPONSE, OK, 1.0, FINAL).state is EventState.DONE

@@ -125,8 +125,8 @@ class Case:
 CASES = [
     Case("first delivery, app 2xx: forwarded once, relayed, done",
          reply(200, b'{"ok":1}'), 200, Result.NEW, EventState.DONE),
-    Case("first delivery, app final 4xx: relayed, done",
-         reply(422), 422, Result.NEW, EventState.DONE),
+    Case("first delivery, app 4xx: relayed with Retry-After, failed (only 2xx is done)",
+         reply(404), 404, Result.UPSTREAM_ERROR, EventState.FAILED),
     Case("first delivery, app 5xx: relayed with Retry-After, failed",
          reply(500), 500, Result.UPSTREAM_ERROR, EventState.FAILED),
     Case("first delivery, app timeout: 504, failed",
@@ -168,6 +168,33 @@ async def test_refused_before_anything_is_stored(rule: str, body: bytes,
     assert answer.status == status and answer.reason == reason, rule
     assert json.loads(answer.body)["reason"] == reason
     assert world.upstream.requests == [] and await world.store.list_events() == [], rule
+
+
+async def test_an_app_404_leaves_the_event_for_the_providers_retry_to_the_fixed_app() -> None:
+    statuses = iter([404, 200])  # misdeployed, then fixed
+    world = World(upstream=FakeUpstream(reply=lambda _: RecordedResponse(next(statuses), (),
+                                                                         b"")))
+    first = await world.stripe("evt_1")
+    assert first.status == 404 and first.result is Result.UPSTREAM_ERROR
+    assert first.log["app_status_class"] == "4xx"
+    assert (await world.store.get("stripe", "evt_1")).state is EventState.FAILED
+    retry = await world.stripe("evt_1")
+    assert retry.status == 200 and retry.result is Result.TAKEOVER
+    assert [r.headers["X-Webhook-Sidecar-Attempt"] for r in world.upstream.requests] == ["1", "2"]
+    answers = world.metrics.registry.get_sample_value
+    assert answers("webhook_app_answers_total", {"provider": "stripe", "status_class": "4xx"}) == 1
+    assert answers("webhook_app_answers_total", {"provider": "stripe", "status_class": "2xx"}) == 1
+
+
+async def test_a_final_status_is_recorded_and_replayed() -> None:
+    world = World(config=config(final_statuses=[422]), upstream=FakeUpstream(reply=reply(422)))
+    first = await world.stripe("evt_1")
+    assert first.status == 422 and first.result is Result.NEW
+    assert (await world.store.get("stripe", "evt_1")).state is EventState.DONE
+    again = await world.stripe("evt_1")
+    assert again.status == 422 and again.result is Result.DUPLICATE
+    assert world.header(again, "X-Webhook-Sidecar-Replay") == "true"
+    assert len(world.upstream.requests) == 1, "a recorded rejection is not sent again"
 
 
 # -- rules where another delivery's row decides --------------------------------------------

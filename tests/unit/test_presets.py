@@ -95,7 +95,8 @@ def test_scheme_facts_that_are_easy_to_get_wrong() -> None:
     shopify = parse_signature_spec(load_preset("shopify")["signature"], "s")
     assert (github.encoding.name, shopify.encoding.name) == ("hex", "base64")  # §6.2
     assert github.timestamp is None and shopify.timestamp is None
-    assert load_preset("shopify")["event_id"] == {"header": "X-Shopify-Webhook-Id"}
+    assert load_preset("shopify")["event_id"] == {"header": ["X-Shopify-Webhook-Id",
+                                                            "shopify-webhook-id"]}
 
 
 def test_slack_handshake_shape() -> None:

@@ -270,3 +270,73 @@ def test_failures_exit_1_and_usage_errors_exit_2(
                   str(payload)]):
         assert main(["send", *argv]) == 2, argv
     assert capsys.readouterr().err.count("config error") == 6
+
+
+def test_prints_the_event_id_it_used_on_every_line(
+    receiver_factory: object, payload: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "whsec_" + base64.b64encode(b"send-prints-ids-key-0123456789ab").decode()
+    receiver = receiver_factory(Receiver("standard-webhooks", [secret]))  # type: ignore[operator]
+    assert main(["send", "--preset", "standard-webhooks", "--secret", secret, "--url",
+                 receiver.url, "--file", str(payload), "--count", "2"]) == 0
+    out = capsys.readouterr().out
+    [(generated,)] = {tuple(ids) for ids, _ in receiver.seen}
+    assert f"event id: {generated}, in each of 2 copies" in out.splitlines()[0]
+    assert [line.split()[-1] for line in lines(out)] == [f"event={generated}"] * 2
+
+
+def test_prints_every_id_of_a_batch(
+    receiver_factory: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+    adyen = receiver_factory(Receiver("adyen", [key]))  # type: ignore[operator]
+    item = {"merchantAccountCode": "M", "eventCode": "AUTHORISATION", "success": "true",
+            "amount": {"value": 5, "currency": "EUR"}}
+    notification = tmp_path / "adyen.json"
+    notification.write_text(json.dumps({"notificationItems": [
+        {"NotificationRequestItem": {**item, "pspReference": ref}} for ref in ("P1", "P2")]}))
+    assert main(["send", "--preset", "adyen", "--secret", key, "--url", adyen.url,
+                 "--file", str(notification)]) == 0
+    out = capsys.readouterr().out
+    expected = ["M:P1:AUTHORISATION:true", "M:P2:AUTHORISATION:true"]
+    assert adyen.seen[0][0] == expected
+    assert f"event ids (2): {', '.join(expected)}" in out
+    assert lines(out)[0].endswith(f"event={','.join(expected)}")
+
+
+def test_sets_the_event_type_header_unless_given(
+    receiver_factory: object, payload: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    receiver = receiver_factory(Receiver("github", ["gh-secret"]))  # type: ignore[operator]
+    base = ["send", "--preset", "github", "--secret", "gh-secret", "--url", receiver.url,
+            "--file", str(payload)]
+    assert main(base) == 0
+    assert main([*base, "-H", "X-GitHub-Event=push"]) == 0
+    assert [headers["X-GitHub-Event"] for _, headers in receiver.seen] == ["ping", "push"]
+    delivery = receiver.seen[0][1]["X-GitHub-Delivery"]
+    assert f"event id: {delivery}" in capsys.readouterr().out
+
+    stripe = receiver_factory(Receiver("stripe", ["whsec_s"]))  # type: ignore[operator]
+    assert main(["send", "--preset", "stripe", "--secret", "whsec_s", "--url", stripe.url,
+                 "--file", str(payload)]) == 0
+    sent = {name.lower() for name in stripe.seen[0][1]}
+    assert not sent & {"x-github-event", "x-event-key", "x-gitlab-event"}, "none for Stripe"
+    capsys.readouterr()
+
+
+def test_quiet_prints_only_the_event_ids(
+    receiver_factory: object, payload: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "whsec_quiet"
+    receiver = receiver_factory(Receiver("stripe", [secret]))  # type: ignore[operator]
+    assert main(["send", "--preset", "stripe", "--secret", secret, "--url", receiver.url,
+                 "--file", str(payload), "--count", "3", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "evt_send_1\n" and captured.err == ""
+    assert len(receiver.seen) == 3
+
+    assert main(["send", "--preset", "stripe", "--secret", "whsec_wrong", "--url", receiver.url,
+                 "--file", str(payload), "-q"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "evt_send_1\n"
+    assert "#1 status=401" in captured.err, "a failure is still told, on stderr"

@@ -22,6 +22,13 @@ def one_of_keys(*keys: str) -> list[JSON]:
 
 _SEPARATOR: Final = ref("nonempty_string")
 
+# Where a header is read: one name, or alternative names of which the first present is read.
+# (The loader also names the key path of a bad entry: ``signature.header[1]``.)
+HEADER_NAMES: Final[JSON] = {"anyOf": [
+    ref("header_name"),
+    {"type": "array", "minItems": 1, "uniqueItems": True, "items": ref("header_name")},
+]}
+
 # One entry per registered header format (``FORMATS``): its keys besides ``type``.
 FORMAT_KEYS: Final[dict[str, dict[str, JSON]]] = {
     "plain": {
@@ -65,7 +72,8 @@ PLUGIN_REQUIRED: Final[dict[str, tuple[str, ...]]] = {"twilio": ("url",)}
 
 SIGNATURE_KEYS: Final[dict[str, JSON]] = {
     "algorithm": {**choice(sorted(ALGORITHMS)), "description": "How the message is signed."},
-    "header": {**ref("header_name"), "description": "The header carrying the signature."},
+    "header": {**HEADER_NAMES, "description": "The header carrying the signature, or a list "
+               "of alternative names (the first one present is read; `sign` writes the first)."},
     "format": {"description": "How the header value is laid out."},
     "encoding": {**choice(sorted(ENCODINGS)), "description": "Text form of the signature."},
     "message": {"anyOf": [ref("message_template"), {"type": "null"}],
@@ -138,7 +146,8 @@ def _signature_defs() -> JSON:
                        "tolerance": ref("positive_duration")},
     }
     timestamp_keys: JSON = {
-        "header": {**ref("header_name"), "description": "The header carrying the timestamp."},
+        "header": {**HEADER_NAMES, "description": "The header carrying the timestamp, or a "
+                   "list of alternative names (the first one present is read)."},
         "from": {"const": "signature",
                  "description": "The timestamp is the format's timestamp_key."},
         "unit": {**choice(["s", "ms", "rfc3339"]), "default": "s"},
@@ -191,7 +200,7 @@ def _event_id_defs() -> JSON:
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            "header": ref("header_name"),
+            "header": HEADER_NAMES,
             "json": ref("json_path"),
             "optional": {"type": "boolean", "default": False,
                          "description": "An absent optional part contributes ''."},
@@ -199,7 +208,8 @@ def _event_id_defs() -> JSON:
         "oneOf": one_of_keys("header", "json"),
     }
     sources: JSON = {
-        "header": {**ref("header_name"), "description": "The id is this header's value."},
+        "header": {**HEADER_NAMES, "description": "The id is this header's value; with a list "
+                   "of alternative names, the first one present."},
         "json": {**ref("json_path"), "description": "The id is this body value."},
         "composite": {
             "description": "Several parts joined with ':' (at least one not optional).",

@@ -222,6 +222,29 @@ def get_header_name(data: Mapping[str, object], key: str, path: str) -> str:
     return value
 
 
+def get_header_names(data: Mapping[str, object], key: str, path: str) -> tuple[str, ...]:
+    """A header name, or a non-empty list of alternative names: the first one present in a
+    request is the one read (a provider that sends the same value under a new name)."""
+    value = data.get(key)
+    where = join_path(path, key)
+    if isinstance(value, str):
+        return (get_header_name(data, key, path),)
+    if not isinstance(value, list) or not value:
+        raise ConfigError(where, "must be a header name or a non-empty list of header names "
+                          "(the first one present is read)")
+    names: list[str] = []
+    for index, item in enumerate(value):
+        at = f"{where}[{index}]"
+        if not isinstance(item, str):
+            raise ConfigError(at, "must be a header name (a string)")
+        if not _TOKEN.fullmatch(item):
+            raise ConfigError(at, f"{item!r} is not a valid HTTP header name")
+        if item in names:
+            raise ConfigError(at, f"repeats {where}[{names.index(item)}]")
+        names.append(item)
+    return tuple(names)
+
+
 def get_str_list(data: Mapping[str, object], key: str, path: str) -> tuple[str, ...]:
     value = data.get(key)
     where = join_path(path, key)
@@ -283,7 +306,9 @@ class PlainFormat:
 @dataclass(frozen=True, slots=True)
 class KvListFormat:
     """``t=…,v1=…,v1=…``: signatures under ``signature_keys``; other keys are ignored, so a
-    provider's decoy scheme (Stripe's ``v0``) can never be what matched."""
+    provider's decoy scheme (Stripe's ``v0``) can never be what matched. Spaces and tabs
+    around each pair are ignored (``t=1, v1=…`` and ``t=1,v1=…`` parse alike); ``render``
+    writes ``pair_separator`` as configured."""
 
     signature_keys: tuple[str, ...]
     pair_separator: str = ","
@@ -297,7 +322,10 @@ class KvListFormat:
     def parse(self, value: str) -> HeaderParts:
         signatures: list[str] = []
         timestamp: str | None = None
-        for item in value.split(self.pair_separator):
+        # Whitespace around a pair is optional whatever the configured separator: WorkOS
+        # writes "t=…, v1=…" and its Node SDK splits on ",", so ", " and "," both parse.
+        separator = self.pair_separator.strip(" \t") or self.pair_separator
+        for item in value.split(separator):
             key, found, text = item.strip(" \t").partition(self.kv_separator)
             if not found:
                 continue
@@ -491,6 +519,12 @@ class TimestampSpec:
     unit: str  # "s" | "ms" | "rfc3339"
     tolerance: float  # seconds
     direction: str  # "both" rejects too old and too new; "past" only too old
+    alternative_headers: tuple[str, ...] = ()  # read when ``header`` is absent, in order
+
+    @property
+    def headers(self) -> tuple[str, ...]:
+        """Every name the timestamp header may have (none: it is in the signature header)."""
+        return () if self.header is None else (self.header, *self.alternative_headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,7 +532,7 @@ class DeclarativeSpec:
     """A signature scheme described entirely by data (the ``signature:`` block)."""
 
     algorithm: Algorithm
-    header: str
+    header: str  # the signature header: the first of ``headers``, the one ``sign`` writes
     format: SignatureFormat
     encoding: Codec
     message: MessageTemplate
@@ -507,6 +541,12 @@ class DeclarativeSpec:
     url: str | None = None  # the public URL the provider signs ({url}), from config
     append_query: bool = False  # {url} also carries "?" + the request's query string
     version_algorithms: tuple[tuple[str, Algorithm], ...] = ()
+    alternative_headers: tuple[str, ...] = ()  # read when ``header`` is absent, in order
+
+    @property
+    def headers(self) -> tuple[str, ...]:
+        """Every name the signature header may have; the first one present is read."""
+        return (self.header, *self.alternative_headers)
 
     def algorithm_for(self, label: str) -> Algorithm:
         for version, algorithm in self.version_algorithms:
@@ -560,7 +600,7 @@ def _parse_secret(data: object, path: str) -> SecretSpec:
 def _parse_timestamp(data: object, path: str, fmt: SignatureFormat) -> TimestampSpec:
     mapping = as_mapping(data, path)
     check_keys(mapping, path, optional=("header", "from", "unit", "tolerance", "direction"))
-    header: str | None = None
+    header_names: tuple[str, ...] = ()
     if "header" in mapping and "from" in mapping:
         raise ConfigError(join_path(path, "from"), "give header or from, not both")
     if "from" in mapping:
@@ -570,7 +610,7 @@ def _parse_timestamp(data: object, path: str, fmt: SignatureFormat) -> Timestamp
                 join_path(path, "from"), "the signature format carries no timestamp_key"
             )
     elif "header" in mapping:
-        header = get_header_name(mapping, "header", path)
+        header_names = get_header_names(mapping, "header", path)
     else:
         raise ConfigError(join_path(path, "header"), "required (or from: signature)")
     tolerance_path = join_path(path, "tolerance")
@@ -578,10 +618,11 @@ def _parse_timestamp(data: object, path: str, fmt: SignatureFormat) -> Timestamp
     if tolerance <= 0:
         raise ConfigError(tolerance_path, "must be more than zero")
     return TimestampSpec(
-        header,
+        header_names[0] if header_names else None,
         get_choice(mapping, "unit", path, ("s", "ms", "rfc3339"), "s"),
         tolerance,
         get_choice(mapping, "direction", path, ("both", "past"), "both"),
+        header_names[1:],
     )
 
 
@@ -635,7 +676,7 @@ def parse_declarative_spec(data: object, path: str) -> DeclarativeSpec:
     else:
         required = ("algorithm", "header", "format", "encoding", "message")
     check_keys(mapping, path, required=required, optional=_SPEC_KEYS)
-    header = get_header_name(mapping, "header", path)
+    headers = get_header_names(mapping, "header", path)
     format_path = join_path(path, "format")
     format_data = as_mapping(mapping["format"], format_path)
     format_type = get_choice(format_data, "type", format_path, FORMATS, None)
@@ -679,7 +720,7 @@ def parse_declarative_spec(data: object, path: str) -> DeclarativeSpec:
     version_algorithms: tuple[tuple[str, Algorithm], ...] = ()
     if isinstance(fmt, VersionedListFormat):
         version_algorithms = tuple((v, ALGORITHMS[name]) for v, name in fmt.algorithms)
-    spec = DeclarativeSpec(algorithm, header, fmt, encoding, message, secret, timestamp, url,
-                           append_query, version_algorithms)
+    spec = DeclarativeSpec(algorithm, headers[0], fmt, encoding, message, secret, timestamp,
+                           url, append_query, version_algorithms, headers[1:])
     _check_algorithms(spec, path)
     return spec

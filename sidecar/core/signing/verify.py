@@ -44,6 +44,16 @@ def header_value(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
+def first_header(headers: Mapping[str, str], names: Sequence[str]) -> str | None:
+    """The value of the first of ``names`` present (alternative names for one header; a
+    present but empty one still wins, so that it is reported rather than skipped)."""
+    for name in names:
+        value = header_value(headers, name)
+        if value is not None:
+            return value
+    return None
+
+
 def _decode(encoding: str, text: str) -> bytes:
     return SECRET_DECODERS[encoding](text)
 
@@ -245,9 +255,9 @@ def verify_declarative(
     query: str = "",
 ) -> None:
     """Return if any (key, signature) pair matches; else raise ``VerificationError``."""
-    raw = header_value(headers, spec.header)
+    raw = first_header(headers, spec.headers)
     if raw is None or not raw.strip():
-        raise VerificationError("missing_signature", f"no {spec.header} header")
+        raise VerificationError("missing_signature", f"no {' or '.join(spec.headers)} header")
     parts = spec.format.parse(raw.strip(" \t"))
     if not parts.signatures:
         raise VerificationError("malformed_signature", "no signature in an accepted form")
@@ -257,7 +267,7 @@ def verify_declarative(
         if spec.timestamp.header is None:
             timestamp = parts.timestamp
         else:
-            timestamp = header_value(headers, spec.timestamp.header)
+            timestamp = first_header(headers, spec.timestamp.headers)
         check_timestamp(spec.timestamp, timestamp, now)
 
     message = signed_message(spec.message, body, timestamp, headers, method=method,

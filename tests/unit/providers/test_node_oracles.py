@@ -1,0 +1,170 @@
+"""The providers' own Node.js packages as oracles: ``@shopify/shopify-api`` and
+``@workos-inc/node`` (pinned in ``tests/node/package.json`` + ``package-lock.json``, installed
+once per session with ``npm ci --prefix tests/node``) sign deliveries our presets must accept,
+and verify the deliveries our ``sign`` produces. Each call runs ``node tests/node/oracle.js``.
+
+Without node/npm (or when ``npm ci`` cannot fetch the packages) these tests are skipped with
+the reason; with ``CI=true`` they fail instead, so CI never passes without the oracles.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from sidecar.core.eventid import extract_event_id
+from sidecar.core.signing import sign, verify
+
+from .helpers import assert_tampering_fails, flip_byte, keys_for, preset_event_id, preset_spec
+
+NODE_DIR = Path(__file__).resolve().parents[2] / "node"
+SECRET = "shpss_0123456789abcdef0123456789abcdef"
+OTHER = "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"
+SHOPIFY_BODY = '{"id":820982911946154508,"note":"café ☕","total_price":"1.00"}'.encode()
+# WorkOS's Node SDK signs JSON.stringify(JSON.parse(body)): the body must be compact JSON.
+WORKOS_BODY = '{"id":"event_01HXYZ","event":"dsync.user.created","data":{"n":"café"}}'.encode()
+
+Oracle = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _unavailable(reason: str) -> NoReturn:
+    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+        pytest.fail(f"{reason}; CI=true requires the Node.js oracles")
+    pytest.skip(reason)
+
+
+def _installed() -> bool:
+    marker = NODE_DIR / "node_modules" / ".package-lock.json"
+    lock = NODE_DIR / "package-lock.json"
+    return marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime
+
+
+@pytest.fixture(scope="session")
+def node_oracle() -> Oracle:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        _unavailable("node and npm are needed to run the providers' Node.js packages")
+    if not _installed():
+        try:
+            done = subprocess.run(
+                [npm, "ci", "--prefix", str(NODE_DIR), "--no-audit", "--no-fund",
+                 "--ignore-scripts", "--loglevel=error"],
+                capture_output=True, text=True, timeout=100, check=False)
+        except subprocess.TimeoutExpired:
+            _unavailable("npm ci --prefix tests/node timed out")
+        if done.returncode != 0:
+            _unavailable(f"npm ci --prefix tests/node failed: {done.stderr.strip()[-500:]}")
+
+    def call(request: dict[str, Any]) -> dict[str, Any]:
+        done = subprocess.run([node, str(NODE_DIR / "oracle.js")], input=json.dumps(request),
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        answer: dict[str, Any] = json.loads(done.stdout)
+        return answer
+
+    return call
+
+
+def _request(provider: str, action: str, body: bytes, **extra: Any) -> dict[str, Any]:
+    return {"provider": provider, "action": action, "secret": SECRET,
+            "body_b64": base64.b64encode(body).decode(), **extra}
+
+
+# --- Shopify ---------------------------------------------------------------------------------
+
+EVENTS_HEADERS = {"shopify-topic": "orders/create", "shopify-shop-domain": "x.myshopify.com",
+                  "shopify-api-version": "2026-01", "shopify-webhook-id": "b54557e4-events"}
+WEBHOOK_HEADERS = {"X-Shopify-Topic": "orders/create", "X-Shopify-Shop-Domain": "x.myshopify.com",
+                   "X-Shopify-API-Version": "2026-01", "X-Shopify-Webhook-Id": "b54557e4-hooks"}
+
+
+def _shopify_hmac(node_oracle: Oracle, body: bytes = SHOPIFY_BODY) -> str:
+    signed = node_oracle(_request("shopify", "sign", body))["headers"]
+    value: str = signed["shopify-hmac-sha256"]
+    return value
+
+
+def test_shopify_events_delivery_signed_by_the_package_verifies(node_oracle: Oracle) -> None:
+    headers = {**EVENTS_HEADERS, "shopify-hmac-sha256": _shopify_hmac(node_oracle)}
+    # The package itself takes it for an Events delivery and accepts it.
+    assert node_oracle(_request("shopify", "verify", SHOPIFY_BODY, headers=headers)) == {
+        "valid": True, "detail": "events"}
+    spec = preset_spec("shopify")
+    keys, wrong = keys_for(spec, SECRET), keys_for(spec, OTHER)
+    assert_tampering_fails(spec, keys, wrong, SHOPIFY_BODY, headers,
+                           signature_header="shopify-hmac-sha256")
+    assert extract_event_id(preset_event_id("shopify"), SHOPIFY_BODY, headers) == (
+        "b54557e4-events")
+
+
+def test_shopify_prefixed_delivery_signed_by_the_package_verifies(node_oracle: Oracle) -> None:
+    headers = {**WEBHOOK_HEADERS, "X-Shopify-Hmac-Sha256": _shopify_hmac(node_oracle)}
+    assert node_oracle(_request("shopify", "verify", SHOPIFY_BODY, headers=headers)) == {
+        "valid": True, "detail": "webhooks"}
+    spec = preset_spec("shopify")
+    assert_tampering_fails(spec, keys_for(spec, SECRET), keys_for(spec, OTHER), SHOPIFY_BODY,
+                           headers, signature_header="X-Shopify-Hmac-Sha256")
+    assert extract_event_id(preset_event_id("shopify"), SHOPIFY_BODY, headers) == (
+        "b54557e4-hooks")
+
+
+def test_shopify_package_accepts_what_we_sign_under_either_name(node_oracle: Oracle) -> None:
+    spec = preset_spec("shopify")
+    [key] = keys_for(spec, SECRET)
+    ours = sign(spec, key, SHOPIFY_BODY, {}, time.time())
+    assert list(ours) == ["X-Shopify-Hmac-Sha256"]  # sign writes the first name
+    value = ours["X-Shopify-Hmac-Sha256"]
+    for headers in ({**WEBHOOK_HEADERS, "X-Shopify-Hmac-Sha256": value},
+                    {**EVENTS_HEADERS, "shopify-hmac-sha256": value}):
+        assert node_oracle(_request("shopify", "verify", SHOPIFY_BODY, headers=headers))["valid"]
+        changed = node_oracle(_request("shopify", "verify", flip_byte(SHOPIFY_BODY, 2),
+                                       headers=headers))
+        assert changed["valid"] is False
+
+
+# --- WorkOS ----------------------------------------------------------------------------------
+
+
+def _workos_header(node_oracle: Oracle, millis: int, body: bytes = WORKOS_BODY) -> str:
+    signed = node_oracle(_request("workos", "sign", body, timestamp_ms=millis))["headers"]
+    value: str = signed["WorkOS-Signature"]
+    return value
+
+
+def test_workos_unspaced_header_signed_by_the_sdk_verifies(node_oracle: Oracle) -> None:
+    now = time.time()
+    header = _workos_header(node_oracle, int(now * 1000))
+    assert ", " not in header and header.startswith("t=")  # "t=…,v1=…", as the SDK splits
+    spec = preset_spec("workos")
+    keys, wrong = keys_for(spec, SECRET), keys_for(spec, OTHER)
+    assert_tampering_fails(spec, keys, wrong, WORKOS_BODY, {"WorkOS-Signature": header},
+                           signature_header="WorkOS-Signature", now=now)
+    # WorkOS's own spaced form, and a tab, parse alike.
+    for spaced in (header.replace(",", ", "), header.replace(",", ",\t")):
+        verify(spec, keys, WORKOS_BODY, {"WorkOS-Signature": spaced}, now)
+    assert node_oracle(_request("workos", "verify", WORKOS_BODY,
+                                headers={"WorkOS-Signature": header}))["valid"]
+
+
+def test_workos_sdk_accepts_what_we_sign(node_oracle: Oracle) -> None:
+    spec = preset_spec("workos")
+    [key] = keys_for(spec, SECRET)
+    header = sign(spec, key, WORKOS_BODY, {}, time.time())["WorkOS-Signature"]
+    assert header.startswith("t=") and ", v1=" in header  # rendered as WorkOS writes it
+    for value in (header, header.replace(", ", ",")):
+        answer = node_oracle(_request("workos", "verify", WORKOS_BODY,
+                                      headers={"WorkOS-Signature": value}))
+        assert answer == {"valid": True, "detail": ""}
+    changed = WORKOS_BODY.replace(b"created", b"deleted")
+    answer = node_oracle(_request("workos", "verify", changed,
+                                  headers={"WorkOS-Signature": header}))
+    assert answer["valid"] is False
