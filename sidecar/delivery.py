@@ -180,12 +180,17 @@ class Pipeline:
         if provider.event_id.is_batch:
             trace.fields["batch_size"] = len(items)
 
-        ours, settled = await self._claim_all(provider, inbound, body, items, trace)
+        # What the app gets and a re-drive replays: computed once, and only when needed.
+        app_headers = self._app_headers(inbound) if provider.store_payload else None
+        ours, settled = await self._claim_all(provider, inbound, body, items, app_headers, trace)
         if provider.event_id.is_batch:
             trace.fields["batch_forwarded"] = len(ours)
         forwarded: Answer | None = None
         if ours:
-            forwarded = await self._forward(provider, inbound, body, items, ours, trace)
+            if app_headers is None:
+                app_headers = self._app_headers(inbound)
+            forwarded = await self._forward(provider, inbound, body, items, ours, app_headers,
+                                            trace)
         else:
             trace.attempt = settled[0].attempt
         return batch_answer(forwarded, [s.answer for s in settled])
@@ -204,14 +209,15 @@ class Pipeline:
         return None
 
     async def _claim_all(self, provider: ProviderConfig, inbound: Inbound, body: Body,
-                         items: list[BatchItem], trace: _Trace
+                         items: list[BatchItem],
+                         app_headers: tuple[tuple[str, str], ...] | None, trace: _Trace
                          ) -> tuple[list[_Ours], list[_Settled]]:
         """Claim every event of the delivery. If the store fails midway, the attempts already
         claimed are marked failed before the error goes on, so the provider's retry takes them
         over at once instead of after the lease."""
         deadline = asyncio.get_running_loop().time() + provider.inflight_wait
-        payload = (StoredRequest(inbound.method, inbound.path, self._app_headers(inbound),
-                                 body.raw) if provider.store_payload else None)
+        payload = (StoredRequest(inbound.method, inbound.path, app_headers, body.raw)
+                   if app_headers is not None else None)
         ours: list[_Ours] = []
         settled: list[_Settled] = []
         try:
@@ -286,7 +292,8 @@ class Pipeline:
         return None if claim.won else claim.row
 
     async def _forward(self, provider: ProviderConfig, inbound: Inbound, body: Body,
-                       items: list[BatchItem], ours: list[_Ours], trace: _Trace) -> Answer:
+                       items: list[BatchItem], ours: list[_Ours],
+                       app_headers: tuple[tuple[str, str], ...], trace: _Trace) -> Answer:
         rows = [(o.item.event_id, o.attempt) for o in ours]
         if provider.event_id.is_batch:
             body_bytes = filtered_body(provider.event_id, body, {o.item.position for o in ours},
@@ -294,7 +301,7 @@ class Pipeline:
         else:
             body_bytes = body.raw
         done = await self._forwarder.forward(provider, rows, inbound.method, inbound.path,
-                                             self._app_headers(inbound), body_bytes)
+                                             app_headers, body_bytes)
         trace.attempt = done.attempt
         trace.fields["app_status_class"] = status_class(done.response)
         trace.fields["upstream_ms"] = round(done.result.latency_ms, 2)
