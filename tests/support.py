@@ -268,3 +268,24 @@ async def post(client: aiohttp.ClientSession, url: str, body: bytes,
     data = io.BytesIO(body) if len(body) > 1024 * 1024 else body
     async with client.post(url, data=data, headers=headers) as resp:
         return resp.status, dict(resp.headers), await resp.read()
+
+
+class ClaimFails:
+    """A real store whose claims raise ``error`` — every one, or only claim number ``nth`` —
+    as if the database went away (a ``StoreError``) or the claim had a bug (anything else).
+    Every other verb reaches the real store."""
+
+    def __init__(self, inner: Any, error: BaseException, nth: int | None = None) -> None:
+        self.inner = inner
+        self.error = error
+        self.nth = nth
+        self.claims = 0
+
+    async def claim(self, *args: Any) -> Any:
+        self.claims += 1
+        if self.nth is None or self.claims == self.nth:
+            raise self.error
+        return await self.inner.claim(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

@@ -23,7 +23,7 @@ from sidecar.obs.metrics import Metrics
 from sidecar.serve import Running, start, stop
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
-from tests.support import StubApp, base_config, post, stripe_event, stripe_headers
+from tests.support import ClaimFails, StubApp, base_config, post, stripe_event, stripe_headers
 
 
 class CountingStore:
@@ -104,23 +104,6 @@ async def test_no_connection_is_held_across_the_upstream_call(
         assert [r[0] for r in await asyncio.gather(*inflight)] == [200] * 5
 
 
-class SecondClaimFails:
-    """A real SQLite store whose second claim fails, as if the database went away mid-batch."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.claims = 0
-
-    async def claim(self, *args: Any) -> Claim:
-        self.claims += 1
-        if self.claims == 2:
-            raise StoreError("connection lost")
-        return await self.inner.claim(*args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 async def test_a_store_failure_mid_batch_frees_the_items_already_claimed(tmp_path: Any) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     public = base64.b64encode(key.public_key().public_bytes(
@@ -130,7 +113,8 @@ async def test_a_store_failure_mid_batch_frees_the_items_already_claimed(tmp_pat
     data["providers"] = {"sendgrid": {"path": "/sg", "preset": "sendgrid", "secrets": [public],
                                       "lease": "60s", "inflight_wait": "1s"}}
     inner = await SQLiteStore.open(str(tmp_path / "events.db"))
-    running = await start(parse_config(data, env={}), store=SecondClaimFails(inner))
+    lost = ClaimFails(inner, StoreError("connection lost"), nth=2)  # mid-batch
+    running = await start(parse_config(data, env={}), store=lost)
     try:
         body = json.dumps([{"sg_event_id": "a"}, {"sg_event_id": "b"}]).encode()
         ts = str(int(time.time()))
@@ -149,19 +133,6 @@ async def test_a_store_failure_mid_batch_frees_the_items_already_claimed(tmp_pat
         await inner.close()
 
 
-class ClaimIsBuggy:
-    """A real SQLite store whose claim has a bug (not a store failure)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    async def claim(self, *args: Any) -> Claim:
-        raise ZeroDivisionError("a bug in the claim")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 async def test_an_unexpected_error_is_500_logged_with_its_traceback_and_counted(
     tmp_path: Any,
 ) -> None:
@@ -169,7 +140,8 @@ async def test_an_unexpected_error_is_500_logged_with_its_traceback_and_counted(
     data = base_config(stub.url, f"sqlite:///{tmp_path / 'events.db'}")
     inner = await SQLiteStore.open(str(tmp_path / "events.db"))
     metrics = Metrics()
-    running = await start(parse_config(data, env={}), store=ClaimIsBuggy(inner), metrics=metrics)
+    buggy = ClaimFails(inner, ZeroDivisionError("a bug in the claim"))  # not a StoreError
+    running = await start(parse_config(data, env={}), store=buggy, metrics=metrics)
     try:
         body = stripe_event("evt_bug")
         with structlog.testing.capture_logs() as logs:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -14,11 +13,10 @@ import structlog
 
 from sidecar.config.loader import parse_config
 from sidecar.core.errors import StoreError
-from sidecar.core.events import Claim
 from sidecar.obs.metrics import Metrics
 from sidecar.serve import Running, start, stop
 from sidecar.store.sqlite import SQLiteStore
-from tests.support import StubApp, base_config, post, stripe_event, stripe_headers
+from tests.support import ClaimFails, StubApp, base_config, post, stripe_event, stripe_headers
 
 STRIPE = "/webhooks/stripe"
 
@@ -66,25 +64,13 @@ async def test_no_answer_on_the_provider_listener_names_the_server(running: Runn
     assert "\r\nserver:" not in head and "aiohttp" not in head, head
 
 
-class StoreDown:
-    """A real SQLite store whose claim finds the database unreachable."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    async def claim(self, *args: Any) -> Claim:
-        raise StoreError("connection refused")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 async def test_a_store_error_delivery_is_logged_as_a_warning(tmp_path: Path) -> None:
     stub = await StubApp().start()
     data = base_config(stub.url, f"sqlite:///{tmp_path / 'events.db'}")
     inner = await SQLiteStore.open(str(tmp_path / "events.db"))
     metrics = Metrics()
-    proxy = await start(parse_config(data, env={}), store=StoreDown(inner), metrics=metrics)
+    down = ClaimFails(inner, StoreError("connection refused"))  # the database is unreachable
+    proxy = await start(parse_config(data, env={}), store=down, metrics=metrics)
     try:
         body = stripe_event("evt_down")
         with structlog.testing.capture_logs() as logs:
