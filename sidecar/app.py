@@ -100,7 +100,7 @@ def build_apps(
     shutdown = Shutdown()
     metrics = metrics or Metrics()
     upstream = upstream or Upstream(config.upstream)
-    keyring = Keyring(config.providers)
+    keyring = Keyring(config.providers, config.upstream.signing_secrets)
     owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
     pending: set[asyncio.Task[bool]] = set()
     proxy[CONFIG] = config
@@ -114,7 +114,8 @@ def build_apps(
         opened = store or await open_store(config.store)
         app[STORE] = opened
         await upstream.start()
-        forwarder = Forwarder(opened, upstream, metrics, pending)
+        forwarder = Forwarder(opened, upstream, metrics, pending,
+                              signing_keys=keyring.signing_keys, clock=clock or time.time)
         app[FORWARDER] = forwarder
         app[PIPELINE] = Pipeline(store=opened, forwarder=forwarder, keyring=keyring, owner=owner,
                                  observer=DeliveryTelemetry(metrics), clock=clock or time.time,

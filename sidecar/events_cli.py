@@ -13,6 +13,7 @@ from typing import Any
 
 from sidecar import operations
 from sidecar.app import open_store
+from sidecar.config.keyring import Keyring
 from sidecar.config.model import Config
 from sidecar.core.durations import parse_duration
 from sidecar.forwarding import Forwarder
@@ -93,9 +94,11 @@ async def _redrive(config: Config, store: Any, args: argparse.Namespace) -> int:
     pending: set[asyncio.Task[bool]] = set()
     try:
         owner = f"cli:{socket.gethostname()}:{os.getpid()}"
-        result = await operations.redrive(config, store, Forwarder(store, upstream, Metrics(),
-                                                                   pending),
-                                          owner, args.provider, args.event_id)
+        keyring = Keyring(config.providers, config.upstream.signing_secrets)
+        forwarder = Forwarder(store, upstream, Metrics(), pending,
+                              signing_keys=keyring.signing_keys)
+        result = await operations.redrive(config, store, forwarder, owner, args.provider,
+                                          args.event_id)
     finally:
         await upstream.close()
     answer = f"HTTP {result.status}" if result.status is not None else result.outcome

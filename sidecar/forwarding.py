@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from sidecar.config.model import ProviderConfig
@@ -29,6 +29,7 @@ from sidecar.core.headers import (
     PROVIDER_HEADER,
 )
 from sidecar.core.ports import Store
+from sidecar.core.signing.forward import forward_signature
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 from sidecar.upstream import forwardable_headers
@@ -49,11 +50,15 @@ class Sender(Protocol):
 
 class Forwarder:
     def __init__(self, store: Store, upstream: Sender, metrics: Metrics,
-                 pending: set[asyncio.Task[bool]]) -> None:
+                 pending: set[asyncio.Task[bool]], *,
+                 signing_keys: Callable[[], Sequence[bytes]] = tuple,
+                 clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._upstream = upstream
         self._metrics = metrics
         self._pending = pending  # result writes in progress, awaited on shutdown
+        self._signing_keys = signing_keys  # current keys (file secrets are re-read)
+        self._clock = clock
 
     async def forward(
         self, provider: ProviderConfig, rows: Sequence[tuple[str, int]], method: str,
@@ -75,6 +80,12 @@ class Forwarder:
         else:
             added[IDEMPOTENCY_HEADER] = f"{provider.key}:{ids[0]}"
             added[EVENT_HEADER] = ids[0]
+        keys = self._signing_keys()
+        if keys:
+            # Signed at each forward, so a re-drive hours later still verifies; replaces any
+            # webhook-* headers of a Standard Webhooks provider (the app verifies the proxy).
+            added.update(forward_signature(keys, added[IDEMPOTENCY_HEADER], body,
+                                           self._clock()))
         started = time.monotonic()
         # The rows' leases began at their claims, just before this forward — for a batch up to
         # inflight_wait before (its items are claimed in turn, waiting on in-flight ones).

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from sidecar.config.keyring import Keyring
+from sidecar.config.keyring import SIGNING, Keyring
 from sidecar.config.model import Config
 from sidecar.core.errors import StoreError
 from sidecar.core.ports import Store
@@ -58,7 +58,8 @@ class Maintenance:
             self._metrics.secret_reloads.labels(provider, "applied").inc()
             log.info("secrets_reloaded", provider=provider)
         for error in result.errors:
-            provider = error.split(".")[1] if error.startswith("providers.") else ""
+            provider = (error.split(".")[1] if error.startswith("providers.")
+                        else SIGNING if error.startswith(SIGNING) else "")
             self._metrics.secret_reloads.labels(provider, "error").inc()
             log.error("secrets_reload_failed", error=error)
         return result.changed

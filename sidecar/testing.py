@@ -105,8 +105,10 @@ def pipeline_for(config: Config, *, store: Store | None = None,
     with test doubles by default."""
     metrics = metrics or Metrics()
     store = store or MemoryStore(clock=clock)
-    forwarder = Forwarder(store, upstream or FakeUpstream(), metrics, set())
-    return Pipeline(store=store, forwarder=forwarder, keyring=Keyring(config.providers),
+    keyring = Keyring(config.providers, config.upstream.signing_secrets)
+    forwarder = Forwarder(store, upstream or FakeUpstream(), metrics, set(),
+                          signing_keys=keyring.signing_keys, clock=clock)
+    return Pipeline(store=store, forwarder=forwarder, keyring=keyring,
                     owner=owner, observer=DeliveryTelemetry(metrics), clock=clock,
                     trusted_proxies=config.trusted_proxies)
 

@@ -35,6 +35,9 @@ from tests.pgserver import (
     unique_database_name,
 )
 
+# ``node_oracle``: Node.js packages as independent signers and verifiers.
+pytest_plugins = ["tests.node_oracle"]
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:

@@ -37,6 +37,7 @@ from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
 from sidecar.core.handshake import parse_handshake_spec
 from sidecar.core.signing import SignatureSpec, decode_secret, parse_signature_spec
+from sidecar.core.signing.forward import decode_forward_secret
 
 # The JSON Schema accepts configs that break these; the loader rejects them (docs/configuration.md
 # lists them, and tests/deploy/cases.py shows each with a config).
@@ -321,6 +322,22 @@ def _secret_value(item: object, path: str, load: _Load) -> tuple[str, str]:
     return f"file:{file_path}", read_secret_file(file_path, f"{path}.file")
 
 
+def _signing_secrets(raw: object, path: str, values: dict[str, Any],
+                     load: _Load) -> tuple[SecretRef, ...]:
+    """upstream.signing_secrets: whsec_ secrets that sign every forward (none: unsigned)."""
+    if isinstance(raw, str | dict):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise ConfigError(path, "must be a list of secrets (a string, {env: NAME} or "
+                          "{file: PATH}); every one signs each forward (rotation)")
+    refs = []
+    for i, item in enumerate(raw):
+        item_path = f"{path}[{i}]"
+        source, value = _secret_value(item, item_path, load)
+        refs.append(SecretRef(source=source, key=decode_forward_secret(value, item_path)))
+    return tuple(refs)
+
+
 def _lease(lease: float, path: str, values: dict[str, Any], load: _Load) -> float:
     timeout = load.top["upstream"].timeout
     if lease <= timeout:
@@ -359,6 +376,7 @@ def _replay_nonce(raw: object, path: str, values: dict[str, Any], load: _Load) -
 
 _STEPS: Final[dict[str, Step]] = {
     "admin_listen": _admin_listen,
+    "upstream.signing_secrets": _signing_secrets,
     "store.url": _store_url,
     "store.pool_max_size": _pool_max_size,
     "providers": _providers,

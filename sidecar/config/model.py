@@ -97,6 +97,14 @@ class UpstreamConfig:
     max_response_bytes: int = setting(Size(), "The app's response body is read up to this size: "
                                       "longer ones are cut, in the answer to the provider and in "
                                       "the copy kept for replay.", yaml_default="64KiB")
+    signing_secrets: tuple[SecretRef, ...] = setting(
+        Custom("list", {"type": "array", "items": ref("secret")}),
+        "Forward authentication: each forward (and re-drive) is signed in the Standard "
+        "Webhooks format (webhook-id, webhook-timestamp, "
+        "webhook-signature), so the app can verify that it came through the proxy. A list; "
+        "each a string, {env: NAME} or {file: PATH} holding a whsec_ secret (base64 of at "
+        "least 24 random bytes); every one signs (rotation). Empty: forwards are not signed.",
+        yaml_default=[])
 
 
 @block("Where event rows live.", nullable=True)

@@ -2,7 +2,7 @@
 // Used by tests/unit/providers/test_node_oracles.py, never by the sidecar itself.
 //
 // Reads one JSON request on stdin and prints one JSON answer on stdout:
-//   {"provider": "shopify"|"workos", "action": "sign"|"verify",
+//   {"provider": "shopify"|"workos"|"standardwebhooks", "action": "sign"|"verify",
 //    "secret": "...", "body_b64": "...", "headers": {...}, "timestamp_ms": 123}
 // sign   -> {"headers": {...}}            (the headers the provider would send)
 // verify -> {"valid": true|false, "detail": "..."}
@@ -47,6 +47,19 @@ const PROVIDERS = {
       const sigHeader = headers['WorkOS-Signature'] ?? headers['workos-signature'];
       try {
         await workos.webhooks.constructEvent({ payload: JSON.parse(body), sigHeader, secret });
+        return { valid: true, detail: '' };
+      } catch (error) {
+        return { valid: false, detail: String(error && error.message) };
+      }
+    },
+  },
+  // The proxy's own forward signature, checked by the npm Standard Webhooks library (what an
+  // app would use): verify(payload, headers) with its 5-minute timestamp tolerance.
+  standardwebhooks: {
+    async verify({ secret, body, headers }) {
+      const { Webhook } = require('standardwebhooks');
+      try {
+        new Webhook(secret).verify(body.toString('utf8'), headers);
         return { valid: true, detail: '' };
       } catch (error) {
         return { valid: false, detail: String(error && error.message) };

@@ -1,78 +1,25 @@
 """The providers' own Node.js packages as oracles: ``@shopify/shopify-api`` and
-``@workos-inc/node`` (pinned in ``tests/node/package.json`` + ``package-lock.json``, installed
-once per session with ``npm ci --prefix tests/node``) sign deliveries our presets must accept,
-and verify the deliveries our ``sign`` produces. Each call runs ``node tests/node/oracle.js``.
-
-Without node/npm (or when ``npm ci`` cannot fetch the packages) these tests are skipped with
-the reason; with ``CI=true`` they fail instead, so CI never passes without the oracles.
+``@workos-inc/node`` sign deliveries our presets must accept, and verify the deliveries our
+``sign`` produces (the ``node_oracle`` fixture: ``tests/node_oracle.py``).
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import os
-import shutil
-import subprocess
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, NoReturn
-
-import pytest
+from typing import Any
 
 from sidecar.core.eventid import extract_event_id
 from sidecar.core.signing import sign, verify
+from tests.node_oracle import Oracle
 
 from .helpers import assert_tampering_fails, flip_byte, keys_for, preset_event_id, preset_spec
 
-NODE_DIR = Path(__file__).resolve().parents[2] / "node"
 SECRET = "shpss_0123456789abcdef0123456789abcdef"
 OTHER = "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"
 SHOPIFY_BODY = '{"id":820982911946154508,"note":"café ☕","total_price":"1.00"}'.encode()
 # WorkOS's Node SDK signs JSON.stringify(JSON.parse(body)): the body must be compact JSON.
 WORKOS_BODY = '{"id":"event_01HXYZ","event":"dsync.user.created","data":{"n":"café"}}'.encode()
-
-Oracle = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def _unavailable(reason: str) -> NoReturn:
-    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-        pytest.fail(f"{reason}; CI=true requires the Node.js oracles")
-    pytest.skip(reason)
-
-
-def _installed() -> bool:
-    marker = NODE_DIR / "node_modules" / ".package-lock.json"
-    lock = NODE_DIR / "package-lock.json"
-    return marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime
-
-
-@pytest.fixture(scope="session")
-def node_oracle() -> Oracle:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        _unavailable("node and npm are needed to run the providers' Node.js packages")
-    if not _installed():
-        try:
-            done = subprocess.run(
-                [npm, "ci", "--prefix", str(NODE_DIR), "--no-audit", "--no-fund",
-                 "--ignore-scripts", "--loglevel=error"],
-                capture_output=True, text=True, timeout=100, check=False)
-        except subprocess.TimeoutExpired:
-            _unavailable("npm ci --prefix tests/node timed out")
-        if done.returncode != 0:
-            _unavailable(f"npm ci --prefix tests/node failed: {done.stderr.strip()[-500:]}")
-
-    def call(request: dict[str, Any]) -> dict[str, Any]:
-        done = subprocess.run([node, str(NODE_DIR / "oracle.js")], input=json.dumps(request),
-                              capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0, done.stderr
-        answer: dict[str, Any] = json.loads(done.stdout)
-        return answer
-
-    return call
-
 
 def _request(provider: str, action: str, body: bytes, **extra: Any) -> dict[str, Any]:
     return {"provider": provider, "action": action, "secret": SECRET,
