@@ -2,8 +2,8 @@
 logger or metrics library here: collaborators are passed in once, as ports, and every rule is a
 call into the core (``decide``, ``core.answers``, ``core.batch``).
 
-    verify ─ bind nonce ─ handshake ─ event ids ─ claim each ─┬─ forward ours, record
-                                                              └─ or answer from the rows
+    verify ─ bind nonce ─ handshake ─ event ids ─ body replay ─ claim each ─┬─ forward, record
+                                                                            └─ or answer from rows
 
 A single event is a batch of one item: the same path claims it, forwards it and answers.
 """
@@ -28,6 +28,7 @@ from sidecar.core.answers import (
 )
 from sidecar.core.batch import batch_answer, claim_digest, filtered_body
 from sidecar.core.body import Body
+from sidecar.core.bodyreplay import guard_key, ids_digest
 from sidecar.core.decision import (
     AnswerRecorded,
     Busy,
@@ -179,6 +180,8 @@ class Pipeline:
         trace.event_id = items[0].event_id
         if provider.event_id.is_batch:
             trace.fields["batch_size"] = len(items)
+        if provider.guards_body_replay and await self._replayed_body(provider.key, body, items):
+            return refuse("replayed_body")
 
         # What the app gets and a re-drive replays: computed once, and only when needed.
         app_headers = self._app_headers(inbound) if provider.store_payload else None
@@ -207,6 +210,12 @@ class Pipeline:
         if bound != body.sha256:
             return refuse("invalid_signature", "replayed_signature")
         return None
+
+    async def _replayed_body(self, provider: str, body: Body, items: Sequence[BatchItem]) -> bool:
+        """Whether this verified body was first seen under other event ids (``core.bodyreplay``:
+        a captured body resent under a fresh, unsigned id). The first sight binds it."""
+        ids = ids_digest([item.event_id for item in items])
+        return await self._store.bind_nonce(provider, guard_key(body.sha256), ids) != ids
 
     async def _claim_all(self, provider: ProviderConfig, inbound: Inbound, body: Body,
                          items: list[BatchItem],

@@ -37,7 +37,7 @@ class Maintenance:
             total = await _in_batches(
                 partial(self._store.purge, provider.key, provider.retention, batch),
                 batch, counter.inc)
-            if provider.replay_nonce is not None:
+            if provider.replay_nonce is not None or provider.guards_body_replay:
                 await _in_batches(
                     partial(self._store.purge_nonces, provider.key, provider.retention, batch),
                     batch)

@@ -23,6 +23,10 @@ class Backdoor:
     def hold_write_lock(self, provider: str, event_id: str) -> AbstractAsyncContextManager[None]:
         raise NotImplementedError
 
+    async def backdate_nonces(self, provider: str, seconds: float) -> None:
+        """Every nonce (and body-replay guard entry) of ``provider`` made ``seconds`` older."""
+        raise NotImplementedError
+
     async def impatient_store(self) -> Store:
         """A second store on the same database that gives up on locks after ~0.2 s."""
         raise NotImplementedError
@@ -42,6 +46,15 @@ class PgBackdoor(Backdoor):
                 event_id,
                 float(seconds),
             )
+        finally:
+            await conn.close()
+
+    async def backdate_nonces(self, provider: str, seconds: float) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(
+                "UPDATE webhook_nonce SET received_at = received_at - make_interval(secs => $2)"
+                " WHERE provider = $1", provider, float(seconds))
         finally:
             await conn.close()
 
@@ -83,6 +96,11 @@ class SqliteBackdoor(Backdoor):
             " WHERE provider = ? AND event_id = ?",
             (float(seconds), provider, event_id),
         )
+
+    async def backdate_nonces(self, provider: str, seconds: float) -> None:
+        await asyncio.to_thread(
+            self._execute, "UPDATE webhook_nonce SET received_at = received_at - ?"
+            " WHERE provider = ?", (float(seconds), provider))
 
     @asynccontextmanager
     async def hold_write_lock(self, provider: str, event_id: str) -> AsyncIterator[None]:

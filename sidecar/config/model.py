@@ -35,6 +35,7 @@ from sidecar.config.kinds import (
     text,
 )
 from sidecar.config.presets import preset_names
+from sidecar.core.bodyreplay import unsigned_id_headers
 from sidecar.core.eventid import EventIdSpec
 from sidecar.core.forwarded import Network
 from sidecar.core.handshake import HandshakeSpec
@@ -59,6 +60,13 @@ class PayloadMismatch(StrEnum):
 
     DUPLICATE = "duplicate"  # answered as the duplicate it claims to be
     REJECT = "reject"  # 422
+
+
+class BodyReplay(StrEnum):
+    """What a verified body gets when it was already seen under another event id."""
+
+    REJECT = "reject"  # 401 replayed_body
+    ALLOW = "allow"  # handled by its (new) event id like any delivery
 
 
 class StoreKind(StrEnum):
@@ -219,6 +227,12 @@ class ProviderConfig:
     on_payload_mismatch: PayloadMismatch = setting(Choice(PayloadMismatch), "Same id, different "
                                                    "body: answer as the duplicate it claims to "
                                                    "be, or 422.", yaml_default="duplicate")
+    on_body_replay: BodyReplay | None = setting(
+        Choice(BodyReplay), "A verified body already seen (within retention) under another "
+        "event id: reject (401 replayed_body) or allow. Default: reject where the event id is "
+        "a header the signature does not cover (GitHub, Shopify, Linear, …: resending a "
+        "captured body under a fresh id would otherwise be a new event), allow elsewhere.",
+        nullable=True)
     handshake: HandshakeSpec | None = setting(Custom("mapping", {}), "A handshake the proxy "
                                               "answers itself (e.g. Slack url_verification).",
                                               nullable=True)
@@ -233,6 +247,13 @@ class ProviderConfig:
     retry_window: float | None = setting(Duration(), "How long the provider retries (from the "
                                          "preset); a shorter retention is warned about.",
                                          nullable=True)
+
+    @property
+    def guards_body_replay(self) -> bool:
+        """Whether a body seen under another event id is refused (``core.bodyreplay``)."""
+        if self.on_body_replay is None:
+            return bool(unsigned_id_headers(self.signature, self.event_id))
+        return self.on_body_replay is BodyReplay.REJECT
 
     @property
     def key_bytes(self) -> tuple[bytes, ...]:

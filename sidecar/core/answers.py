@@ -26,6 +26,7 @@ class Result(enum.StrEnum):
     UPSTREAM_ERROR = "upstream_error"  # forwarded; the app failed or gave no answer
     PAYLOAD_MISMATCH = "payload_mismatch"  # same id, other body, policy `reject`
     INVALID_SIGNATURE = "invalid_signature"
+    REPLAYED_BODY = "replayed_body"  # a verified body already seen under another event id
     BAD_REQUEST = "bad_request"
     TOO_LARGE = "too_large"
     HANDSHAKE = "handshake"  # answered by the proxy (Slack url_verification, …)
@@ -77,6 +78,8 @@ RULES: Final[Mapping[str, Rule]] = {
                          close=True),
     "invalid_signature": Rule(401, Result.INVALID_SIGNATURE, "signature verification failed"),
     "no_event_id": Rule(400, Result.BAD_REQUEST, "verified delivery carries no usable event id"),
+    "replayed_body": Rule(401, Result.REPLAYED_BODY, "this signed body was already delivered "
+                          "under another event id (a replay); see on_body_replay"),
     # the store could not decide: the provider keeps the event and retries
     "store_error": Rule(503, Result.STORE_ERROR, "event store unavailable; retry later",
                         retry_after=STORE_RETRY_AFTER),

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.config.keyring import Keyring
 from sidecar.config.loader import parse_config
+from sidecar.core.bodyreplay import guard_key, ids_digest
 from sidecar.core.events import AttemptResult, EventState, Outcome, RecordedResponse
 from sidecar.core.ports import Store
 from sidecar.maintenance import Maintenance
@@ -90,3 +91,23 @@ async def test_secret_files_are_reloaded_when_they_change(tmp_path: Path) -> Non
     assert result.changed == () and "not UTF-8" in result.errors[0]
     secret.write_text("whsec_newer\n")  # and the next good write is still picked up
     assert keyring.reload().changed == ("stripe",)
+
+
+async def test_retention_forgets_bodies_bound_by_the_replay_guard(
+    store: Store, backdoor: Backdoor, tmp_path: Path
+) -> None:
+    """GitHub's event id is unsigned, so its bodies are bound to their first id
+    (``core.bodyreplay``); retention deletes those bindings with the provider's rows."""
+    data = base_config("http://127.0.0.1:9", f"sqlite:///{tmp_path / 'unused.db'}")
+    data["providers"]["github"]["retention"] = "1h"
+    config = parse_config(data, env={})
+    assert config.provider("github").guards_body_replay  # type: ignore[union-attr]
+    upkeep = Maintenance(config, store, Metrics(CollectorRegistry()), Keyring(config.providers))
+    old, fresh = guard_key(hashlib.sha256(b"old").digest()), guard_key(BODY)
+    first, other = ids_digest(["delivery-1"]), ids_digest(["delivery-2"])
+    assert await store.bind_nonce("github", old, first) == first
+    await backdoor.backdate_nonces("github", 2 * 3600)
+    assert await store.bind_nonce("github", fresh, first) == first
+    await upkeep.sweep_retention()
+    assert await store.bind_nonce("github", old, other) == other  # forgotten: bound anew
+    assert await store.bind_nonce("github", fresh, other) == first  # kept

@@ -2,7 +2,7 @@
 // Used by tests/unit/providers/test_node_oracles.py, never by the sidecar itself.
 //
 // Reads one JSON request on stdin and prints one JSON answer on stdout:
-//   {"provider": "shopify"|"workos"|"standardwebhooks", "action": "sign"|"verify",
+//   {"provider": "shopify"|"workos"|"linear"|"standardwebhooks", "action": "sign"|"verify",
 //    "secret": "...", "body_b64": "...", "headers": {...}, "timestamp_ms": 123}
 // sign   -> {"headers": {...}}            (the headers the provider would send)
 // verify -> {"valid": true|false, "detail": "..."}
@@ -47,6 +47,20 @@ const PROVIDERS = {
       const sigHeader = headers['WorkOS-Signature'] ?? headers['workos-signature'];
       try {
         await workos.webhooks.constructEvent({ payload: JSON.parse(body), sigHeader, secret });
+        return { valid: true, detail: '' };
+      } catch (error) {
+        return { valid: false, detail: String(error && error.message) };
+      }
+    },
+  },
+  // @linear/sdk's LinearWebhookClient.verify: HMAC-SHA256 hex of the body, and the body's
+  // webhookTimestamp (a number, ms) within 60 s of now.
+  linear: {
+    async verify({ secret, body, headers }) {
+      const { LinearWebhookClient } = await import('@linear/sdk/webhooks');
+      const signature = headers['Linear-Signature'] ?? headers['linear-signature'] ?? '';
+      try {
+        new LinearWebhookClient(secret).verify(body, signature);
         return { valid: true, detail: '' };
       } catch (error) {
         return { valid: false, detail: String(error && error.message) };

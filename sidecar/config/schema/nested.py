@@ -150,6 +150,8 @@ def _signature_defs() -> JSON:
                    "list of alternative names (the first one present is read)."},
         "from": {"const": "signature",
                  "description": "The timestamp is the format's timestamp_key."},
+        "json": {**ref("json_path"), "description": "The timestamp is in the signed JSON body "
+                 "at this path (Linear's $.webhookTimestamp); checked once the body verifies."},
         "unit": {**choice(["s", "ms", "rfc3339"]), "default": "s"},
         "tolerance": {**ref("positive_duration"), "default": 300,
                       "description": "The largest accepted clock difference."},
@@ -183,7 +185,7 @@ def _signature_defs() -> JSON:
             "type": ["object", "null"],
             "additionalProperties": False,
             "properties": timestamp_keys,
-            "anyOf": [{"type": "null"}, {"oneOf": one_of_keys("header", "from")}],
+            "anyOf": [{"type": "null"}, {"oneOf": one_of_keys("header", "from", "json")}],
         },
         "timestamp_override": {
             "type": ["object", "null"],

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
 from sidecar.core.signing.plugins import Delivery, PluginSpec, SignedDelivery, parse_plugin_spec
-from sidecar.core.signing.sign import sign_declarative
+from sidecar.core.signing.sign import sign_declarative, stamp_body
 from sidecar.core.signing.spec import DeclarativeSpec, as_mapping, parse_declarative_spec
 from sidecar.core.signing.verify import (
     decode_declarative_secret,
@@ -82,9 +82,11 @@ def sign_delivery(
     query: str = "",
 ) -> SignedDelivery:
     """Sign as the provider would: the body to send (changed only by schemes that sign inside
-    it, Adyen and Mailgun) and the headers to add. ``ValueError`` if it cannot be signed."""
+    it, Adyen and Mailgun, and by those that carry their timestamp in it, Linear: see
+    ``stamp_body``) and the headers to add. ``ValueError`` if it cannot be signed."""
     if isinstance(spec, PluginSpec):
         return spec.scheme.sign(key, Delivery(body, headers, method, query), now)
+    body = stamp_body(spec, body, now)
     added = sign_declarative(spec, key, body, headers, now, method=method, query=query)
     return SignedDelivery(body, added)
 
@@ -100,7 +102,10 @@ def sign(
     query: str = "",
 ) -> dict[str, str]:
     """The headers that make ``body`` verify (signature, and timestamp if any). For schemes
-    that sign inside the body use ``sign_delivery``; here they raise ``ValueError``."""
+    that sign inside the body use ``sign_delivery``; here they raise ``ValueError``. The body
+    is signed as given: where the timestamp is in it, it must hold a fresh one."""
+    if not isinstance(spec, PluginSpec):
+        return sign_declarative(spec, key, body, headers, now, method=method, query=query)
     signed = sign_delivery(spec, key, body, headers, now, method=method, query=query)
     if signed.body != body:
         raise ValueError("this scheme signs inside the body: use sign_delivery")

@@ -6,6 +6,7 @@ verifiers, never only against ``verify``.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -52,7 +53,7 @@ def sign_declarative(
     """
     added: dict[str, str] = {}
     timestamp: str | None = None
-    if spec.timestamp is not None:
+    if spec.timestamp is not None and spec.timestamp.json is None:  # see ``stamp_body``
         timestamp = _timestamp_text(spec.timestamp.unit, now)
         if spec.timestamp.header is not None:
             added[spec.timestamp.header] = timestamp
@@ -65,3 +66,28 @@ def sign_declarative(
     signature = spec.encoding.encode(algorithm.sign(key, message))
     added[spec.header] = spec.format.render(signature, timestamp, spec.label_for(algorithm))
     return added
+
+
+def stamp_body(spec: DeclarativeSpec, body: bytes, now: float) -> bytes:
+    """For a scheme whose timestamp is in the signed body (``timestamp: {json: …}``), the body
+    with ``now`` written at that path, so that a delivery made by ``send`` is fresh; any other
+    body (or scheme) unchanged. Only a path of names into existing objects is written; the
+    body is then re-serialised compactly."""
+    rule = spec.timestamp
+    if rule is None or rule.json is None:
+        return body
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return body
+    *parents, last = rule.json.steps
+    node = document
+    for step in parents:
+        if not isinstance(step, str) or not isinstance(node, dict):
+            return body
+        node = node.get(step)
+    if not isinstance(last, str) or not isinstance(node, dict):
+        return body
+    text = _timestamp_text(rule.unit, now)
+    node[last] = text if rule.unit == "rfc3339" else int(text)
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, VerificationError
+from sidecar.core.jsonpath import JsonPath, parse_json_path
 from sidecar.core.signing.asymmetric import EcdsaP256Sha256, Ed25519
 
 # --- algorithms -----------------------------------------------------------------------------
@@ -515,11 +516,13 @@ class SecretSpec:
 
 @dataclass(frozen=True, slots=True)
 class TimestampSpec:
-    header: str | None  # None: carried in the signature header (format's timestamp key)
+    header: str | None  # None: in the signature header (format's timestamp key) or the body
     unit: str  # "s" | "ms" | "rfc3339"
     tolerance: float  # seconds
     direction: str  # "both" rejects too old and too new; "past" only too old
     alternative_headers: tuple[str, ...] = ()  # read when ``header`` is absent, in order
+    # In the signed JSON body (Linear's $.webhookTimestamp): checked once the body is verified.
+    json: JsonPath | None = None
 
     @property
     def headers(self) -> tuple[str, ...]:
@@ -599,11 +602,16 @@ def _parse_secret(data: object, path: str) -> SecretSpec:
 
 def _parse_timestamp(data: object, path: str, fmt: SignatureFormat) -> TimestampSpec:
     mapping = as_mapping(data, path)
-    check_keys(mapping, path, optional=("header", "from", "unit", "tolerance", "direction"))
+    check_keys(mapping, path,
+               optional=("header", "from", "json", "unit", "tolerance", "direction"))
     header_names: tuple[str, ...] = ()
-    if "header" in mapping and "from" in mapping:
-        raise ConfigError(join_path(path, "from"), "give header or from, not both")
-    if "from" in mapping:
+    json_path: JsonPath | None = None
+    sources = [key for key in ("header", "from", "json") if key in mapping]
+    if len(sources) > 1:
+        raise ConfigError(join_path(path, sources[1]), "give one of header, from or json")
+    if "json" in mapping:
+        json_path = parse_json_path(mapping["json"], join_path(path, "json"))
+    elif "from" in mapping:
         get_choice(mapping, "from", path, ("signature",), None)
         if not fmt.carries_timestamp:
             raise ConfigError(
@@ -612,7 +620,8 @@ def _parse_timestamp(data: object, path: str, fmt: SignatureFormat) -> Timestamp
     elif "header" in mapping:
         header_names = get_header_names(mapping, "header", path)
     else:
-        raise ConfigError(join_path(path, "header"), "required (or from: signature)")
+        raise ConfigError(join_path(path, "header"), "required (or from: signature, or json: "
+                          "a path in the signed body)")
     tolerance_path = join_path(path, "tolerance")
     tolerance = parse_duration(mapping.get("tolerance", 300), tolerance_path)
     if tolerance <= 0:
@@ -623,6 +632,7 @@ def _parse_timestamp(data: object, path: str, fmt: SignatureFormat) -> Timestamp
         tolerance,
         get_choice(mapping, "direction", path, ("both", "past"), "both"),
         header_names[1:],
+        json_path,
     )
 
 
@@ -693,10 +703,13 @@ def parse_declarative_spec(data: object, path: str) -> DeclarativeSpec:
     if mapping.get("timestamp") is not None:
         timestamp = _parse_timestamp(mapping["timestamp"], join_path(path, "timestamp"), fmt)
 
-    if message.uses_timestamp and timestamp is None:
-        raise ConfigError(message_path, "uses {timestamp} but no timestamp is set")
-    if timestamp is not None and not message.uses_timestamp:
-        # An unsigned timestamp can be replaced by an attacker: tolerance would prove nothing.
+    in_body = timestamp is not None and timestamp.json is not None
+    if message.uses_timestamp and (timestamp is None or in_body):
+        raise ConfigError(message_path, "uses {timestamp} but no timestamp is set" if not in_body
+                          else "uses {timestamp}, but the timestamp is read from the body")
+    # An unsigned timestamp can be replaced by an attacker: tolerance would prove nothing.
+    # (A timestamp in the body is signed: every message signs {body}.)
+    if timestamp is not None and not in_body and not message.uses_timestamp:
         raise ConfigError(join_path(path, "timestamp"), "the message must sign {timestamp}")
     if fmt.carries_timestamp and (timestamp is None or timestamp.header is not None):
         raise ConfigError(

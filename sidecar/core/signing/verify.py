@@ -10,7 +10,9 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
+from sidecar.core.body import NotJson, parse_json
 from sidecar.core.errors import ConfigError, VerificationError
+from sidecar.core.jsonpath import JsonPath
 from sidecar.core.signing.asymmetric import PrivateKey, PublicKey
 from sidecar.core.signing.spec import (
     SECRET_DECODERS,
@@ -263,7 +265,7 @@ def verify_declarative(
         raise VerificationError("malformed_signature", "no signature in an accepted form")
 
     timestamp: str | None = None
-    if spec.timestamp is not None:
+    if spec.timestamp is not None and spec.timestamp.json is None:
         if spec.timestamp.header is None:
             timestamp = parts.timestamp
         else:
@@ -290,3 +292,25 @@ def verify_declarative(
                 matched |= algorithm.verify(key, message, candidates)
     if not matched:
         raise VerificationError("bad_signature")
+    rule = spec.timestamp
+    if rule is not None and rule.json is not None:
+        # Read only now that the body is authentic (nothing is decoded before verifying).
+        check_timestamp(rule, body_timestamp(rule, rule.json, body), now)
+
+
+def body_timestamp(rule: TimestampSpec, path: JsonPath, body: bytes) -> str | None:
+    """The timestamp at ``path`` in a JSON body as text, ``None`` when absent
+    (``missing_timestamp``). Unix seconds or milliseconds must be a JSON integer (as Linear's
+    SDK wants a number), an RFC 3339 time a string; anything else is refused by
+    ``check_timestamp`` as ``bad_timestamp``."""
+    try:
+        found, value = path.lookup(parse_json(body))
+    except NotJson:
+        return None
+    if not found or value is None:
+        return None
+    if rule.unit == "rfc3339":
+        return value if isinstance(value, str) else "not a string"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return "not an integer"

@@ -20,7 +20,8 @@ from paddle_billing.Notifications import PaddleSignature, Secret
 from square.utils.webhooks_helper import verify_signature as square_verify
 from workos.webhooks._verification import verify_header as workos_verify_header
 
-from sidecar.core.signing import sign, verify
+from sidecar.core.errors import ConfigError
+from sidecar.core.signing import parse_signature_spec, sign, verify
 
 from .helpers import (
     NOW,
@@ -47,7 +48,6 @@ def mac(secret: str, message: bytes, digest: str = "sha256") -> bytes:
 BODY_SIGNED = [
     ("github", "X-Hub-Signature-256", lambda s, b: "sha256=" + mac(s, b).hex()),
     ("shopify", "X-Shopify-Hmac-Sha256", lambda s, b: base64.b64encode(mac(s, b)).decode()),
-    ("linear", "Linear-Signature", lambda s, b: mac(s, b).hex()),
     ("intercom", "X-Hub-Signature", lambda s, b: "sha1=" + mac(s, b, "sha1").hex()),
     ("bitbucket", "X-Hub-Signature", lambda s, b: "sha256=" + mac(s, b).hex()),
     ("lemonsqueezy", "X-Signature", lambda s, b: mac(s, b).hex()),
@@ -69,6 +69,48 @@ def test_body_signed_presets(preset: str, header: str, signer: object) -> None:
     verify(spec, both, BODY, {header: signer(SECRET_2, BODY)}, NOW)
     # And our signer writes exactly what the provider writes.
     assert sign(spec, SECRET.encode(), BODY, {}, NOW) == headers
+
+
+def test_linear_signs_the_body_and_its_webhook_timestamp() -> None:
+    """Linear: HMAC-SHA256 hex of the body, whose webhookTimestamp (ms) is checked like a
+    signed timestamp (60 s either way, as @linear/sdk does) once the body is authentic."""
+    spec = preset_spec("linear")
+
+    def delivery(**fields: object) -> tuple[bytes, dict[str, str]]:
+        body = json.dumps({"action": "create", "type": "Issue", **fields}).encode()
+        return body, {"Linear-Signature": mac(SECRET, body).hex()}
+
+    keys, wrong = keys_for(spec, SECRET), keys_for(spec, SECRET_2)
+    body, headers = delivery(webhookTimestamp=NOW * 1000)
+    assert_tampering_fails(spec, keys, wrong, body, headers, signature_header="Linear-Signature")
+    assert sign(spec, SECRET.encode(), body, {}, NOW) == headers
+    verify(spec, keys, *delivery(webhookTimestamp=NOW * 1000 - 59_000), NOW)
+    assert reason(spec, keys, *delivery(webhookTimestamp=NOW * 1000 - 600_000)) == (
+        "stale_timestamp")  # a captured body resent ten minutes later
+    assert reason(spec, keys, *delivery(webhookTimestamp=NOW * 1000 + 61_000)) == (
+        "future_timestamp")
+    assert reason(spec, keys, *delivery()) == "missing_timestamp"
+    for bad in (str(NOW * 1000), NOW * 1000 + 0.5, True):
+        assert reason(spec, keys, *delivery(webhookTimestamp=bad)) == "bad_timestamp"
+    # The signature is checked first: a forged stale body says bad_signature, not its age.
+    stale, _ = delivery(webhookTimestamp=NOW * 1000 - 600_000)
+    assert reason(spec, keys, stale, {"Linear-Signature": "00" * 32}) == "bad_signature"
+
+
+@pytest.mark.parametrize("timestamp, message, error", [
+    ({"json": "$.ts", "header": "X-Ts"}, "{body}", "timestamp.json: give one of header, "
+     "from or json"),
+    ({"json": "$.ts"}, "{timestamp}.{body}", "message: uses {timestamp}, but the timestamp is "
+     "read from the body"),
+    ({"json": "ts"}, "{body}", "timestamp.json: must be a JSON path"),
+])
+def test_a_body_timestamp_is_declared_with_a_json_path(timestamp: dict[str, str], message: str,
+                                                       error: str) -> None:
+    data = {"algorithm": "hmac-sha256", "header": "X-Sig", "format": {"type": "plain"},
+            "encoding": "hex", "message": message, "timestamp": timestamp}
+    with pytest.raises(ConfigError) as caught:
+        parse_signature_spec(data, "signature")
+    assert error in str(caught.value)
 
 
 def test_github_published_vector() -> None:

@@ -6,11 +6,15 @@
 from __future__ import annotations
 
 import base64
+import json
 import time
 from typing import Any
 
+import pytest
+
+from sidecar.core.errors import VerificationError
 from sidecar.core.eventid import extract_event_id
-from sidecar.core.signing import sign, verify
+from sidecar.core.signing import sign, sign_delivery, verify
 from tests.node_oracle import Oracle
 
 from .helpers import assert_tampering_fails, flip_byte, keys_for, preset_event_id, preset_spec
@@ -115,3 +119,34 @@ def test_workos_sdk_accepts_what_we_sign(node_oracle: Oracle) -> None:
     answer = node_oracle(_request("workos", "verify", changed,
                                   headers={"WorkOS-Signature": header}))
     assert answer["valid"] is False
+
+
+# --- Linear ----------------------------------------------------------------------------------
+
+LINEAR_SECRET = "lin_wh_0123456789abcdefghijklmnopqrstuv"
+
+
+def _linear_verifies(node_oracle: Oracle, body: bytes, headers: dict[str, str]) -> bool:
+    answer = node_oracle({"provider": "linear", "action": "verify", "secret": LINEAR_SECRET,
+                          "body_b64": base64.b64encode(body).decode(), "headers": headers})
+    valid: bool = answer["valid"]
+    return valid
+
+
+def test_linear_sdk_and_the_preset_agree_on_fresh_and_stale_bodies(node_oracle: Oracle) -> None:
+    """``sign_delivery`` (what ``send`` does) stamps webhookTimestamp and signs; @linear/sdk's
+    own verifier accepts it. The same body ten minutes old: both refuse it."""
+    spec = preset_spec("linear")
+    keys = keys_for(spec, LINEAR_SECRET)
+    template = json.dumps({"action": "create", "type": "Issue", "webhookTimestamp": 0,
+                           "data": {"title": "café"}}).encode()
+    now = time.time()
+    for age, accepted in ((0, True), (600, False)):
+        signed = sign_delivery(spec, LINEAR_SECRET.encode(), template, {}, now - age)
+        assert json.loads(signed.body)["webhookTimestamp"] == int((now - age) * 1000)
+        assert _linear_verifies(node_oracle, signed.body, signed.headers) is accepted
+        if accepted:
+            verify(spec, keys, signed.body, signed.headers, time.time())
+        else:
+            with pytest.raises(VerificationError, match="stale_timestamp"):
+                verify(spec, keys, signed.body, signed.headers, time.time())
