@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from sidecar import __version__
 from sidecar.config.loader import load_config_file
 from sidecar.config.model import Config
+from sidecar.config.problems import ConfigProblems
 from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError, SchemaError, StoreError
 from sidecar.obs.logs import configure_logging
@@ -118,7 +119,11 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    config = _load(args)
+    try:
+        config = _load(args)
+    except ConfigError as exc:
+        _print_problems(exc, args.config)
+        return EXIT_CONFIG
     print(f"config OK: listen {config.listen}, admin {config.admin_listen}, "
           f"store {config.store.kind} ({config.store.redacted_url})")
     for p in config.providers:
@@ -129,6 +134,16 @@ def _check_config(args: argparse.Namespace) -> int:
     for warning in config.warnings:
         print(f"warning: {warning}")
     return 0
+
+
+def _print_problems(error: ConfigError, source: str | None) -> None:
+    """Every problem on a line of its own on stderr (``config.yaml:12:5: key: message``), then
+    how many there are."""
+    lines = error.lines if isinstance(error, ConfigProblems) else (str(error),)
+    count = f"{len(lines)} problem{'' if len(lines) == 1 else 's'}"
+    for line in lines:
+        print(line, file=sys.stderr)
+    print(f"{count} in {source}" if source else count, file=sys.stderr)
 
 
 def _events(args: argparse.Namespace) -> int:

@@ -10,8 +10,8 @@ and a line of documentation::
 ``block`` makes the class a frozen dataclass (with slots) and records its keys, in the order
 declared, as a ``Block``. The loader reads the YAML by it (``sidecar.config.loader``); the JSON
 Schemas and the reference tables are generated from it (``python -m sidecar.config.schema
---write``). Keys are read in the order declared, so with several mistakes the first one declared
-is the one reported.
+--write``). Keys are read in the order declared; every mistake is collected and reported in
+the order the file has them (``sidecar.config.problems``).
 
 The YAML key is the field's name unless ``key=`` names another. ``block`` is a
 ``dataclass_transform`` with ``setting`` and ``nested`` as field specifiers, so type checkers see

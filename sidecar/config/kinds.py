@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from sidecar.config.problems import did_you_mean
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError
 from sidecar.core.forwarded import Network
@@ -173,7 +174,9 @@ class Choice(Generic[E]):
 
     def parse(self, raw: object, path: str) -> E:
         if raw not in self.values:  # a list, not a set: ``raw`` may be unhashable
-            raise ConfigError(path, f"must be one of {', '.join(self.values)}")
+            suggestion = did_you_mean(raw, self.values) if isinstance(raw, str) else None
+            hint = f"; did you mean {suggestion}?" if suggestion else ""
+            raise ConfigError(path, f"must be one of {', '.join(self.values)}{hint}")
         return self.enum(raw)
 
 

@@ -1,4 +1,7 @@
-"""Load and strictly validate the YAML configuration. Every error names its key path.
+"""Load and strictly validate the YAML configuration. Every mistake is reported, not only the
+first (``ConfigProblems``), each with its key path and, from a file, the line of its key; in the
+order written. A value that is wrong is left out, and so is every check that needs it (no
+cascade); a check comparing keys says which to change, and their defaults.
 
 What each mapping allows — its keys, their kinds (types, bounds, choices) and defaults — is read
 from the declarations on the model's fields (``sidecar.config.model``), in the order declared.
@@ -10,17 +13,17 @@ those the JSON Schema cannot express either.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
-from sidecar.config.declarations import NO_DEFAULT, Block, Nested, block_of
+from sidecar.config.declarations import NO_DEFAULT, Block, Nested, Setting, block_of
 from sidecar.config.interpolate import interpolate
 from sidecar.config.keyring import read_secret_file
 from sidecar.config.model import (
@@ -32,6 +35,16 @@ from sidecar.config.model import (
     StoreKind,
 )
 from sidecar.config.presets import load_preset
+from sidecar.config.problems import (
+    ConfigProblems,
+    Mark,
+    Problem,
+    did_you_mean,
+    located,
+    problems_of,
+    read_yaml,
+    with_suggestion,
+)
 from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
@@ -89,30 +102,55 @@ _PROVIDER_KEY_RE = re.compile(PROVIDER_KEY_PATTERN)
 
 
 def load_config_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
-    """Read, interpolate and validate a YAML config file."""
+    """Read, interpolate and validate a YAML config file. Every problem found is reported at
+    once (``ConfigProblems``), each with the file, line and column of its key."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError("", f"cannot read config file {path}: {exc.strerror}") from exc
-    return load_config_text(text, env=env, base_dir=Path(path).resolve().parent)
+        raise ConfigProblems([Problem("", f"cannot read config file {path}: "
+                                          f"{exc.strerror}")]) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigProblems([Problem("", f"config file {path} is not UTF-8 text")]) from exc
+    return load_config_text(text, env=env, base_dir=Path(path).resolve().parent,
+                            source=os.fspath(path))
 
 
 def load_config_text(
-    text: str, env: Mapping[str, str] | None = None, base_dir: Path | None = None
+    text: str, env: Mapping[str, str] | None = None, base_dir: Path | None = None,
+    source: str = "",
 ) -> Config:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError("", f"invalid YAML: {exc}") from exc
-    return parse_config(data, env=os.environ if env is None else env, base_dir=base_dir)
+    """As ``load_config_file``, for YAML text; ``source`` names it in messages."""
+    document = read_yaml(text, source)
+    return _parse(document.data, os.environ if env is None else env, base_dir,
+                  document.marks, source)
 
 
 def parse_config(
     data: object, env: Mapping[str, str], base_dir: Path | None = None
 ) -> Config:
-    _mapping(data, "", TOP.names)  # unknown keys first, before their values are interpolated
+    """The config for ``data`` as the YAML loader produces it; ``ConfigProblems`` lists every
+    mistake, in the order written."""
+    return _parse(data, env, base_dir, {}, "")
+
+
+def _parse(data: object, env: Mapping[str, str], base_dir: Path | None,
+           marks: Mapping[str, Mark], source: str) -> Config:
     load = _Load(env=env, base=base_dir or Path.cwd())
-    values = _read(TOP, interpolate(data, env), "", "", load)
+    try:
+        config = _config(data, load)
+    except ConfigError as exc:  # the file is not a mapping: nothing else can be read
+        load.report(exc)
+        config = None
+    if config is None:
+        raise ConfigProblems(located(load.problems, data, marks), source)
+    return config
+
+
+def _config(data: object, load: _Load) -> Config | None:
+    """The config, or ``None`` when a problem was reported."""
+    values = _read(TOP, _interpolated(TOP, data, "", load, raw_keys={"providers"}), "", "", load)
+    if load.problems:
+        return None
     if values["store"].kind == StoreKind.SQLITE:
         load.warnings.append("the SQLite store is correct for one host only; use PostgreSQL "
                              "for several replicas")
@@ -121,54 +159,115 @@ def parse_config(
 
 # --- reading a block by its declarations ------------------------------------------------------
 
+class _Failed:
+    """A value that could not be read (its problem is reported already)."""
+
+    def __repr__(self) -> str:
+        return "FAILED"
+
+
+_FAILED: Final = _Failed()
+
+
+class _Unusable(Exception):
+    """A value cannot be read: its problems are reported already, or it needs a value that
+    could not be read. Nothing more is reported for it (no cascade of noise)."""
+
+
+class _Values(dict[str, Any]):
+    """A block's values so far by key name; reading one that failed raises ``_Unusable``, so a
+    step that needs it is skipped. (``get`` returns ``_FAILED`` as it is.)"""
+
+    def __getitem__(self, name: str) -> Any:
+        value = super().__getitem__(name)
+        if value is _FAILED:
+            raise _Unusable(name)
+        return value
+
+    @property
+    def complete(self) -> bool:
+        return not any(value is _FAILED for value in self.values())
+
+    def known(self, name: str) -> Any:
+        """The value of ``name``; ``None`` if it could not be read (a check comparing with it
+        is then skipped)."""
+        value = self.get(name)
+        return None if value is _FAILED else value
+
+
 @dataclass
 class _Load:
-    """What the steps read besides the value: the environment, the config file's folder, the
-    warnings to report and, for the providers' steps, the top-level values."""
+    """What the steps read besides the value: the environment, the config file's folder, and
+    every value read so far by key path; what the load found: warnings and problems."""
 
     env: Mapping[str, str]
     base: Path
     warnings: list[str] = field(default_factory=list)
-    top: Mapping[str, Any] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    read: dict[str, Any] = field(default_factory=dict)
+
+    def report(self, error: ConfigError) -> None:
+        self.problems.extend(with_suggestion(p) for p in problems_of(error))
+
+    def known(self, path: str) -> Any:
+        """The value read for the key ``path`` (e.g. ``upstream.timeout``); ``None`` if it
+        could not be read (a check comparing with it is then skipped)."""
+        value = self.read.get(path)
+        return None if value is _FAILED else value
 
 
 # A step: (the value as its kind read it, its key path, the block's values so far, the load)
-# → the model's value, or a ConfigError.
-Step = Callable[[Any, str, dict[str, Any], _Load], Any]
+# → the model's value, or a ConfigError (reported), or ``_Unusable`` (skipped).
+Step = Callable[[Any, str, _Values, _Load], Any]
 
 
 def _read(block: Block, raw: object, path: str, rule: str, load: _Load,
-          defaults: Mapping[str, object] | None = None) -> dict[str, Any]:
+          defaults: Mapping[str, object] | None = None) -> _Values:
     """``raw``'s values by key name, in declaration order. An absent key takes ``defaults``
     (values known only while loading) or its declared default, else it is ``None`` (or its
     kind's error when required); a nullable key set to null is ``None``. Each value then goes
-    through the step filed under ``rule``.key, if any. Nested blocks are read the same way."""
-    data = _mapping(raw, path, block.names)
-    values: dict[str, Any] = {}
+    through the step filed under ``rule``.key, if any. Nested blocks are read the same way.
+    A key whose value is wrong is reported and ``_FAILED``; the others are still read."""
+    data = _mapping(raw, path, block.names, load)
+    values = _Values()
     for name, key in block.keys.items():
         where, key_rule = _join(path, name), _join(rule, name)
-        if isinstance(key.kind, Nested):
-            nested = key.kind.block
-            values[name] = _build(nested, _read(nested, data.get(name), where, key_rule, load))
-            continue
-        if name in data:
-            raw_value = data[name]
-            if raw_value is None and key.nullable:
-                values[name] = None
-                continue
-        elif defaults is not None and name in defaults:
-            raw_value = defaults[name]
-        elif key.default is not NO_DEFAULT:
-            raw_value = key.default
-        elif not key.required:
-            values[name] = None
-            continue
-        else:
-            raw_value = None
-        value = key.kind.parse(raw_value, where)
-        step = _STEPS.get(key_rule)
-        values[name] = value if step is None else step(value, where, values, load)
+        try:
+            values[name] = _value(key, data, name, where, key_rule, values, load, defaults)
+        except ConfigError as exc:
+            load.report(exc)
+            values[name] = _FAILED
+        except _Unusable:
+            values[name] = _FAILED
+        load.read[where] = dict.get(values, name)
     return values
+
+
+def _value(key: Setting, data: Mapping[str, Any], name: str, where: str, rule: str,
+           values: _Values, load: _Load, defaults: Mapping[str, object] | None) -> Any:
+    if isinstance(key.kind, Nested):
+        nested = key.kind.block
+        inner = _read(nested, data.get(name), where, rule, load)
+        if not inner.complete:
+            raise _Unusable(where)
+        return _build(nested, inner)
+    if name in data:
+        raw_value = data[name]
+        if raw_value is None and key.nullable:
+            return None
+    elif defaults is not None and name in defaults:
+        raw_value = defaults[name]
+    elif key.default is not NO_DEFAULT:
+        raw_value = key.default
+    elif not key.required:
+        return None
+    else:
+        raw_value = None
+    if raw_value is _FAILED:
+        raise _Unusable(where)
+    value = key.kind.parse(raw_value, where)
+    step = _STEPS.get(rule)
+    return value if step is None else step(value, where, values, load)
 
 
 def _build(block: Block, values: Mapping[str, Any]) -> Any:
@@ -185,18 +284,29 @@ def _sibling(path: str, name: str) -> str:
     return _join(path.rpartition(".")[0], name)
 
 
-def _mapping(raw: object, path: str, allowed: frozenset[str]) -> dict[str, Any]:
+def _mapping(raw: object, path: str, allowed: frozenset[str], load: _Load) -> dict[str, Any]:
+    """``raw``'s allowed keys; each other key is reported (and left out)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(path, "must be a mapping")
-    for key in raw:
-        if key not in allowed:
-            if key in REPLACED_KEYS:
-                raise ConfigError(_join(path, str(key)), REPLACED_KEYS[key])
-            raise ConfigError(_join(path, str(key)),
-                              f"unknown key (allowed: {', '.join(sorted(allowed))})")
-    return raw
+    known = {}
+    for key, value in raw.items():
+        if key in allowed:
+            known[key] = value
+        else:
+            load.report(ConfigError(_join(path, str(key)), _unknown_key(key, allowed)))
+    return known
+
+
+def _unknown_key(key: object, allowed: frozenset[str]) -> str:
+    if key in REPLACED_KEYS:
+        return REPLACED_KEYS[str(key)]
+    names = ", ".join(sorted(allowed))
+    suggestion = did_you_mean(str(key), allowed)
+    if suggestion is None:
+        return f"unknown key (allowed: {names})"
+    return f"unknown key; did you mean {suggestion}? (allowed: {names})"
 
 
 # Keys a release removed, with what to write instead (a config written for it fails loudly).
@@ -208,58 +318,167 @@ REPLACED_KEYS: Final[Mapping[str, str]] = {
 }
 
 
+def _interpolated(block: Block, raw: object, path: str, load: _Load,
+                  raw_keys: Collection[str] = ()) -> object:
+    """``raw`` with ``${VAR}`` interpolated in the values of the block's keys, key by key (an
+    unset variable is reported and its key ``_FAILED``). Unknown keys are left as they are
+    (they are reported, never read); so are ``raw_keys``, whose step reads their blocks."""
+    if not isinstance(raw, dict):
+        return raw
+    out: dict[Any, Any] = {}
+    for name, value in raw.items():
+        key, where = block.keys.get(name), _join(path, str(name))
+        if key is None or name in raw_keys:
+            out[name] = value
+        elif isinstance(key.kind, Nested):
+            out[name] = _interpolated(key.kind.block, value, where, load)
+        else:
+            try:
+                out[name] = interpolate(value, load.env, where)
+            except ConfigError as exc:
+                load.report(exc)
+                out[name] = _FAILED
+    return out
+
+
+# --- what to change when keys disagree --------------------------------------------------------
+
+# Keys whose default is never printed (their values are secrets or may carry one).
+_SECRET_LIKE: Final = re.compile(r"secret|token|password|passwd|credential|private|api_?key",
+                                 re.IGNORECASE)
+
+
+def _is_secret(rule: str) -> bool:
+    """Whether the key at ``rule`` (``store.url``, ``providers.<key>.secrets``) holds or may
+    hold a secret: by its name, or its field kept out of ``repr``."""
+    if _SECRET_LIKE.search(rule):
+        return True
+    parent, _, name = rule.rpartition(".")
+    block = BLOCKS.get(parent)
+    key = block.keys.get(name) if block is not None else None
+    if block is None or key is None or block.model is None or key.fills is None:
+        return False
+    hidden = {f.name for f in dataclasses.fields(block.model) if not f.repr}
+    return key.fills in hidden
+
+
+def _default_of(rule: str, preset: object = None) -> str:
+    """`` (default 60s)`` for the key at ``rule`` (a provider's: its preset's value when the
+    preset sets it); empty for a key without a default or holding a secret."""
+    if _is_secret(rule):
+        return ""
+    parent, _, name = rule.rpartition(".")
+    if parent == "providers.<key>" and isinstance(preset, str):
+        with contextlib.suppress(ConfigError):
+            preset_value = load_preset(preset).get(name)
+            if preset_value is not None:
+                return f" ({preset} preset: {preset_value})"
+    block = BLOCKS.get(parent)
+    key = block.keys.get(name) if block is not None else None
+    if key is None or key.default is NO_DEFAULT:
+        return ""
+    return f" (default {key.default})"
+
+
+def _fix(*changes: tuple[str, str, str], preset: object = None) -> str:
+    """``; to fix, raise providers.stripe.lease (default 60s) or lower upstream.timeout
+    (default 10s)`` for changes (verb, key path, rule)."""
+    parts = [f"{verb} {where}{_default_of(rule, preset)}" for verb, where, rule in changes]
+    return "; to fix, " + " or ".join(parts)
+
+
 # --- the steps, filed under the key path they follow ------------------------------------------
 
-def _admin_listen(admin: Any, path: str, values: dict[str, Any], load: _Load) -> Any:
-    if admin == values["listen"] and admin.port != 0:
+def _admin_listen(admin: Any, path: str, values: _Values, load: _Load) -> Any:
+    if admin == values.known("listen") and admin.port != 0:
         raise ConfigError(path, "must differ from listen (admin routes are never served to "
-                          "providers)")
+                          "providers)" + _fix(("change", "admin_listen", "admin_listen"),
+                                              ("change", "listen", "listen")))
     return admin
 
 
-def _store_url(url: str, path: str, values: dict[str, Any], load: _Load) -> str:
+def _store_url(url: str, path: str, values: _Values, load: _Load) -> str:
     """A relative SQLite path is relative to the config file's folder."""
     if url.startswith("sqlite:///") and not Path(rel := url[len("sqlite:///"):]).is_absolute():
         return "sqlite:///" + str((load.base / rel).resolve())
     return url
 
 
-def _pool_max_size(size: int, path: str, values: dict[str, Any], load: _Load) -> int:
-    if values["pool_min_size"] > size:
-        raise ConfigError(_sibling(path, "pool_min_size"), "must not exceed pool_max_size")
+def _pool_max_size(size: int, path: str, values: _Values, load: _Load) -> int:
+    minimum = values.known("pool_min_size")
+    if minimum is not None and minimum > size:
+        raise ConfigError(_sibling(path, "pool_min_size"), f"must not exceed pool_max_size "
+                          f"({minimum} > {size})" + _fix(
+                              ("lower", _sibling(path, "pool_min_size"), "store.pool_min_size"),
+                              ("raise", path, "store.pool_max_size")))
     return size
 
 
-def _providers(raw: object, path: str, values: dict[str, Any],
+def _providers(raw: object, path: str, values: _Values,
                load: _Load) -> tuple[ProviderConfig, ...]:
     if not isinstance(raw, dict) or not raw:
         raise ConfigError(path, "at least one provider is required (a mapping of key → "
                           "settings)")
-    providers = []
-    seen_paths: dict[str, str] = {}
-    load = replace(load, top=values)  # upstream and max_body_bytes are read by now
-    for key, block in raw.items():
-        where = f"{path}.{key}"
-        if not isinstance(key, str) or not _PROVIDER_KEY_RE.match(key):
-            raise ConfigError(where, "provider keys are lower-case letters, digits, '-' and '_' "
-                              "(at most 63); the key is part of the dedupe key")
-        provider = _provider(key, block, where, load)
-        if provider.path in seen_paths:
-            raise ConfigError(f"{where}.path", f"{provider.path!r} is already used by provider "
-                              f"{seen_paths[provider.path]!r}")
-        seen_paths[provider.path] = key
-        providers.append(provider)
-        if provider.retry_window is not None and provider.retention < provider.retry_window:
-            load.warnings.append(
-                f"{where}.retention ({format_duration(provider.retention)}) is shorter than the "
-                f"provider's retry window ({format_duration(provider.retry_window)}): a "
-                "redelivery arriving after its row is deleted is forwarded to the app again")
-    return tuple(providers)
+    routes: dict[str, str] = {}  # each provider's path → its key
+    providers = [_provider_or_none(key, block, f"{path}.{key}", routes, load)
+                 for key, block in raw.items()]
+    complete = [provider for provider in providers if provider is not None]
+    if len(complete) < len(providers):
+        raise _Unusable(path)
+    return tuple(complete)
 
 
-def _provider(key: str, raw: object, path: str, load: _Load) -> ProviderConfig:
-    data = _mapping(raw, path, PROVIDER.names)
+def _provider_or_none(key: object, raw: object, path: str, routes: dict[str, str],
+                      load: _Load) -> ProviderConfig | None:
+    """The provider, or ``None`` when a problem was reported in it (or its path is another
+    provider's)."""
+    try:
+        key = _provider_key(key, path)
+        read = _provider(raw, path, load)
+    except ConfigError as exc:
+        load.report(exc)
+        return None
+    except _Unusable:
+        return None
+    route = read.get("path")
+    if isinstance(route, str) and route in routes:
+        load.report(ConfigError(f"{path}.path", f"{route!r} is already used by provider "
+                                f"{routes[route]!r}"))
+        return None
+    if isinstance(route, str):
+        routes[route] = key
+    if not read.complete:
+        return None
+    provider = ProviderConfig(key=key, **PROVIDER.fill(read))
+    _warn_retention(provider, path, load)
+    return provider
+
+
+def _warn_retention(provider: ProviderConfig, path: str, load: _Load) -> None:
+    if provider.retry_window is not None and provider.retention < provider.retry_window:
+        load.warnings.append(
+            f"{path}.retention ({format_duration(provider.retention)}) is shorter than the "
+            f"provider's retry window ({format_duration(provider.retry_window)}): a "
+            "redelivery arriving after its row is deleted is forwarded to the app again")
+
+
+def _provider_key(key: object, path: str) -> str:
+    if isinstance(key, str) and _PROVIDER_KEY_RE.match(key):
+        return key
+    hint = ""
+    if isinstance(key, str) and _PROVIDER_KEY_RE.match(key.lower()):
+        hint = f"; did you mean {key.lower()}?"
+    raise ConfigError(path, "provider keys are lower-case letters, digits, '-' and '_' "
+                      f"(at most 63); the key is part of the dedupe key{hint}")
+
+
+def _provider(raw: object, path: str, load: _Load) -> _Values:
+    """The provider block's values (``_FAILED`` where wrong), its preset merged under it."""
+    data = _interpolated(PROVIDER, _mapping(raw, path, PROVIDER.names, load), path, load)
+    assert isinstance(data, dict)
     preset_name = data.get("preset")
+    if preset_name is _FAILED:  # the preset is unknown: so is what the block is merged over
+        raise _Unusable(path)
     if preset_name is not None:
         if not isinstance(preset_name, str):
             raise ConfigError(f"{path}.preset", "must be a preset name")
@@ -272,57 +491,34 @@ def _provider(key: str, raw: object, path: str, load: _Load) -> ProviderConfig:
         from_preset = name in REQUIRED_WITHOUT_PRESET
         if (declared.required or from_preset) and name not in data:
             hint = " (or name a preset)" if from_preset else ""
-            raise ConfigError(f"{path}.{name}", f"is required{hint}")
-    values = _read(PROVIDER, data, path, "providers.<key>", load,
-                   defaults={"max_body_bytes": load.top["max_body_bytes"]})
-    return ProviderConfig(key=key, **PROVIDER.fill(values))
+            load.report(ConfigError(f"{path}.{name}", f"is required{hint}"))
+            data[name] = _FAILED
+    return _read(PROVIDER, data, path, "providers.<key>", load,
+                 defaults={"max_body_bytes": load.read.get("max_body_bytes", _FAILED)})
 
 
-def _signature(raw: object, path: str, values: dict[str, Any], load: _Load) -> SignatureSpec:
+def _signature(raw: object, path: str, values: _Values, load: _Load) -> SignatureSpec:
     return parse_signature_spec(raw, path)
 
 
-def _event_id(raw: object, path: str, values: dict[str, Any], load: _Load) -> Any:
+def _event_id(raw: object, path: str, values: _Values, load: _Load) -> Any:
     return parse_event_id_spec(raw, path)
 
 
-def _secrets(raw: object, path: str, values: dict[str, Any],
+def _secrets(raw: object, path: str, values: _Values,
              load: _Load) -> tuple[SecretRef, ...]:
     if isinstance(raw, str | dict):
         raw = [raw]
     if not isinstance(raw, list) or not raw:
         raise ConfigError(path, "must be a non-empty list of secrets (a string, {env: NAME} or "
                           "{file: PATH}); several are accepted at once for rotation")
-    refs = []
-    for i, item in enumerate(raw):
-        item_path = f"{path}[{i}]"
-        source, value = _secret_value(item, item_path, load)
-        if not value:
-            raise ConfigError(item_path, f"secret from {source} is empty")
-        refs.append(SecretRef(source=source,
-                              key=decode_secret(values["signature"], value, item_path)))
-    return tuple(refs)
+    found = _secret_values(raw, path, load)
+    signature = values["signature"]
+    return _decoded(found, path, load, lambda value, where: decode_secret(signature, value,
+                                                                          where))
 
 
-def _secret_value(item: object, path: str, load: _Load) -> tuple[str, str]:
-    if isinstance(item, str):
-        return "inline", item
-    spec = _mapping(item, path, frozenset({"env", "file"}))
-    if len(spec) != 1:
-        raise ConfigError(path, "give exactly one of env or file")
-    if "env" in spec:
-        name = spec["env"]
-        if not isinstance(name, str) or name not in load.env:
-            raise ConfigError(f"{path}.env", f"environment variable {name} is not set")
-        return f"env:{name}", load.env[name]
-    file = spec["file"]
-    if not isinstance(file, str):
-        raise ConfigError(f"{path}.file", "must be a path")
-    file_path = Path(file) if Path(file).is_absolute() else load.base / file
-    return f"file:{file_path}", read_secret_file(file_path, f"{path}.file")
-
-
-def _signing_secrets(raw: object, path: str, values: dict[str, Any],
+def _signing_secrets(raw: object, path: str, values: _Values,
                      load: _Load) -> tuple[SecretRef, ...]:
     """upstream.signing_secrets: whsec_ secrets that sign every forward (none: unsigned)."""
     if isinstance(raw, str | dict):
@@ -330,44 +526,129 @@ def _signing_secrets(raw: object, path: str, values: dict[str, Any],
     if not isinstance(raw, list):
         raise ConfigError(path, "must be a list of secrets (a string, {env: NAME} or "
                           "{file: PATH}); every one signs each forward (rotation)")
-    refs = []
+    return _decoded(_secret_values(raw, path, load), path, load, decode_forward_secret)
+
+
+def _secret_values(raw: list[Any], path: str, load: _Load) -> list[tuple[str, str, str]]:
+    """(item path, source, secret) for each item; every item is checked (each problem
+    reported) before any is decoded."""
+    found: list[tuple[str, str, str]] = []
     for i, item in enumerate(raw):
-        item_path = f"{path}[{i}]"
-        source, value = _secret_value(item, item_path, load)
-        refs.append(SecretRef(source=source, key=decode_forward_secret(value, item_path)))
+        try:
+            found.append((f"{path}[{i}]", *_secret_value(item, f"{path}[{i}]", load)))
+        except ConfigError as exc:
+            load.report(exc)
+    if len(found) < len(raw):
+        raise _Unusable(path)
+    return found
+
+
+def _decoded(found: list[tuple[str, str, str]], path: str, load: _Load,
+             decode: Callable[[str, str], bytes]) -> tuple[SecretRef, ...]:
+    refs = []
+    for item_path, source, value in found:
+        try:
+            refs.append(SecretRef(source=source, key=decode(value, item_path)))
+        except ConfigError as exc:
+            load.report(exc)
+    if len(refs) < len(found):
+        raise _Unusable(path)
     return tuple(refs)
 
 
-def _lease(lease: float, path: str, values: dict[str, Any], load: _Load) -> float:
-    timeout = load.top["upstream"].timeout
-    if lease <= timeout:
-        raise ConfigError(path, f"must exceed upstream.timeout ({timeout:g}s), or a slow but "
-                          "live first attempt would be taken over")
+_SECRET_SHAPE: Final = "a secret is a string, {env: NAME} or {file: PATH}"
+
+
+def _secret_value(item: object, path: str, load: _Load) -> tuple[str, str]:
+    """(its source, the secret) for one item of ``secrets``. Messages name a variable or a file,
+    never a value, nor an unknown key (it might be the secret, written as a key)."""
+    if isinstance(item, str):
+        source, value = "inline", item
+    elif not isinstance(item, dict):
+        raise ConfigError(path, "must be a string, {env: NAME} or {file: PATH}")
+    elif unknown := [key for key in item if key not in ("env", "file")]:
+        suggestion = did_you_mean(str(unknown[0]), ("env", "file"))
+        hint = f"; did you mean {suggestion}?" if suggestion else ""
+        raise ConfigError(path, f"has a key other than env or file (not shown: it may be the "
+                          f"secret){hint}; {_SECRET_SHAPE}")
+    elif len(item) != 1:
+        raise ConfigError(path, "give exactly one of env or file")
+    elif "env" in item:
+        source, value = _secret_from_env(item["env"], f"{path}.env", load)
+    else:
+        source, value = _secret_from_file(item["file"], f"{path}.file", load)
+    if not value:
+        raise ConfigError(path, f"secret from {source} is empty")
+    return source, value
+
+
+def _secret_from_env(name: object, path: str, load: _Load) -> tuple[str, str]:
+    if not isinstance(name, str):
+        raise ConfigError(path, "must be the name of an environment variable")
+    if name not in load.env:
+        raise ConfigError(path, f"environment variable {name} is not set")
+    return f"env:{name}", load.env[name]
+
+
+def _secret_from_file(file: object, path: str, load: _Load) -> tuple[str, str]:
+    if not isinstance(file, str):
+        raise ConfigError(path, "must be a path")
+    file_path = Path(file) if Path(file).is_absolute() else load.base / file
+    return f"file:{file_path}", read_secret_file(file_path, path)
+
+
+def _lease(lease: float, path: str, values: _Values, load: _Load) -> float:
+    timeout = load.known("upstream.timeout")
+    if timeout is not None and lease <= timeout:
+        raise ConfigError(path, f"must exceed upstream.timeout ({format_duration(timeout)}; "
+                          f"the lease is {format_duration(lease)}), or a slow but live first "
+                          "attempt would be taken over" + _fix(
+                              ("raise", path, "providers.<key>.lease"),
+                              ("lower", "upstream.timeout", "upstream.timeout"),
+                              preset=values.get("preset")))
     return lease
 
 
-def _inflight_wait(wait: float, path: str, values: dict[str, Any], load: _Load) -> float:
-    lease, timeout = values["lease"], load.top["upstream"].timeout
+def _inflight_wait(wait: float, path: str, values: _Values, load: _Load) -> float:
+    lease, preset = values.known("lease"), values.get("preset")
+    lease_path = _sibling(path, "lease")
+    if lease is None:
+        return wait
     if wait > lease:
-        raise ConfigError(path, "must not exceed the lease")
-    if values["event_id"].is_batch and lease <= timeout + wait:
-        raise ConfigError(_sibling(path, "lease"), f"must exceed upstream.timeout + "
-                          f"inflight_wait ({timeout + wait:g}s) for a batch provider: an item's "
-                          "lease runs while the delivery waits for its other items")
+        raise ConfigError(path, f"must not exceed the lease ({format_duration(wait)} > "
+                          f"{format_duration(lease)})" + _fix(
+                              ("lower", path, "providers.<key>.inflight_wait"),
+                              ("raise", lease_path, "providers.<key>.lease"), preset=preset))
+    timeout, event_id = load.known("upstream.timeout"), values.known("event_id")
+    if timeout is not None and event_id is not None and event_id.is_batch and (
+            lease <= timeout + wait):
+        raise ConfigError(lease_path, f"must exceed upstream.timeout + inflight_wait "
+                          f"({format_duration(timeout)} + {format_duration(wait)} = "
+                          f"{format_duration(timeout + wait)}; the lease is "
+                          f"{format_duration(lease)}) for a batch provider: an item's lease "
+                          "runs while the delivery waits for its other items" + _fix(
+                              ("raise", lease_path, "providers.<key>.lease"),
+                              ("lower", path, "providers.<key>.inflight_wait"),
+                              ("lower", "upstream.timeout", "upstream.timeout"), preset=preset))
     return wait
 
 
-def _retention(retention: float, path: str, values: dict[str, Any], load: _Load) -> float:
-    if retention <= values["lease"]:
-        raise ConfigError(path, "must exceed the lease")
+def _retention(retention: float, path: str, values: _Values, load: _Load) -> float:
+    lease = values.known("lease")
+    if lease is not None and retention <= lease:
+        raise ConfigError(path, f"must exceed the lease ({format_duration(retention)} ≤ "
+                          f"{format_duration(lease)})" + _fix(
+                              ("raise", path, "providers.<key>.retention"),
+                              ("lower", _sibling(path, "lease"), "providers.<key>.lease"),
+                              preset=values.get("preset")))
     return retention
 
 
-def _handshake(raw: object, path: str, values: dict[str, Any], load: _Load) -> Any:
+def _handshake(raw: object, path: str, values: _Values, load: _Load) -> Any:
     return parse_handshake_spec(raw, path)
 
 
-def _replay_nonce(raw: object, path: str, values: dict[str, Any], load: _Load) -> Any:
+def _replay_nonce(raw: object, path: str, values: _Values, load: _Load) -> Any:
     nonce = parse_event_id_spec(raw, path)
     if nonce.is_batch:
         raise ConfigError(path, "must be one value ({header: …} or {json: …})")

@@ -12,6 +12,7 @@ from importlib import resources
 
 import yaml
 
+from sidecar.config.problems import did_you_mean
 from sidecar.core.errors import ConfigError
 
 _SUFFIX = ".yaml"
@@ -46,5 +47,7 @@ def load_preset(name: str) -> dict[str, object]:
     """The preset's data; a deep copy, so callers may merge into it freely."""
     # Only listed names reach the file system: no path tricks through ``name``.
     if name not in _names():
-        raise ConfigError("", f"unknown preset {name!r}; known: {', '.join(_names())}")
+        suggestion = did_you_mean(name, _names())
+        hint = f"; did you mean {suggestion}?" if suggestion else ""
+        raise ConfigError("", f"unknown preset {name!r}; known: {', '.join(_names())}{hint}")
     return copy.deepcopy(_parsed(name))

@@ -24,6 +24,7 @@ from sidecar.config.interpolate import interpolate
 from sidecar.config.kinds import Duration, Integer
 from sidecar.config.loader import BLOCKS, load_config_file, parse_config
 from sidecar.config.model import LogFormat, LogLevel, PayloadMismatch, StoreKind
+from sidecar.config.problems import ConfigProblems
 from sidecar.core.durations import format_duration, parse_duration
 from sidecar.core.errors import ConfigError
 
@@ -291,11 +292,16 @@ def test_choices_are_enums_equal_to_their_yaml_text() -> None:
         parse_config(minimal(on_payload_mismatch="ignore"), env={})
 
 
-def test_with_several_mistakes_the_first_key_declared_is_named() -> None:
+def test_with_several_mistakes_each_is_reported_in_the_order_written() -> None:
+    """``path`` is the first mistake in the file; the error lists every one (a lease compared
+    with an upstream.timeout that is itself wrong is not: that check is skipped)."""
     data = minimal(lease="5s")
     data.update(admin_token="short", upstream={"url": "http://a", "timeout": "soon"})
-    assert error_path(data) == "upstream.timeout"
+    with pytest.raises(ConfigProblems) as info:
+        parse_config(data, env={})
+    assert info.value.path == "upstream.timeout"
+    assert [p.path for p in info.value.problems] == ["upstream.timeout", "admin_token"]
     del data["upstream"]["timeout"]
-    assert error_path(data) == "admin_token"
-    del data["admin_token"]
-    assert error_path(data) == "providers.stripe.lease"
+    with pytest.raises(ConfigProblems) as info:
+        parse_config(data, env={})
+    assert [p.path for p in info.value.problems] == ["providers.stripe.lease", "admin_token"]
