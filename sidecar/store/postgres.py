@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Final
@@ -28,6 +29,7 @@ import asyncpg
 from sidecar.core.errors import RowLocked, StoreClosed, StoreError
 from sidecar.core.events import Claim
 from sidecar.store import migrations
+from sidecar.store.outage import OutageLog
 from sidecar.store.rows import Params, event_row
 from sidecar.store.sqlfiles import statement
 from sidecar.store.verbs import SQLStore
@@ -79,6 +81,9 @@ _AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
 }
 
 
+_POOL_LOG: Final = logging.getLogger("asyncpg.pool")
+
+
 class _ConnectionLost(Exception):
     """Internal: the connection failed mid-call; the statement may or may not have run."""
 
@@ -115,6 +120,8 @@ class PostgresStore(SQLStore):
         self._pool = pool
         self._acquire_timeout = acquire_timeout
         self._deadline = deadline
+        self._outage = OutageLog()
+        _POOL_LOG.addFilter(self._outage)  # mutes the pool's reconnect warnings meanwhile
 
     def __repr__(self) -> str:  # never shows the DSN (it may carry a password)
         return f"<PostgresStore pool={self._pool.get_size()}/{self._pool.get_max_size()}>"
@@ -192,6 +199,7 @@ class PostgresStore(SQLStore):
         """Close the pool, waiting a bounded time for borrowed connections, then abort them."""
         if self._pool.is_closing():
             return
+        _POOL_LOG.removeFilter(self._outage)
         try:
             async with asyncio.timeout(_CLOSE_GRACE):
                 await self._pool.close()
@@ -232,6 +240,16 @@ class PostgresStore(SQLStore):
     # -- one call: a statement on a pooled connection, within the deadline -------------------
 
     async def _rows(self, name: str, params: Params) -> list[asyncpg.Record]:
+        """``_call``, its outcome reported to the outage log."""
+        try:
+            records = await self._call(name, params)
+        except StoreError as exc:
+            self._outage.failed(exc)
+            raise
+        self._outage.succeeded()
+        return records
+
+    async def _call(self, name: str, params: Params) -> list[asyncpg.Record]:
         """Run ``sql/postgres/<name>.sql``; on a failed connection, repeat it per ``_AGAIN``.
         Raises ``StoreError`` (``RowLocked``, ``StoreClosed``) and nothing else from the driver;
         a cancellation of the caller goes on as such."""

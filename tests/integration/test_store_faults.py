@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -641,3 +642,56 @@ async def test_backends_killed_while_the_app_works_leave_no_row_processing(
         answered = one_by_one + [e for e, s in zip(at_once, concurrent, strict=True) if s == 200]
         assert {e: rows.get(e) for e in answered} == {e: "done" for e in answered}
         assert all(stub.count(e) <= 1 for e in one_by_one + at_once)
+
+
+# == an outage, logged once ===================================================================
+
+
+class _Kept(logging.Handler):
+    """The records that pass a logger's filters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_an_outage_is_logged_once_with_the_driver_traceback_and_its_end_once(
+    cluster: ThrowawayCluster, dsn: str,
+) -> None:
+    pool_log, kept = logging.getLogger("asyncpg.pool"), _Kept()
+    pool_log.addHandler(kept)
+    try:
+        async with opened(dsn, max_size=2) as store:
+            assert await store.get("stripe", "evt_none") is None
+            with structlog.testing.capture_logs() as logs:
+                await asyncio.to_thread(cluster.stop, "immediate")
+                try:
+                    for i in range(5):  # deliveries during the outage: each fails
+                        with pytest.raises(StoreError):
+                            await store.get("stripe", f"evt_{i}")
+                    # The pool's own reconnect warnings are muted while it lasts.
+                    pool_log.warning("a reconnect warning while down")
+                    pool_log.error("an error still gets through")
+                finally:
+                    await asyncio.to_thread(cluster.start)
+                for _ in range(100):  # bounded: until the restarted server answers
+                    with contextlib.suppress(StoreError):
+                        await store.get("stripe", "evt_after")
+                        break
+                    await asyncio.sleep(0.05)
+            pool_log.warning("after the outage: logged again")
+    finally:
+        pool_log.removeHandler(kept)
+    events = [entry["event"] for entry in logs]
+    assert events.count("store_unavailable") == 1 and events.count("store_recovered") == 1
+    [down] = [entry for entry in logs if entry["event"] == "store_unavailable"]
+    assert down["log_level"] == "error" and isinstance(down["exc_info"], BaseException)
+    [up] = [entry for entry in logs if entry["event"] == "store_recovered"]
+    assert up["failed_calls"] >= 5 and up["outage_s"] > 0
+    messages = [r.getMessage() for r in kept.records]
+    assert "a reconnect warning while down" not in messages
+    assert "an error still gets through" in messages
+    assert messages[-1] == "after the outage: logged again"

@@ -1,0 +1,72 @@
+"""A database outage, logged once: its first failed call with the driver's traceback, its end
+with how long it lasted and how many calls failed. Each delivery's own line still says
+``store_error`` (at warning); in between, asyncpg's pool repeats "Failed to restore the pool
+connection floor" every second or so, and those lines are muted until the store answers again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import asyncpg
+import structlog
+
+from sidecar.core.errors import RowLocked, StoreClosed, StoreError
+
+log = structlog.get_logger("sidecar.store")
+
+# The database refused one statement, but it is there and answering: not an outage.
+_ANSWERING = asyncpg.PostgresError
+# …except these, which say the server is going away, refusing connections or too slow.
+_UNAVAILABLE = (asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
+                asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
+                asyncpg.QueryCanceledError)
+
+
+def is_outage(error: StoreError) -> bool:
+    """Whether a failed call means the database is unreachable, down or too slow (rather than
+    a locked row, a closed store or one refused statement)."""
+    if isinstance(error, RowLocked | StoreClosed):
+        return False
+    cause = error.__cause__
+    return not isinstance(cause, _ANSWERING) or isinstance(cause, _UNAVAILABLE)
+
+
+class OutageLog(logging.Filter):
+    """Tracks one store's outages from the outcome of its calls. Also a logging filter on
+    asyncpg's loggers: below error, their lines are dropped while an outage is on."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._clock = clock
+        self._since: float | None = None
+        self._failures = 0
+
+    @property
+    def on(self) -> bool:
+        return self._since is not None
+
+    def failed(self, error: StoreError) -> None:
+        if not is_outage(error):
+            return
+        self._failures += 1
+        if self._since is None:
+            self._since = self._clock()
+            # The driver's own exception carries the detail (refused, reset, shut down); its
+            # traceback says where. Connection-level errors quote no request data. A deadline
+            # has no such detail: its traceback would be the event loop's.
+            cause = error.__cause__
+            driver = cause is not None and not isinstance(cause, TimeoutError)
+            log.error("store_unavailable", error=str(error), exc_info=cause if driver else None)
+
+    def succeeded(self) -> None:
+        if self._since is None:
+            return
+        log.info("store_recovered", outage_s=round(self._clock() - self._since, 3),
+                 failed_calls=self._failures)
+        self._since, self._failures = None, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self._since is None or record.levelno >= logging.ERROR
