@@ -9,14 +9,12 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import jsonschema
 import kubernetes_validate
-import promql_parser
 import pytest
 import yaml
 
@@ -25,67 +23,37 @@ from sidecar.config.loader import BLOCKS, TOP, parse_config
 from sidecar.config.schema import SCHEMA_FILE
 from sidecar.config.schema.chart import CHART_OWNED, CHART_SCHEMA_FILE, chart_schema_text
 from sidecar.core.durations import parse_duration
-from sidecar.obs.metrics import Metrics
-
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "helm" / "webhook-sidecar"
-EXAMPLE = REPO / "helm" / "examples" / "app-with-sidecar"
-VALUES = {name: yaml.safe_load((CHART / "ci" / f"{name}-values.yaml").read_text())
-          for name in ("sidecar", "standalone", "realistic")}
-# The oldest Kubernetes with native sidecars on by default, and the newest the schemas know.
-KUBE_VERSIONS = ("1.29.0", kubernetes_validate.latest_version() + ".0")
-
-Manifest = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def example_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example app chart with its webhook-sidecar dependency built (file://, offline)."""
-    root = tmp_path_factory.mktemp("helm")
-    shutil.copytree(REPO / "helm", root / "helm",
-                    ignore=shutil.ignore_patterns("charts", "Chart.lock"))
-    chart = root / "helm" / "examples" / "app-with-sidecar"
-    helm.dependency_build(chart)
-    return chart
-
-
-def render(chart: Path, values: dict[str, Any] | None = None, **kw: Any) -> list[Manifest]:
-    with helm.Chart.load(chart) as loaded:
-        out = loaded.render(values, name=kw.get("name", "shop"),
-                            namespace=kw.get("namespace", "shop"), is_install=True)
-    docs = []
-    for path, text in sorted(out.items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        docs += [d for d in yaml.safe_load_all(text) if d]
-    return docs
-
-
-def example_values(**sidecar: Any) -> dict[str, Any]:
-    values = yaml.safe_load((EXAMPLE / "values.yaml").read_text())
-    values["webhookSidecar"]["sidecar"].update(sidecar)
-    return values
-
-
-def kinds(docs: list[Manifest], kind: str) -> list[Manifest]:
-    return [d for d in docs if d["kind"] == kind]
-
-
-def one(docs: list[Manifest], kind: str, name_suffix: str = "") -> Manifest:
-    found = [d for d in kinds(docs, kind) if d["metadata"]["name"].endswith(name_suffix)]
-    assert len(found) == 1, (kind, name_suffix, [d["metadata"]["name"] for d in found])
-    return found[0]
-
+from tests.deploy.chart_support import (
+    CHART,
+    KUBE_VERSIONS,
+    REPO,
+    VALUES,
+    Manifest,
+    config_of,
+    example_values,
+    kinds,
+    materialise,
+    named_port,
+    one,
+    port_of,
+    proxy_container,
+    render,
+)
 
 RENDERINGS = ["sidecar", "standalone", "realistic", "example", "example-native"]
 
 
+def render_named(name: str, example_chart: Path,
+                 kube_version: str | None = None) -> list[Manifest]:
+    if name.startswith("example"):
+        return render(example_chart, example_values(native=name == "example-native"),
+                      kube_version=kube_version)
+    return render(CHART, VALUES[name], kube_version=kube_version)
+
+
 @pytest.fixture(scope="module")
 def rendered(example_chart: Path) -> dict[str, list[Manifest]]:
-    out = {name: render(CHART, VALUES[name]) for name in ("sidecar", "standalone", "realistic")}
-    out["example"] = render(example_chart, example_values())
-    out["example-native"] = render(example_chart, example_values(native=True))
-    return out
+    return {name: render_named(name, example_chart) for name in RENDERINGS}
 
 
 # --- lint -------------------------------------------------------------------------------------
@@ -144,45 +112,52 @@ PROMETHEUS_RULE_SUBSET = {
                     "annotations": {"type": "object",
                                     "additionalProperties": {"type": "string"}}}}}}}}}}},
 }
+POD_MONITOR_SUBSET = {
+    "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {"spec": {
+        "type": "object", "additionalProperties": False,
+        "required": ["selector", "podMetricsEndpoints"],
+        "properties": {
+            "selector": {"type": "object", "additionalProperties": False,
+                         "required": ["matchLabels"], "properties": {"matchLabels": {
+                             "type": "object", "minProperties": 1,
+                             "additionalProperties": {"type": "string"}}}},
+            "namespaceSelector": {"type": "object", "properties": {
+                "matchNames": {"type": "array", "items": {"type": "string"}}}},
+            "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "additionalProperties": False, "required": ["port"],
+                "properties": {"port": {"type": "string"}, "path": {"type": "string"},
+                               "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                               "scrapeTimeout": {"type": "string",
+                                                 "pattern": "^[0-9]+(ms|s|m|h)$"}}}},
+        }}},
+}
+MONITORING_SUBSETS = {"ServiceMonitor": SERVICE_MONITOR_SUBSET, "PodMonitor": POD_MONITOR_SUBSET,
+                      "PrometheusRule": PROMETHEUS_RULE_SUBSET}
 
 
-@pytest.mark.parametrize("name", RENDERINGS)
-def test_rendered_manifests_validate_against_the_kubernetes_schemas(
-        name: str, rendered: dict[str, list[Manifest]]) -> None:
-    docs = rendered[name]
+def validate_manifests(docs: list[Manifest], version: str) -> None:
+    """Every manifest against the Kubernetes schemas of ``version`` (prometheus-operator kinds
+    against the subsets above)."""
     assert docs
     for doc in docs:
         if doc["apiVersion"] == "monitoring.coreos.com/v1":
-            subset = {"ServiceMonitor": SERVICE_MONITOR_SUBSET,
-                      "PrometheusRule": PROMETHEUS_RULE_SUBSET}[doc["kind"]]
-            jsonschema.validate(doc, subset)
+            jsonschema.validate(doc, MONITORING_SUBSETS[doc["kind"]])
             continue
-        for version in KUBE_VERSIONS:
-            kubernetes_validate.validate(doc, version, strict=True)
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+@pytest.mark.parametrize("name", RENDERINGS)
+def test_rendered_manifests_validate_against_the_kubernetes_schemas(
+        name: str, version: str, example_chart: Path) -> None:
+    """Rendered for each Kubernetes version (the chart adapts to .Capabilities) and validated
+    against that version's schemas."""
+    docs = render_named(name, example_chart, kube_version=version)
+    validate_manifests(docs, version)
 
 
 # --- the sidecar pod --------------------------------------------------------------------------
-
-def config_of(docs: list[Manifest], name_suffix: str = "-config") -> dict[str, Any]:
-    configmap = one(docs, "ConfigMap", name_suffix)
-    config: dict[str, Any] = yaml.safe_load(configmap["data"]["config.yaml"])
-    return config
-
-
-def port_of(address: str) -> int:
-    return int(address.rpartition(":")[2])
-
-
-def proxy_container(pod: Manifest) -> Manifest:
-    found = [c for c in [*pod.get("initContainers", []), *pod["containers"]]
-             if c["name"] == "webhook-sidecar"]
-    assert len(found) == 1
-    return found[0]
-
-
-def named_port(container: Manifest, name: str) -> int:
-    return int(next(p["containerPort"] for p in container["ports"] if p["name"] == name))
-
 
 def check_pod_runs_the_proxy(docs: list[Manifest], pod: Manifest, service: Manifest) -> None:
     """The wiring a running pod depends on, checked on the rendered objects."""
@@ -223,8 +198,11 @@ def check_pod_runs_the_proxy(docs: list[Manifest], pod: Manifest, service: Manif
         assert var in env, f"the config interpolates ${{{var}}} but the container has no {var}"
     # Graceful shutdown, exit included, fits in the grace period; the container runs as
     # non-root.
+    # A native sidecar is stopped after the app, when the endpoints are gone: no preStop sleep.
     grace = pod["terminationGracePeriodSeconds"]
-    pre_stop = int(proxy["lifecycle"]["preStop"]["exec"]["command"][1])
+    native = proxy in pod.get("initContainers", [])
+    pre_stop = 0 if native else int(proxy["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert native == ("lifecycle" not in proxy)
     shutdown = parse_duration(config["shutdown_timeout"], "shutdown_timeout")
     assert pre_stop + shutdown + SHUTDOWN_OVERRUN <= grace
     context = proxy["securityContext"]
@@ -240,7 +218,9 @@ def test_sidecar_pod_has_the_app_and_the_proxy(rendered: dict[str, list[Manifest
     assert [c["name"] for c in pod["containers"]] == ["app", "webhook-sidecar"]
     assert "initContainers" not in pod
     config = config_of(docs)
-    app_port = next(p["containerPort"] for p in pod["containers"][0]["ports"])
+    app_env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    app_port = port_of(app_env["WEBHOOK_LISTEN"])
+    assert app_env["WEBHOOK_LISTEN"] == f"127.0.0.1:{app_port}"
     assert config["upstream"]["url"] == f"http://127.0.0.1:{app_port}"
     check_pod_runs_the_proxy(docs, pod, one(docs, "Service", "-orders"))
     annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
@@ -280,32 +260,6 @@ def test_standalone_deployment_and_service_front_the_upstream(
 
 
 # --- the rendered config is one the proxy accepts --------------------------------------------
-
-def materialise(config: dict[str, Any], pod: Manifest | None,
-                root: Path) -> tuple[Any, dict[str, str]]:
-    """The config with its mounted secret files under ``root`` and the environment the pod
-    would give it (dummy secret values, a PostgreSQL URL, an admin token)."""
-    config = copy.deepcopy(config)
-    for provider in config["providers"].values():
-        for ref in provider["secrets"]:
-            if "file" in ref:
-                local = root / Path(ref["file"]).relative_to("/")
-                local.parent.mkdir(parents=True, exist_ok=True)
-                local.write_text("whsec_rendered-secret-value\n")
-                ref["file"] = str(local)
-    if pod is not None:  # what the pod sets from Secrets
-        names = [var["name"] for var in proxy_container(pod)["env"] if "valueFrom" in var]
-    else:  # no pod rendered (sidecar mode alone): everything the config refers to
-        text = yaml.safe_dump(config)
-        names = re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", text) + [
-            ref["env"] for provider in config["providers"].values()
-            for ref in provider["secrets"] if "env" in ref]
-    env = {name: {
-        "WEBHOOK_SIDECAR_STORE_URL": "postgresql://sidecar:pw@db:5432/sidecar",
-        "WEBHOOK_SIDECAR_ADMIN_TOKEN": "admin-token-0123456789",
-    }.get(name, "rendered-secret-value") for name in names}
-    return config, env
-
 
 @pytest.mark.parametrize("name", RENDERINGS)
 def test_rendered_config_passes_the_schema_and_the_loader(
@@ -347,33 +301,6 @@ def test_migrate_hook_job_uses_the_same_config_on_postgres(
 
 
 # --- monitoring -------------------------------------------------------------------------------
-
-def metric_names() -> set[str]:
-    """Every series name the proxy exports (labelled families have no samples until used)."""
-    suffixes = {"counter": ("_total",), "gauge": ("",),
-                "histogram": ("_bucket", "_sum", "_count")}
-    return {family.name + suffix for family in Metrics().registry.collect()
-            for suffix in suffixes[family.type]}
-
-
-@pytest.mark.parametrize("name", ["realistic", "example"])
-def test_alerts_parse_and_use_exported_metrics(
-        name: str, rendered: dict[str, list[Manifest]]) -> None:
-    rule = one(rendered[name], "PrometheusRule")
-    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(alerts) == {"WebhookSidecarEventsStuck", "WebhookSidecarSignatureFailures",
-                           "WebhookSidecarStoreErrors", "WebhookSidecarAppFailures"}
-    exported = metric_names()
-    for alert in alerts.values():
-        promql_parser.parse(alert["expr"])
-        used = set(re.findall(r"\b(webhook_[a-z_]+)\b", alert["expr"]))
-        assert used and used <= exported, used - exported
-        parse_duration(alert["for"], "for")
-    assert "webhook_events_stuck" in alerts["WebhookSidecarEventsStuck"]["expr"]
-    assert 'result="invalid_signature"' in alerts["WebhookSidecarSignatureFailures"]["expr"]
-    assert 'result="store_error"' in alerts["WebhookSidecarStoreErrors"]["expr"]
-    assert 'status_class!="2xx"' in alerts["WebhookSidecarAppFailures"]["expr"]
-
 
 def test_service_monitor_scrapes_the_admin_port(rendered: dict[str, list[Manifest]]) -> None:
     for name in ("realistic", "example"):
@@ -486,7 +413,8 @@ def test_values_schema_knows_every_provider_key_and_no_chart_owned_config_key() 
     config = schema["properties"]["config"]["properties"]
     owned = {"listen", "admin_listen", "shutdown_timeout", "providers", "admin_token"}
     assert set(config) == TOP.names - owned
-    assert set(config["upstream"]["properties"]) == BLOCKS["upstream"].names - {"url"}
+    in_upstream = {k.removeprefix("upstream.") for k in CHART_OWNED if k.startswith("upstream.")}
+    assert set(config["upstream"]["properties"]) == BLOCKS["upstream"].names - in_upstream
     assert set(config["store"]["properties"]) == BLOCKS["store"].names - {"url"}
     assert set(config["log"]["properties"]) == BLOCKS["log"].names
     assert set(config["maintenance"]["properties"]) == BLOCKS["maintenance"].names

@@ -1,16 +1,24 @@
 {{/*
 Named templates. Those marked PUBLIC are the sidecar-mode interface: an app chart that depends
-on this chart includes them with a context built from this chart's values, e.g.
+on this chart includes them with the dependency's own context, .Subcharts.<name or alias>, e.g.
 
-  {{- $sidecar := dict "Values" .Values.webhookSidecar "Release" .Release }}
+  {{- $sidecar := .Subcharts.webhookSidecar }}
   containers:
     - name: app …
     {{- include "webhook-sidecar.containers" $sidecar | nindent 8 }}
   volumes:
     {{- include "webhook-sidecar.volumes" $sidecar | nindent 8 }}
 
-They read only .Values and .Release, so they render the same in this chart and in the parent.
+That context carries this chart's .Values, .Chart (the image tag defaults to its appVersion),
+.Release and .Capabilities, so they render the same in this chart and in the parent.
 */}}
+
+{{/* The context check: the named templates need .Chart and .Capabilities (Helm >= 3.7). */}}
+{{- define "webhook-sidecar.requireContext" -}}
+{{- if not (and .Chart .Capabilities) }}
+{{- fail "webhook-sidecar's named templates need the dependency's context: include them with .Subcharts.<alias> (e.g. $sidecar := .Subcharts.webhookSidecar), not a dict of Values and Release" }}
+{{- end }}
+{{- end }}
 
 {{- define "webhook-sidecar.name" -}}
 {{- default "webhook-sidecar" .Values.nameOverride | trunc 63 | trimSuffix "-" }}
@@ -41,15 +49,62 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
-{{/* The image tag by default; kept equal to Chart.yaml's appVersion (a test checks). */}}
-{{- define "webhook-sidecar.appVersion" -}}0.1.0{{- end }}
-
+{{/* registry/repository[:tag|@digest]: global.imageRegistry wins over image.registry; the tag
+defaults to this chart's appVersion. */}}
 {{- define "webhook-sidecar.image" -}}
-{{- $tag := .Values.image.tag | default (include "webhook-sidecar.appVersion" .) }}
+{{- include "webhook-sidecar.requireContext" . }}
+{{- $registry := dig "imageRegistry" "" (.Values.global | default dict) | default .Values.image.registry | default "" }}
+{{- $repository := .Values.image.repository }}
+{{- if $registry }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" $registry) $repository }}
+{{- end }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the admin token, as JSON {name, key}; empty when there is none. */}}
+{{- define "webhook-sidecar.adminTokenRef" -}}
+{{- if .Values.adminToken.existingSecret.name }}
+{{- dict "name" .Values.adminToken.existingSecret.name "key" .Values.adminToken.existingSecret.key | toJson }}
+{{- else if .Values.adminToken.generate }}
+{{- dict "name" (printf "%s-admin-token" (include "webhook-sidecar.fullname" .)) "key" "token" | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the forward-signing secret, as JSON {name, key}; empty when off. */}}
+{{- define "webhook-sidecar.forwardSigningRef" -}}
+{{- if .Values.forwardSigning.enabled }}
+{{- if .Values.forwardSigning.existingSecret.name }}
+{{- dict "name" .Values.forwardSigning.existingSecret.name "key" .Values.forwardSigning.existingSecret.key | toJson }}
+{{- else }}
+{{- dict "name" (printf "%s-forward-signing" (include "webhook-sidecar.fullname" .)) "key" "secret" | toJson }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A generated Secret's base64 data value, kept across upgrades: the value the cluster holds
+(lookup) when there is one, else the new value given. Args: (list $ctx name key new). */}}
+{{- define "webhook-sidecar.keptSecretData" -}}
+{{- $ctx := index . 0 }}{{ $name := index . 1 }}{{ $key := index . 2 }}{{ $new := index . 3 }}
+{{- $existing := lookup "v1" "Secret" $ctx.Release.Namespace $name }}
+{{- if and $existing (hasKey ($existing.data | default dict) $key) }}
+{{- index $existing.data $key }}
+{{- else }}
+{{- $new | b64enc }}
+{{- end }}
+{{- end }}
+
+{{/* The readiness endpoint: readinessPath, or by mode (sidecar: /healthz, standalone: /readyz). */}}
+{{- define "webhook-sidecar.readinessPath" -}}
+{{- if .Values.readinessPath }}
+{{- .Values.readinessPath }}
+{{- else if eq .Values.mode "sidecar" }}
+{{- "/healthz" }}
+{{- else }}
+{{- "/readyz" }}
 {{- end }}
 {{- end }}
 
@@ -103,6 +158,9 @@ sqlite
 {{- $config := deepCopy ($v.config | default dict) }}
 {{- $upstream := deepCopy (get $config "upstream" | default dict) }}
 {{- $_ := set $upstream "url" (include "webhook-sidecar.upstreamUrl" .) }}
+{{- if include "webhook-sidecar.forwardSigningRef" . }}
+{{- $_ := set $upstream "signing_secrets" (list "${WEBHOOK_SIDECAR_SIGNING_SECRET}") }}
+{{- end }}
 {{- $store := deepCopy (get $config "store" | default dict) }}
 {{- if $v.store.existingSecret.name }}
 {{- $_ := set $store "url" "${WEBHOOK_SIDECAR_STORE_URL}" }}
@@ -134,7 +192,7 @@ sqlite
 {{- $_ := set $config "shutdown_timeout" (printf "%ds" (int $v.shutdownTimeoutSeconds)) }}
 {{- $_ := set $config "upstream" $upstream }}
 {{- $_ := set $config "store" $store }}
-{{- if $v.adminToken.existingSecret.name }}
+{{- if include "webhook-sidecar.adminTokenRef" . }}
 {{- $_ := set $config "admin_token" "${WEBHOOK_SIDECAR_ADMIN_TOKEN}" }}
 {{- end }}
 {{- $_ := set $config "providers" $providers }}
@@ -162,6 +220,16 @@ sidecar.app.SHUTDOWN_OVERRUN (a test keeps the two equal). */}}
 {{- if and (eq .Values.mode "sidecar") (eq (int .Values.sidecar.appPort) (int .Values.ports.proxy)) }}
 {{- fail "sidecar.appPort must differ from ports.proxy: both listen in the same pod" }}
 {{- end }}
+{{- if and (eq .Values.mode "sidecar") .Values.sidecar.native .Capabilities }}
+{{- if semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version }}
+{{- fail (printf "sidecar.native needs Kubernetes >= 1.29 (native sidecar containers, on by default from 1.29); this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- end }}
+{{- if regexMatch "^[A-Za-z][-+.A-Za-z0-9]*://[^/@]*:[^/@]*@" (.Values.store.url | default "") }}
+{{- if not (regexMatch "^[A-Za-z][-+.A-Za-z0-9]*://[^/@:]*:\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}@" .Values.store.url) }}
+{{- fail "store.url holds a password, which would be written into a ConfigMap: put the whole URL in a Secret and set store.existingSecret {name, key} instead" }}
+{{- end }}
+{{- end }}
 {{- if and (eq .Values.mode "standalone") (gt (int .Values.standalone.replicaCount) 1) (eq (include "webhook-sidecar.storeKind" .) "sqlite") }}
 {{- fail "standalone.replicaCount > 1 needs the PostgreSQL store (store.existingSecret or store.url): SQLite is one pod only" }}
 {{- end }}
@@ -174,6 +242,21 @@ sidecar.app.SHUTDOWN_OVERRUN (a test keeps the two equal). */}}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* The pod fields the chart's own pods share (standalone Deployment, migrate hook Job, helm
+test pod) in both modes: service account, pull secrets, pod security context. */}}
+{{- define "webhook-sidecar.podIdentity" -}}
+{{- with .Values.serviceAccountName }}
+serviceAccountName: {{ . }}
+{{- end }}
+automountServiceAccountToken: false
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- end }}
 
 {{/* Pod annotations that roll the pods when the config changes. PUBLIC. */}}
@@ -197,12 +280,16 @@ checksum/webhook-sidecar-config: {{ include "webhook-sidecar.configYaml" . | sha
       name: {{ .Values.store.existingSecret.name }}
       key: {{ .Values.store.existingSecret.key }}
 {{- end }}
-{{- if .Values.adminToken.existingSecret.name }}
+{{- with include "webhook-sidecar.adminTokenRef" . }}
+{{- $ref := fromJson . }}
 - name: WEBHOOK_SIDECAR_ADMIN_TOKEN
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.adminToken.existingSecret.name }}
-      key: {{ .Values.adminToken.existingSecret.key }}
+      name: {{ $ref.name }}
+      key: {{ $ref.key }}
+{{- end }}
+{{- with include "webhook-sidecar.signingSecretEnv" . }}
+{{ . }}
 {{- end }}
 {{- range $key, $provider := .Values.providers }}
 {{- range $index, $ref := $provider.secrets | default list }}
@@ -259,6 +346,54 @@ checksum/webhook-sidecar-config: {{ include "webhook-sidecar.configYaml" . | sha
   emptyDir:
     medium: Memory
     sizeLimit: 16Mi
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* PUBLIC: WEBHOOK_SIDECAR_SIGNING_SECRET from the forward-signing Secret (an env list item;
+nothing when forwardSigning is off). The proxy signs every forward with it; give it to the app
+container too, so it can verify that a request came through the proxy. */}}
+{{- define "webhook-sidecar.signingSecretEnv" -}}
+{{- with include "webhook-sidecar.forwardSigningRef" . -}}
+{{- $ref := fromJson . -}}
+- name: WEBHOOK_SIDECAR_SIGNING_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.name }}
+      key: {{ $ref.key }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds the app container must keep serving after the pod is told to stop. Classic
+sidecar: both get SIGTERM together, so the app waits out the proxy's preStop sleep, its drain
+(shutdownTimeoutSeconds) and its exit. Native sidecar: the proxy is stopped only after the app
+has exited, so the app waits out only the endpoint removal (preStopSleepSeconds). */}}
+{{- define "webhook-sidecar.appPreStopSeconds" -}}
+{{- if and (eq .Values.mode "sidecar") .Values.sidecar.native }}
+{{- int .Values.preStopSleepSeconds }}
+{{- else }}
+{{- add (int .Values.preStopSleepSeconds) (int .Values.shutdownTimeoutSeconds) (int (include "webhook-sidecar.shutdownOverrunSeconds" .)) }}
+{{- end }}
+{{- end }}
+
+{{/* PUBLIC: a `lifecycle:` body for the APP container (not the proxy), so the app outlives the
+proxy's drain: a preStop sleep of webhook-sidecar.appPreStopSeconds. The sleep action on
+Kubernetes >= 1.30 (PodLifecycleSleepAction, on by default; no `sleep` binary needed in the app
+image), else `exec: sleep` (the app image needs a sleep binary). Empty when 0 seconds. */}}
+{{- define "webhook-sidecar.appLifecycle" -}}
+{{- include "webhook-sidecar.requireContext" . }}
+{{- $seconds := int (include "webhook-sidecar.appPreStopSeconds" .) }}
+{{- if gt $seconds 0 -}}
+preStop:
+{{- if semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version }}
+  sleep:
+    seconds: {{ $seconds }}
+{{- else }}
+  exec:
+    command: ["sleep", "{{ $seconds }}"]
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The proxy container (one list item). `native` adds restartPolicy: Always. */}}
@@ -289,9 +424,11 @@ checksum/webhook-sidecar-config: {{ include "webhook-sidecar.configYaml" . | sha
     httpGet: {path: /healthz, port: webhook-admin}
     {{- toYaml .Values.probes.liveness | nindent 4 }}
   readinessProbe:
-    httpGet: {path: {{ .Values.readinessPath }}, port: webhook-admin}
+    httpGet: {path: {{ include "webhook-sidecar.readinessPath" . }}, port: webhook-admin}
     {{- toYaml .Values.probes.readiness | nindent 4 }}
-  {{- if gt (int .Values.preStopSleepSeconds) 0 }}
+  {{- /* A native sidecar is stopped only after the app has exited, when the endpoints are
+  gone already (the app's own preStop covered their removal): no sleep of its own. */}}
+  {{- if and (gt (int .Values.preStopSleepSeconds) 0) (not (and (eq .Values.mode "sidecar") .Values.sidecar.native)) }}
   lifecycle:
     preStop:
       exec:

@@ -28,8 +28,8 @@ CHART_SCHEMA_FILE: Final = "helm/webhook-sidecar/values.schema.json"
 
 # Set by the chart's template from its own values (ports, shutdownTimeoutSeconds, the upstream
 # of the mode, store, adminToken, providers): a user's ``config`` may not set them.
-CHART_OWNED: Final = ("listen", "admin_listen", "shutdown_timeout", "upstream.url", "store.url",
-                      "admin_token", "providers")
+CHART_OWNED: Final = ("listen", "admin_listen", "shutdown_timeout", "upstream.url",
+                      "upstream.signing_secrets", "store.url", "admin_token", "providers")
 
 _K8S_NAME: Final[JSON] = {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
                           "maxLength": 253}
