@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import ipaddress
 import os
 import re
 from collections.abc import Callable, Collection, Mapping
@@ -154,7 +155,21 @@ def _config(data: object, load: _Load) -> Config | None:
     if values["store"].kind == StoreKind.SQLITE:
         load.warnings.append("the SQLite store is correct for one host only; use PostgreSQL "
                              "for several replicas")
+    if values["admin_token"] is None and not _is_loopback(values["admin_listen"].host):
+        load.warnings.append(f"admin_listen ({values['admin_listen']}) is not loopback and "
+                             "admin_token is unset: /admin/* answers only requests from "
+                             "loopback (403 otherwise); /healthz, /readyz and /metrics answer "
+                             "everyone")
     return Config(**TOP.fill(values), warnings=tuple(load.warnings))
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 # --- reading a block by its declarations ------------------------------------------------------

@@ -4,6 +4,7 @@ the provider listener."""
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -13,6 +14,9 @@ from sidecar import operations
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, StoreError
 from sidecar.http.appkeys import CONFIG, FORWARDER, METRICS, OWNER, STORE
+from sidecar.obs.logs import get_logger
+
+log = get_logger("sidecar.admin")
 
 AdminHandler = Callable[[web.Request], Awaitable[Any]]
 
@@ -39,10 +43,20 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         return web.Response(body=body, headers={"Content-Type": proxy_app[METRICS].content_type})
 
     def guarded(handler: AdminHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
-        """JSON in and out; the admin token (when configured) checked; store trouble is 503."""
+        """JSON in and out; the admin token checked when configured, and without one only a
+        loopback peer is served (in a pod, the admin port is on the pod IP for probes and
+        Prometheus; release and re-drive must not be open to the cluster); store trouble is
+        503."""
 
         async def run(request: web.Request) -> web.Response:
             token = proxy_app[CONFIG].admin_token
+            if token is None and not _from_loopback(request):
+                log.warning("admin_refused", path=request.path, reason="admin_token_required")
+                return web.json_response({
+                    "error": "without admin_token the admin API answers only on loopback: set "
+                             "admin_token (sent as 'Authorization: Bearer …') to use it from "
+                             "elsewhere",
+                    "reason": "admin_token_required"}, status=403)
             if token is not None:
                 given = request.headers.get("Authorization", "").removeprefix("Bearer ")
                 if not hmac.compare_digest(given.encode(), token.encode()):
@@ -96,6 +110,19 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         web.post("/admin/events/{provider}/{event_id}/release", guarded(release)),
         web.post("/admin/events/{provider}/{event_id}/redrive", guarded(redrive)),
     ]
+
+
+def _from_loopback(request: web.Request) -> bool:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(peer[0])
+    except ValueError:  # a Unix socket path: local by definition
+        return isinstance(peer, str)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 def _key(request: web.Request) -> tuple[str, str]:

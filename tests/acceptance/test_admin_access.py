@@ -1,0 +1,78 @@
+"""The admin API (list, release, re-drive) is served to loopback only unless admin_token is
+set: in a pod the admin port listens on the pod IP for probes and Prometheus, and release or
+re-drive must not be open to the whole cluster. A real proxy process with its admin listener on
+0.0.0.0, reached once over loopback and once over this host's own non-loopback address."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.acceptance.conftest import deploy, run_cli
+from tests.support import write_config
+
+
+def non_loopback_address() -> str:
+    """An IPv4 address of this host that is not loopback (the source a UDP socket would use
+    towards a documentation address; nothing is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+            address = str(probe.getsockname()[0])
+        except OSError:
+            address = "127.0.0.1"
+    if address.startswith("127."):
+        reason = "this host has no non-loopback IPv4 address to reach the admin port from"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return address
+
+
+async def statuses(client: aiohttp.ClientSession, port: int, host: str,
+                   headers: dict[str, str] | None = None) -> dict[str, int]:
+    found = {}
+    for path in ("/healthz", "/metrics", "/admin/events"):
+        async with client.get(f"http://{host}:{port}{path}", headers=headers) as resp:
+            found[path] = resp.status
+    return found
+
+
+async def test_without_a_token_admin_answers_only_loopback(tmp_path: Path) -> None:
+    outside = non_loopback_address()
+    async with deploy("sqlite", tmp_path, None) as dep:
+        dep.config["admin_listen"] = "0.0.0.0:0"
+        await dep.start(1)
+        assert dep.client is not None
+        port = int(dep.procs[0].admin.rsplit(":", 1)[1])
+        assert await statuses(dep.client, port, "127.0.0.1") == {
+            "/healthz": 200, "/metrics": 200, "/admin/events": 200}
+        assert await statuses(dep.client, port, outside) == {
+            "/healthz": 200, "/metrics": 200, "/admin/events": 403}
+        async with dep.client.post(f"http://{outside}:{port}/admin/events/stripe/x/redrive") as r:
+            assert r.status == 403 and (await r.json())["reason"] == "admin_token_required"
+        refused = await dep.procs[0].wait_for_log("admin_refused")
+        assert refused["reason"] == "admin_token_required"
+
+        # check-config says so up front.
+        code, out, _ = await run_cli("check-config", "--config",
+                                     str(write_config(dep.tmp, dep.config)))
+        assert code == 0 and "answers only requests from loopback" in out
+
+
+async def test_with_a_token_admin_answers_anywhere_that_presents_it(tmp_path: Path) -> None:
+    outside = non_loopback_address()
+    async with deploy("sqlite", tmp_path, None) as dep:
+        dep.config["admin_listen"] = "0.0.0.0:0"
+        dep.config["admin_token"] = "a" * 32
+        await dep.start(1)
+        assert dep.client is not None
+        port = int(dep.procs[0].admin.rsplit(":", 1)[1])
+        bearer = {"Authorization": "Bearer " + "a" * 32}
+        assert (await statuses(dep.client, port, outside, bearer))["/admin/events"] == 200
+        assert (await statuses(dep.client, port, outside))["/admin/events"] == 401
+        assert (await statuses(dep.client, port, "127.0.0.1"))["/admin/events"] == 401
