@@ -1,27 +1,44 @@
-# syntax=docker/dockerfile:1
-# webhook-sidecar image: multi-stage, small, non-root. Dependencies are installed before the
-# source is copied, so a code change reuses the dependency layer.
-#   docker build -t webhook-sidecar .
-#   docker run -v "$PWD/config.yaml:/etc/webhook-sidecar/config/config.yaml:ro" webhook-sidecar
-# Both stages use the same base image: the virtualenv built in the first is copied as is.
+# webhook-sidecar image: multi-stage, small, non-root, read-only-root friendly. Dependencies are
+# installed from the hash-locked requirements.lock before the source is copied, so a code
+# change reuses the dependency layer. No `# syntax=` line: the builder's built-in Dockerfile
+# frontend is used, so an air-gapped BuildKit never fetches one.
+#   docker build -t webhook-sidecar \
+#     --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" .
+#   docker run --read-only --tmpfs /tmp -v webhook-sidecar-data:/var/lib/webhook-sidecar \
+#     -v "$PWD/config.yaml:/etc/webhook-sidecar/config/config.yaml:ro" webhook-sidecar
+# Multi-arch builds (docker buildx --platform linux/amd64,linux/arm64), the build arguments and
+# the container test (scripts/container-test): docs/container.md.
 
-FROM python:3.11-slim-bookworm AS build
+# Both stages use the same base image: the virtualenv built in the first is copied as is.
+# Override only with an equivalent image (Python 3.11 as `python`, with venv).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /src
-# 1. Runtime dependencies only, read from pyproject.toml (no source yet).
-COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml','rb'))['project']['dependencies']))" > requirements.txt \
- && /opt/venv/bin/pip install -r requirements.txt
+# 1. Runtime dependencies only, every file checked against requirements.lock's hashes (no
+#    source yet; --no-deps: nothing outside the lock is installed).
+COPY requirements.lock ./
+RUN /opt/venv/bin/pip install --require-hashes --no-deps -r requirements.lock
 # 2. The package itself, without touching the dependencies (installs the console script).
+COPY pyproject.toml README.md ./
 COPY sidecar ./sidecar
 RUN /opt/venv/bin/pip install --no-deps . \
+ && /opt/venv/bin/pip check \
  && /opt/venv/bin/webhook-sidecar --version
 
-FROM python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
+# OCI annotations: pass the release's version, the commit and the repository when building.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG SOURCE=https://github.com/webhook-sidecar/webhook-sidecar
 LABEL org.opencontainers.image.title="webhook-sidecar" \
       org.opencontainers.image.description="A verifying, deduplicating reverse proxy for inbound webhooks" \
-      org.opencontainers.image.licenses="MIT"
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}"
 COPY --from=build /opt/venv /opt/venv
 # A writable home for the embedded SQLite store; everything else can be read-only.
 RUN install -d -o 10001 -g 10001 -m 0750 /var/lib/webhook-sidecar

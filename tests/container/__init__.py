@@ -1,0 +1,1 @@
+"""The image, really built and run (opt-in: scripts/container-test)."""
