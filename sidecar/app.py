@@ -15,6 +15,7 @@ from aiohttp import web
 
 from sidecar.config.keyring import Keyring
 from sidecar.config.model import Config, StoreConfig
+from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import Store
 from sidecar.delivery import Pipeline
 from sidecar.forwarding import Forwarder
@@ -94,7 +95,11 @@ def build_apps(
     upstream: Upstream | None = None,
     clock: Callable[[], float] | None = None,
     metrics: Metrics | None = None,
+    store_upkeep: bool = True,
 ) -> Apps:
+    """The two apps. ``store_upkeep=False``: no retention sweeps or stuck-row gauge in this
+    process (with ``workers`` > 1 one worker runs them for the group); secret reloads run in
+    every process, as each has its own keyring."""
     proxy = web.Application(client_max_size=config.max_body_bytes + 1,
                             middlewares=[tracked, unrouted])
     shutdown = Shutdown()
@@ -119,11 +124,13 @@ def build_apps(
         app[FORWARDER] = forwarder
         app[PIPELINE] = Pipeline(store=opened, forwarder=forwarder, keyring=keyring, owner=owner,
                                  observer=DeliveryTelemetry(metrics), clock=clock or time.time,
-                                 trusted_proxies=config.trusted_proxies)
+                                 trusted_proxies=config.trusted_proxies,
+                                 known=KnownAnswers(config.answer_cache))
         for warning in config.warnings:
             log.warning("config_warning", message=warning)
         upkeep = Maintenance(config, opened, metrics, keyring)
-        background = [asyncio.create_task(upkeep.run_store_upkeep(), name="store-upkeep")]
+        background = ([asyncio.create_task(upkeep.run_store_upkeep(), name="store-upkeep")]
+                      if store_upkeep else [])
         if keyring.watches_files:
             background.append(asyncio.create_task(upkeep.run_secret_reloads(),
                                                   name="secret-reloads"))

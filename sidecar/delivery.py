@@ -51,6 +51,7 @@ from sidecar.core.events import (
 )
 from sidecar.core.forwarded import Network, forwarding_headers
 from sidecar.core.handshake import handshake_answer
+from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import Store
 from sidecar.core.signing import verify
 
@@ -98,6 +99,7 @@ class _Ours:
     item: BatchItem
     attempt: int
     result: Result  # NEW or TAKEOVER
+    digest: bytes  # what the row holds as the body's hash (``claim_digest``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +134,8 @@ class Pipeline:
 
     def __init__(self, *, store: Store, forwarder: Forwarding, keyring: Keys, owner: str,
                  observer: Observer, clock: Callable[[], float] = time.time,
-                 trusted_proxies: Sequence[Network] = ()) -> None:
+                 trusted_proxies: Sequence[Network] = (),
+                 known: KnownAnswers | None = None) -> None:
         self._store = store
         self._forwarder = forwarder
         self._keyring = keyring
@@ -140,6 +143,8 @@ class Pipeline:
         self._observer = observer
         self._clock = clock
         self._trusted_proxies = tuple(trusted_proxies)  # empty: no peer is trusted
+        # Done events and replay-guard bindings this process has seen (``core.known``).
+        self._known = known if known is not None else KnownAnswers(0)
 
     async def deliver(self, provider: ProviderConfig, inbound: Inbound) -> Answer:
         trace = _Trace()
@@ -180,7 +185,7 @@ class Pipeline:
         trace.event_id = items[0].event_id
         if provider.event_id.is_batch:
             trace.fields["batch_size"] = len(items)
-        if provider.guards_body_replay and await self._replayed_body(provider.key, body, items):
+        if provider.guards_body_replay and await self._replayed_body(provider, body, items):
             return refuse("replayed_body")
 
         # What the app gets and a re-drive replays: computed once, and only when needed.
@@ -211,11 +216,17 @@ class Pipeline:
             return refuse("invalid_signature", "replayed_signature")
         return None
 
-    async def _replayed_body(self, provider: str, body: Body, items: Sequence[BatchItem]) -> bool:
+    async def _replayed_body(self, provider: ProviderConfig, body: Body,
+                             items: Sequence[BatchItem]) -> bool:
         """Whether this verified body was first seen under other event ids (``core.bodyreplay``:
         a captured body resent under a fresh, unsigned id). The first sight binds it."""
         ids = ids_digest([item.event_id for item in items])
-        return await self._store.bind_nonce(provider, guard_key(body.sha256), ids) != ids
+        guard = guard_key(body.sha256)
+        bound = self._known.bound(provider.key, guard)
+        if bound is None:
+            bound = await self._store.bind_nonce(provider.key, guard, ids)
+            self._known.remember_bound(provider.key, guard, bound, provider.retention)
+        return bound != ids
 
     async def _claim_all(self, provider: ProviderConfig, inbound: Inbound, body: Body,
                          items: list[BatchItem],
@@ -250,9 +261,13 @@ class Pipeline:
         ``deadline`` (loop time)."""
         loop = asyncio.get_running_loop()
         event_id = item.event_id
-        row = await self._claim(provider, event_id, digest, payload, trace)
-        if row is None:
-            return _Ours(item, 1, Result.NEW)
+        row = self._known.done(provider.key, event_id)
+        if row is not None:
+            trace.fields["known"] = True  # answered without the database
+        else:
+            row = await self._claim(provider, event_id, digest, payload, trace)
+            if row is None:
+                return _Ours(item, 1, Result.NEW, digest)
         rejected = rejects_other_body(row, digest, provider.on_payload_mismatch)
         if rejected is not None:
             self._observer.payload_mismatch(provider.key, event_id)
@@ -265,9 +280,10 @@ class Pipeline:
             if row is None:  # deleted meanwhile (operator or retention): claim afresh
                 row = await self._claim(provider, event_id, digest, payload, trace)
                 if row is None:
-                    return _Ours(item, 1, Result.NEW)
+                    return _Ours(item, 1, Result.NEW, digest)
             match decide(row, waits=waits, wait_left=deadline - loop.time()):
                 case AnswerRecorded(recorded):
+                    self._known.remember_done(recorded, provider.retention)
                     return _Settled(replayed(recorded.response, recorded.attempt),
                                     recorded.attempt)
                 case TakeOver():
@@ -277,7 +293,7 @@ class Pipeline:
                     except RowLocked:  # another session holds the row: as good as in flight
                         return _Settled(refuse("in_flight", "row_locked", lease=1), row.attempt)
                     if attempt is not None:
-                        return _Ours(item, attempt, Result.TAKEOVER)
+                        return _Ours(item, attempt, Result.TAKEOVER, digest)
                     row = await self._store.get(provider.key, event_id)  # another one won it
                 case Wait(pause):
                     await asyncio.sleep(pause)
@@ -328,10 +344,23 @@ class Pipeline:
             # comes back instead, and after the lease the event is taken over (attempt + 1).
             return refuse("store_error", "record_failed")
         if done.result.state is EventState.DONE:
+            if done.recorded:
+                self._remember_done(provider, ours, done.result)
             result = (Result.NEW if all(o.result is Result.NEW for o in ours)
                       else Result.TAKEOVER)
             return relayed(done.response, done.attempt, result)
         return relayed(done.response, done.attempt, Result.UPSTREAM_ERROR)
+
+    def _remember_done(self, provider: ProviderConfig, ours: Sequence[_Ours],
+                       result: AttemptResult) -> None:
+        """The rows this forward just recorded as done, as the store now holds them."""
+        now = self._clock()
+        for o in ours:
+            self._known.remember_done(EventRow(
+                provider.key, o.item.event_id, EventState.DONE, o.attempt, o.digest,
+                received_at=now, updated_at=now, lease_until=None, outcome=result.outcome,
+                response=result.response, latency_ms=result.latency_ms, now=now,
+            ), provider.retention)
 
     def _app_headers(self, inbound: Inbound) -> tuple[tuple[str, str], ...]:
         """The headers the app gets, now and on a re-drive: forwarding headers by the

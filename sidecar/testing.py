@@ -26,6 +26,7 @@ from sidecar.config.keyring import Keyring
 from sidecar.config.model import Config
 from sidecar.core.errors import UpstreamError
 from sidecar.core.events import Outcome, RecordedResponse
+from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import Store
 from sidecar.delivery import Inbound, Pipeline
 from sidecar.forwarding import Forwarder
@@ -109,6 +110,7 @@ def pipeline_for(config: Config, *, store: Store | None = None,
     forwarder = Forwarder(store, upstream or FakeUpstream(), metrics, set(),
                           signing_keys=keyring.signing_keys, clock=clock)
     return Pipeline(store=store, forwarder=forwarder, keyring=keyring,
+                    known=KnownAnswers(config.answer_cache),
                     owner=owner, observer=DeliveryTelemetry(metrics), clock=clock,
                     trusted_proxies=config.trusted_proxies)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,6 +111,7 @@ class Size(_Shared):
 
     label = "size"
     defs = "size"
+    zero_allowed: ClassVar[bool] = False
 
     def parse(self, raw: object, path: str) -> int:
         if isinstance(raw, bool):
@@ -120,9 +122,16 @@ class Size(_Shared):
             value = int(match.group(1)) * _SIZE_UNITS[match.group(2)]
         else:
             raise ConfigError(path, "must be a size in bytes, e.g. 1048576 or 1MiB")
-        if value <= 0:
+        if value <= 0 and not (value == 0 and self.zero_allowed):
             raise ConfigError(path, "must be positive")
         return value
+
+
+class SizeOrZero(Size):
+    """A ``Size`` where 0 means "off"."""
+
+    defs = "size_or_zero"
+    zero_allowed = True
 
 
 @dataclass(frozen=True)
@@ -340,4 +349,28 @@ class Custom:
         return self.json
 
     def parse(self, raw: object, path: str) -> Any:
+        return raw
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; not a cgroup CPU quota)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class ProcessCount:
+    """An integer ≥ 1, or ``auto``: one per CPU available to the process (``available_cpus``)."""
+
+    label = "integer ≥ 1 | auto"
+    count_auto: Callable[[], int] = available_cpus
+
+    def schema(self) -> JSON:
+        return {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"},
+                          ref("interpolated")]}
+
+    def parse(self, raw: object, path: str) -> int:
+        if raw == "auto":
+            return max(1, self.count_auto())
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+            raise ConfigError(path, "must be an integer ≥ 1, or auto (one per CPU available)")
         return raw

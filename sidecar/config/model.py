@@ -25,7 +25,9 @@ from sidecar.config.kinds import (
     HostPort,
     Integer,
     Networks,
+    ProcessCount,
     Size,
+    SizeOrZero,
     Statuses,
     StoreURL,
     String,
@@ -317,6 +319,17 @@ class Config:
                                    "closed at once, unanswered (senders retry). Keep it below "
                                    "the open-file limit.",
                                    yaml_default=1000)
+    workers: int = setting(ProcessCount(), "Processes serving listen, each with its own store "
+                           "pool and app connections (max_connections, store.pool_max_size "
+                           "and upstream.max_connections apply to each); the kernel spreads "
+                           "connections over them. auto: one per CPU the process may run on "
+                           "(its affinity, not a cgroup quota). 1: one process, no supervisor.",
+                           yaml_default=1)
+    answer_cache: int = setting(SizeOrZero(), "Memory each process keeps of done events (and of "
+                                "bodies bound by the replay guard), so a duplicate of an event "
+                                "it has seen is answered without the database; entries expire "
+                                "with the provider's retention. 0: off.",
+                                yaml_default="16MiB")
     maintenance: MaintenanceConfig = nested(MaintenanceConfig)
     admin_token: str | None = setting(String("string", text({"type": "string", "minLength": 16}),
                                              "must be a string of at least 16 characters",

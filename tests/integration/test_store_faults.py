@@ -544,6 +544,23 @@ async def test_a_hung_or_crashed_database_is_answered_503_with_retry_after_never
         assert stub.count("evt_hung") == 0 and stub.count("evt_down") == 1
 
 
+async def test_a_duplicate_this_process_knows_is_answered_while_the_database_is_down(
+    cluster: ThrowawayCluster, dsn: str, stub: StubApp,
+) -> None:
+    """A done event never changes until retention: its duplicates are answered from the
+    process's memory (``answer_cache``), with no round trip — even with the database gone."""
+    async with proxy(dsn, stub) as url, aiohttp.ClientSession() as client:
+        assert (await deliver(client, url, "evt_known"))[0] == 200
+        await asyncio.to_thread(cluster.stop, "immediate")
+        try:
+            status, headers = await deliver(client, url, "evt_known")
+            assert status == 200 and headers["X-Webhook-Sidecar-Replay"] == "true"
+            assert (await deliver(client, url, "evt_unknown"))[0] == 503
+        finally:
+            await asyncio.to_thread(cluster.start)
+    assert stub.count("evt_known") == 1 and stub.count("evt_unknown") == 0
+
+
 async def test_a_database_restart_under_load_still_records_the_answers_in_flight(
     cluster: ThrowawayCluster, dsn: str, stub: StubApp,
 ) -> None:

@@ -43,6 +43,15 @@ VALUE_DEFS: Final[JSON] = {
                           "negative).", {"minimum": 0}, r"[0-9]+(?:\.[0-9]+)?"),
     "positive_duration": _duration("A duration more than zero: 500ms, 10s, 5m, 2h, 3d or "
                                    "seconds.", {"exclusiveMinimum": 0}, _DIGITS_POSITIVE),
+    "size_or_zero": {
+        "description": "A size, or 0 for off: bytes, or 512KiB, 1MiB, 1MB, 1GiB …",
+        "anyOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string",
+             "pattern": r"^\s*[0-9]+\s*(?:B|KB|KiB|MB|MiB|GB|GiB)?\s*$"},
+            ref("interpolated"),
+        ],
+    },
     "size": {
         "description": "A size more than zero: bytes, or 512KiB, 1MiB, 1MB, 1GiB …",
         "anyOf": [
