@@ -1,5 +1,10 @@
 """structlog set-up: JSON when not on a TTY, readable on one; stdlib loggers routed through it.
 
+Our own lines (one per delivery, on the hot path) go straight from structlog to the stream: a
+level filter decided once, the processors, one write. Library lines come through stdlib
+``logging`` and are rendered by the same processors (``ProcessorFormatter``), so both kinds look
+alike on the same stream.
+
 Log lines carry provider, event id, outcome, attempt and latencies; never a secret, a signature
 or a body: our callers pass none, and a library's line (aiohttp's server and client, asyncpg,
 asyncio) is rendered without its exception — only the exception's type is kept — since a
@@ -44,9 +49,10 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: Any = None
     renderer: Any = (structlog.processors.JSONRenderer() if use_json
                      else structlog.dev.ConsoleRenderer(colors=out.isatty()))
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        logger_factory=structlog.WriteLoggerFactory(file=out),
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        # Not cached: structlog.testing.capture_logs must still see loggers made earlier.
         cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(out)
