@@ -1,7 +1,10 @@
 """PostgreSQL adapter (asyncpg): the production store, shared by any number of proxy replicas.
 
 Every verb is one short autocommitted statement on a connection held only for that statement
-(``claim`` may need a second, plain read). Invariants are enforced by the database: the primary
+(``claim`` may need a second, plain read). Claims, and result writes, that arrive while one of
+their kind is in flight are sent together when it returns, as one statement over arrays with one
+commit (``claim_batch.sql``, ``complete_batch.sql``; :mod:`sidecar.store.coalesce`), each
+answered as if it had run alone. Invariants are enforced by the database: the primary
 key arbitrates claims, guarded ``UPDATE … RETURNING`` statements arbitrate takeovers and fence
 result writes by attempt, and every time comes from the database clock (``clock_timestamp()``).
 
@@ -20,21 +23,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import Final, TypeVar
 
 import asyncpg
 
 from sidecar.core.errors import RowLocked, StoreClosed, StoreError
 from sidecar.core.events import Claim
 from sidecar.store import migrations
+from sidecar.store.coalesce import MAX_BATCH, Coalescer, fresh
 from sidecar.store.outage import OutageLog
 from sidecar.store.rows import Params, event_row
 from sidecar.store.sqlfiles import statement
 from sidecar.store.verbs import SQLStore
 
 DIALECT = "postgres"
+
+T = TypeVar("T")
 
 # Everything the driver or the network can throw at us; translated to StoreError at the edge.
 # (asyncio.TimeoutError is TimeoutError, an OSError; ConnectionError is an OSError too.)
@@ -79,6 +85,15 @@ _AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     # purge and purge_nonces are not repeated: a repeat deletes another batch and reports only
     # its own count. The maintenance loop runs them again at its interval.
 }
+# claim_batch and complete_batch (concurrent claims or result writes sent together) are not
+# repeated as such: after a lost connection each item is repeated as its own call would be,
+# per the entry of "claim" or "complete" above, one after the other on one connection that
+# has just answered. The batch committed whole or not at all; each item's repeat tells which.
+
+# A batch the server refused for one of its items (a row another session holds, a deadlock
+# with another batch, a unique violation while the key is rebuilt, a bad value): its items run
+# one by one, so that only that item's call fails, as it would have alone. Nothing was written.
+_ONE_BY_ONE_SQLSTATES: Final = frozenset({"55P03", "40P01", "40001", "23505"})
 
 
 _POOL_LOG: Final = logging.getLogger("asyncpg.pool")
@@ -116,12 +131,22 @@ class PostgresStore(SQLStore):
     """
 
     def __init__(self, pool: asyncpg.Pool, *, acquire_timeout: float,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, write_batch: int = MAX_BATCH) -> None:
         self._pool = pool
         self._acquire_timeout = acquire_timeout
         self._deadline = deadline
         self._outage = OutageLog()
         _POOL_LOG.addFilter(self._outage)  # mutes the pool's reconnect warnings meanwhile
+        # Concurrent claims, and result writes, go out together (write_batch <= 1: never).
+        # A waiting call is bound by the deadline like any other.
+        self._claims: Coalescer[Params, list[asyncpg.Record]] = Coalescer(
+            lambda params: self._rows("claim", params),
+            lambda items: self._many("claim", items),
+            max_batch=write_batch, wait=deadline)
+        self._completes: Coalescer[Params, list[asyncpg.Record]] = Coalescer(
+            lambda params: self._rows("complete", params),
+            lambda items: self._many("complete", items),
+            max_batch=write_batch, wait=deadline)
 
     def __repr__(self) -> str:  # never shows the DSN (it may carry a password)
         return f"<PostgresStore pool={self._pool.get_size()}/{self._pool.get_max_size()}>"
@@ -141,6 +166,7 @@ class PostgresStore(SQLStore):
         connect_timeout: float = 5.0,
         idle_in_transaction_timeout: float = 10.0,
         session_settings: bool = True,
+        write_batch: int = MAX_BATCH,
     ) -> PostgresStore:
         """Create the pool and check the schema version (never migrates).
 
@@ -152,7 +178,8 @@ class PostgresStore(SQLStore):
         for the server's side. Behind pgbouncer in transaction mode pass
         ``session_settings=False`` (pgbouncer rejects them; set them with ``ALTER ROLE``
         instead) and ``statement_cache_size=0``. ``command_timeout`` is asyncpg's own bound on
-        one statement, a backstop behind the deadline.
+        one statement, a backstop behind the deadline. ``write_batch`` bounds how many
+        concurrent claims (or result writes) go out in one statement; 1 sends each alone.
 
         Raises ``SchemaError`` if the database lacks migrations this release needs, and
         ``StoreError`` if it cannot be reached within ``connect_timeout``.
@@ -183,7 +210,8 @@ class PostgresStore(SQLStore):
         except _DRIVER_ERRORS as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {_describe(exc)}") from exc
         store = cls(pool, acquire_timeout=acquire_timeout,
-                    deadline=statement_timeout if statement_timeout > 0 else None)
+                    deadline=statement_timeout if statement_timeout > 0 else None,
+                    write_batch=write_batch)
         try:
             await store.check_schema()
         except BaseException:
@@ -220,7 +248,7 @@ class PostgresStore(SQLStore):
     async def _claim_race(self, params: Params) -> Claim:
         for _ in range(3):
             try:
-                records = await self._rows("claim", params)
+                records = await self._together(self._claims, "claim", params)
             except StoreError as exc:
                 # A unique violation can escape ON CONFLICT while the primary key is being
                 # rebuilt concurrently (REINDEX CONCURRENTLY): someone else holds the key.
@@ -236,6 +264,65 @@ class PostgresStore(SQLStore):
             # The competitor rolled back or the row was purged in between: claim again.
         key = f"{params['provider']}:{params['event_id']}"
         raise StoreError(f"claim of {key} did not settle after 3 tries")
+
+    # -- concurrent writes, sent together --------------------------------------------------
+
+    async def _complete(self, params: Params) -> list[asyncpg.Record]:
+        return await self._together(self._completes, "complete", params)
+
+    async def _together(self, coalescer: Coalescer[Params, list[asyncpg.Record]], name: str,
+                        params: Params) -> list[asyncpg.Record]:
+        """One call of ``name`` through its coalescer: alone when none is in flight, else with
+        the others that wait, within the deadline either way."""
+        try:
+            return await coalescer(params)
+        except TimeoutError as exc:  # only a waiting call's: the statements translate theirs
+            raise StoreError(f"{name}: no answer within the store deadline "
+                             f"({self._deadline}s)") from exc
+
+    async def _many(self, name: str, items: Sequence[Params],
+                    ) -> list[list[asyncpg.Record] | BaseException]:
+        """``<name>_batch.sql`` for ``items``: per item, the rows ``<name>.sql`` would have
+        answered it, or the ``StoreError`` its call raises (each caller its own instance)."""
+        try:
+            answers = await self._call_many(name, items)
+        except StoreError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, asyncpg.PostgresError) and (
+                    cause.sqlstate in _ONE_BY_ONE_SQLSTATES
+                    or (cause.sqlstate or "").startswith("22")):
+                return list(await asyncio.gather(*(self._rows(name, params)
+                                                   for params in items),
+                                                 return_exceptions=True))
+            self._outage.failed(exc)
+            return [fresh(exc) for _ in items]
+        self._outage.succeeded()
+        return answers
+
+    async def _call_many(self, name: str, items: Sequence[Params],
+                         ) -> list[list[asyncpg.Record] | BaseException]:
+        """``_call`` for a batch: ``<name>_batch.sql`` once; on a failed connection, each item
+        repeated per ``_AGAIN[name]``."""
+        batch = f"{name}_batch"
+        if self._pool.is_closing():
+            raise StoreClosed(f"{batch}: the PostgreSQL store is closed")
+        columns = {key: [params[key] for params in items] for key in items[0]}
+        try:
+            async with asyncio.timeout(self._deadline):
+                try:
+                    records = await self._run(batch, (batch,), columns, self._pooled)
+                except _ConnectionLost:
+                    return await self._using(name, self._answering,
+                                             lambda conn: _each_again(conn, name, items))
+        except _ConnectionLost as lost:
+            raise StoreError(f"{batch}: connection lost: {lost}") from lost.__cause__
+        except TimeoutError as exc:
+            raise StoreError(f"{batch}: no answer within the store deadline "
+                             f"({self._deadline}s)") from exc
+        answers: list[list[asyncpg.Record]] = [[] for _ in items]
+        for record in records:
+            answers[record["item"] - 1].append(record)
+        return list(answers)
 
     # -- one call: a statement on a pooled connection, within the deadline -------------------
 
@@ -276,13 +363,24 @@ class PostgresStore(SQLStore):
         """The statements ``names`` in order on one connection, until one returns rows."""
         statements = [(stmt.sql, stmt.positional(params))
                       for stmt in (statement(DIALECT, each) for each in names)]
-        conn = await connection(name)
-        records: list[asyncpg.Record] = []
-        try:
+
+        async def run(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+            records: list[asyncpg.Record] = []
             for sql, args in statements:
                 records = await conn.fetch(sql, *args)
                 if records:
                     break
+            return records
+
+        return await self._using(name, connection, run)
+
+    async def _using(self, name: str,
+                     connection: Callable[[str], Awaitable[asyncpg.Connection]],
+                     work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """``work`` on one connection, given back to the pool after, or closed if it failed."""
+        conn = await connection(name)
+        try:
+            result = await work(conn)
         except Exception as exc:
             if not _server_refused(exc):
                 # A broken socket, a protocol in an unknown state, a session the server ended:
@@ -290,10 +388,7 @@ class PostgresStore(SQLStore):
                 _discard(conn)
                 raise _ConnectionLost(_describe(exc)) from exc
             await self._give_back(conn)
-            if isinstance(exc, asyncpg.LockNotAvailableError):
-                raise RowLocked(f"{name}: the event row is locked by another session "
-                                f"({_describe(exc)})") from exc
-            raise StoreError(f"{name}: {_describe(exc)}") from exc
+            raise _refusal(name, exc) from exc
         except BaseException as exc:
             # Cancelled (the deadline, or the caller): asyncpg has sent the server a cancel
             # request; the connection is closed now rather than given back to the pool after
@@ -304,7 +399,7 @@ class PostgresStore(SQLStore):
                 raise _ConnectionLost(_describe(exc)) from exc
             raise
         await self._give_back(conn)
-        return records
+        return result
 
     async def _pooled(self, name: str) -> asyncpg.Connection:
         """A connection from the pool (opened anew if the pooled one is known to be closed)."""
@@ -342,6 +437,39 @@ class PostgresStore(SQLStore):
             await self._pool.release(conn)
         except Exception:
             _discard(conn)
+
+
+async def _each_again(conn: asyncpg.Connection, name: str, items: Sequence[Params],
+                      ) -> list[list[asyncpg.Record] | BaseException]:
+    """After a batch's connection failed (it committed whole, or not at all): each item's
+    statements per ``_AGAIN[name]``, one item after the other on ``conn``, as the item's own
+    call would repeat them. A statement the server refuses fails its item only."""
+    answers: list[list[asyncpg.Record] | BaseException] = []
+    for params in items:
+        records: list[asyncpg.Record] = []
+        try:
+            for each in _AGAIN[name]:
+                stmt = statement(DIALECT, each)
+                records = await conn.fetch(stmt.sql, *stmt.positional(params))
+                if records:
+                    break
+        except Exception as exc:
+            if not _server_refused(exc):
+                raise
+            refusal = _refusal(name, exc)
+            refusal.__cause__ = exc
+            answers.append(refusal)
+            continue
+        answers.append(records)
+    return answers
+
+
+def _refusal(name: str, exc: Exception) -> StoreError:
+    """The ``StoreError`` for a statement the server refused (raise it ``from exc``)."""
+    if isinstance(exc, asyncpg.LockNotAvailableError):
+        return RowLocked(f"{name}: the event row is locked by another session "
+                         f"({_describe(exc)})")
+    return StoreError(f"{name}: {_describe(exc)}")
 
 
 def _discard(conn: asyncpg.Connection) -> None:

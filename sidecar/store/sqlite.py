@@ -5,6 +5,9 @@ executor), in WAL mode with ``synchronous=FULL`` so an acknowledged claim surviv
 Several processes on the same host may share the file: writes wait up to ``busy_timeout`` for
 the lock, single statements are atomic, and the one read-after-write sequence (``claim``) runs
 inside ``BEGIN IMMEDIATE``. Not for a network filesystem, nor for replicas on several hosts.
+Claims, and result writes, that arrive while one of their kind is in flight are run together
+when it returns, in one ``BEGIN IMMEDIATE`` transaction with one commit (one WAL fsync) for all
+of them (:mod:`sidecar.store.coalesce`), each answered as if it had run alone.
 
 Times are REAL seconds since the Unix epoch from SQLite's clock (millisecond resolution).
 The store applies its own migrations when opened.
@@ -17,7 +20,7 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
@@ -25,6 +28,7 @@ from typing import Any, TypeVar
 from sidecar.core.errors import StoreClosed, StoreError
 from sidecar.core.events import Claim
 from sidecar.store import migrations
+from sidecar.store.coalesce import MAX_BATCH, Coalescer, fresh
 from sidecar.store.rows import Params, event_row
 from sidecar.store.sqlfiles import query, statement
 from sidecar.store.verbs import SQLStore
@@ -58,7 +62,7 @@ class SQLiteStore(SQLStore):
     and the claim race."""
 
     def __init__(self, path: str, con: sqlite3.Connection, executor: ThreadPoolExecutor,
-                 deadline: float = 5.0) -> None:
+                 deadline: float = 5.0, write_batch: int = MAX_BATCH) -> None:
         self._path = path
         self._con = con
         self._executor = executor
@@ -66,6 +70,15 @@ class SQLiteStore(SQLStore):
         # Every call, queue time included, answers within this bound (StoreError after it),
         # so a held write lock turns into prompt 503s instead of an ever longer queue.
         self._deadline = deadline
+        # Concurrent claims, and result writes, run together (write_batch <= 1: never).
+        self._claims: Coalescer[Params, Claim] = Coalescer(
+            lambda params: self._call("claim", self._claim_sync, params),
+            lambda items: self._many("claim", self._claims_sync, items),
+            max_batch=write_batch, wait=deadline)
+        self._completes: Coalescer[Params, list[sqlite3.Row]] = Coalescer(
+            lambda params: self._call("complete", self._execute, "complete", params),
+            lambda items: self._many("complete", self._completes_sync, items),
+            max_batch=write_batch, wait=deadline)
 
     def __repr__(self) -> str:
         return f"<SQLiteStore {self._path!r}>"
@@ -75,11 +88,14 @@ class SQLiteStore(SQLStore):
         return self._path
 
     @classmethod
-    async def open(cls, path: str | os.PathLike[str], *, busy_timeout: float = 5.0) -> SQLiteStore:
+    async def open(cls, path: str | os.PathLike[str], *, busy_timeout: float = 5.0,
+                   write_batch: int = MAX_BATCH) -> SQLiteStore:
         """Open (creating if needed) and migrate the database file at ``path``.
 
         ``busy_timeout`` bounds how long a statement waits for another process's write lock.
-        Raises ``StoreError`` if the file cannot be opened or migrated.
+        ``write_batch`` bounds how many concurrent claims (or result writes) share one
+        transaction; 1 runs each alone. Raises ``StoreError`` if the file cannot be opened or
+        migrated.
         """
         filename = os.fspath(path)
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sidecar-sqlite")
@@ -96,7 +112,8 @@ class SQLiteStore(SQLStore):
             raise
         # Past SQLite's own busy timeout, so a statement waiting on a lock fails cleanly (and
         # changes nothing) before the caller stops waiting for it.
-        store = cls(filename, con, executor, deadline=busy_timeout + 0.5)
+        store = cls(filename, con, executor, deadline=busy_timeout + 0.5,
+                    write_batch=write_batch)
         try:
             await migrations.migrate(DIALECT, _MigrationSession(store))
         except BaseException as exc:
@@ -109,19 +126,55 @@ class SQLiteStore(SQLStore):
     # -- the claim race --------------------------------------------------------------------
 
     async def _claim(self, params: Params) -> Claim:
-        return await self._call("claim", self._claim_sync, params)
+        return await self._together(self._claims, "claim", params)
 
     def _claim_sync(self, params: Params) -> Claim:
-        con = self._con
-        with _immediate(con):
-            inserted = self._execute("claim", params)
-            if inserted:
-                return Claim(won=True, row=event_row(inserted[0]))
-            existing = self._execute("get", params)
+        with _immediate(self._con):
+            return self._claim_in_transaction(params)
+
+    def _claims_sync(self, items: Sequence[Params]) -> list[Claim]:
+        """Several claims in one transaction, in order: a later claim of a key an earlier one
+        inserted finds its row and loses, as the second of two concurrent claims would."""
+        with _immediate(self._con):
+            return [self._claim_in_transaction(params) for params in items]
+
+    def _claim_in_transaction(self, params: Params) -> Claim:
+        inserted = self._execute("claim", params)
+        if inserted:
+            return Claim(won=True, row=event_row(inserted[0]))
+        existing = self._execute("get", params)
         if not existing:  # impossible under the write lock; never report a claim we lack
             key = f"{params['provider']}:{params['event_id']}"
             raise sqlite3.IntegrityError(f"claim of {key} found no row")
         return Claim(won=False, row=event_row(existing[0]))
+
+    # -- result writes ---------------------------------------------------------------------
+
+    async def _complete(self, params: Params) -> list[sqlite3.Row]:
+        return await self._together(self._completes, "complete", params)
+
+    def _completes_sync(self, items: Sequence[Params]) -> list[list[sqlite3.Row]]:
+        """Several result writes in one transaction, each fenced as complete.sql is alone."""
+        with _immediate(self._con):
+            return [self._execute("complete", params) for params in items]
+
+    # -- concurrent writes, run together ---------------------------------------------------
+
+    async def _together(self, coalescer: Coalescer[Params, T], name: str, params: Params) -> T:
+        try:
+            return await coalescer(params)
+        except TimeoutError as exc:  # only a waiting call's: _call translates its own
+            raise StoreError(f"{name}: no answer within {self._deadline:g}s (database busy)") \
+                from exc
+
+    async def _many(self, name: str, fn: Callable[[Sequence[Params]], list[T]],
+                    items: Sequence[Params]) -> list[T | BaseException]:
+        """``fn(items)`` on the worker thread: every item's answer, or the same failure for
+        each (the transaction was rolled back: nothing of it was written)."""
+        try:
+            return list(await self._call(name, fn, items))
+        except StoreError as exc:
+            return [fresh(exc) for _ in items]
 
     async def close(self) -> None:
         if self._closed:

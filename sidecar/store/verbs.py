@@ -4,7 +4,8 @@ Each verb builds the one mapping of named parameters its ``sql/<dialect>/<name>.
 (the two dialects' files name the same parameters), runs it, and decodes the rows with
 :mod:`sidecar.store.rows`. An adapter subclasses :class:`SQLStore` and supplies only how to run
 one statement on its connections (:meth:`SQLStore._rows`), its claim race
-(:meth:`SQLStore._claim`) and ``close``.
+(:meth:`SQLStore._claim`) and ``close``; and may send concurrent result writes together
+(:meth:`SQLStore._complete`, see :mod:`sidecar.store.coalesce`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ class SQLStore(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    async def _complete(self, params: Params) -> Sequence[Record]:
+        """``complete.sql``: the row written (the attempt), or none when superseded. An adapter
+        may send concurrent calls together, each answered as if it had run alone."""
+        return await self._rows("complete", params)
 
     # -- the Store verbs -------------------------------------------------------------------
 
@@ -75,7 +81,7 @@ class SQLStore(abc.ABC):
     ) -> bool:
         params = {"provider": provider, "event_id": event_id, "attempt": attempt,
                   **result_values(result)}
-        return bool(await self._rows("complete", params))
+        return bool(await self._complete(params))
 
     async def get(self, provider: str, event_id: str) -> EventRow | None:
         rows = await self._rows("get", {"provider": provider, "event_id": event_id})

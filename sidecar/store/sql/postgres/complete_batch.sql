@@ -1,0 +1,39 @@
+-- Result writes that arrived while another was in flight (sidecar/store/coalesce.py), in one
+-- autocommitted statement: one commit, one WAL flush for all of them. Each item is one call of
+-- complete.sql, fenced the same way: written only if its row is still processing at the item's
+-- :attempt. Every parameter is an array with one element per item, in item order (:state 'done'
+-- or 'failed', :response_headers JSON text). Answers one row per item written, numbered by
+-- `item` (1-based); an item without a row was superseded (another attempt took the event over,
+-- an operator released it, or it was recorded already), exactly as complete.sql answers no row.
+-- Two items for one row at different attempts: at most one matches the fence. At the same
+-- attempt: the row is updated once, by one of them; the other answers no row, as the second of
+-- two concurrent complete.sql would after the first committed.
+--
+-- A row another session holds is given up on after ~100 ms (row_lock_wait.fragment.sql) and
+-- fails the whole statement (nothing is written); the adapter then runs the items one by one,
+-- so that only the locked row's write answers RowLocked. Likewise a deadlock with another
+-- session's batch (rows are locked in the order of the plan).
+WITH item AS (
+    SELECT *
+      FROM unnest(:provider::text[], :event_id::text[], :attempt::integer[], :state::text[],
+                  :outcome::text[], :response_status::integer[], :response_headers::text[],
+                  :response_body::bytea[], :latency_ms::float8[])
+           WITH ORDINALITY AS i(key_provider, key_event_id, item_attempt, item_state,
+                                item_outcome, item_status, item_headers, item_body,
+                                item_latency, n)
+)
+UPDATE webhook_event AS e
+   SET state = i.item_state,
+       outcome = i.item_outcome,
+       response_status = i.item_status,
+       response_headers = i.item_headers::jsonb,
+       response_body = i.item_body,
+       latency_ms = i.item_latency,
+       lease_owner = NULL,
+       lease_until = NULL,
+       updated_at = clock_timestamp()
+  FROM item AS i
+ WHERE e.provider = i.key_provider AND e.event_id = i.key_event_id
+   AND e.attempt = i.item_attempt AND e.state = 'processing'
+   AND {{row_lock_wait}}
+RETURNING i.n AS item, e.attempt;
