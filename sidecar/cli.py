@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the proxy")
     with_config(run)
+    # Internal: set by the supervisor of `workers` > 1 for each worker it starts.
+    run.add_argument("--worker", help=argparse.SUPPRESS)
     run.set_defaults(func=_run)
 
     migrate = sub.add_parser("migrate", help="apply database migrations, then exit")
@@ -89,10 +91,18 @@ def _load(args: argparse.Namespace) -> Config:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sidecar.serve import serve
-
     config = _load(args)
     configure_logging(config.log_level, config.log_format)
+    if args.worker is not None:  # one of `workers` processes, started by the supervisor
+        from sidecar.workers import run_worker
+
+        return run_worker(config, args.worker)
+    if config.workers > 1:
+        from sidecar.workers import supervise
+
+        return asyncio.run(supervise(config, os.path.abspath(args.config)))
+    from sidecar.serve import serve
+
     return asyncio.run(serve(config))
 
 

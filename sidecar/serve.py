@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import resource
+import shutil
 import signal
+import socket
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from aiohttp import web
@@ -15,6 +19,7 @@ from sidecar.app import CLOSE_GRACE, UNWIND_GRACE, Apps, build_apps
 from sidecar.config.model import Address, Config
 from sidecar.http.listener import Listener
 from sidecar.obs.logs import get_logger
+from sidecar.obs.metrics import Metrics
 
 log = get_logger("sidecar.serve")
 
@@ -28,6 +33,29 @@ _SPARE_FILES: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerSeat:
+    """What a worker process gets from its supervisor (``sidecar.workers``), as inherited file
+    descriptors: its listening socket (and the admin one, for the first worker), the pipe it
+    reports ready on, the pipe whose end of file means the supervisor is gone, and the
+    directory the group's metrics are kept in."""
+
+    index: int
+    count: int
+    listen_fd: int
+    admin_fd: int | None
+    ready_fd: int
+    lifeline_fd: int
+    metrics_dir: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerSeat:
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True, slots=True)
 class Running:
     apps: Apps
     config: Config
@@ -35,10 +63,15 @@ class Running:
     listener: Listener
     admin_runner: web.AppRunner
     listen: Address  # as bound (a configured port 0 becomes the real one)
-    admin_listen: Address
+    admin_listen: Address | None  # None: this worker serves no admin listener
 
 
-async def start(config: Config, **build_kwargs: Any) -> Running:
+async def start(config: Config, *, listen_socket: socket.socket | None = None,
+                admin_socket: socket.socket | None = None, serve_admin: bool = True,
+                **build_kwargs: Any) -> Running:
+    """Open the store and both listeners: on ``config``'s addresses, or on sockets bound
+    already (a worker's, from ``sidecar.workers``). ``serve_admin=False``: no admin listener
+    (a worker other than the first); ``admin_listen`` is then None."""
     apps = build_apps(config, **build_kwargs)
     proxy_runner = web.AppRunner(apps.proxy, access_log=None,
                                  shutdown_timeout=_RUNNER_SHUTDOWN_TIMEOUT)
@@ -48,8 +81,9 @@ async def start(config: Config, **build_kwargs: Any) -> Running:
     await admin_runner.setup()
     listener = Listener(proxy_runner, config)
     try:
-        listen = await listener.open(config.listen)
-        admin = await _bind(admin_runner, config.admin_listen)
+        listen = await listener.open(listen_socket or config.listen)
+        admin = (await _bind(admin_runner, admin_socket or config.admin_listen)
+                 if serve_admin else None)
     except BaseException:
         listener.close()
         await admin_runner.cleanup()
@@ -58,8 +92,9 @@ async def start(config: Config, **build_kwargs: Any) -> Running:
     return Running(apps, config, proxy_runner, listener, admin_runner, listen, admin)
 
 
-async def _bind(runner: web.AppRunner, address: Address) -> Address:
-    site = web.TCPSite(runner, address.host, address.port)
+async def _bind(runner: web.AppRunner, address: Address | socket.socket) -> Address:
+    site: web.BaseSite = (web.SockSite(runner, address) if isinstance(address, socket.socket)
+                          else web.TCPSite(runner, address.host, address.port))
     await site.start()
     host, port = runner.addresses[-1][:2]
     return Address(str(host), int(port))
@@ -104,16 +139,54 @@ def _check_open_files(config: Config) -> None:
 
 
 async def serve(config: Config) -> int:
+    """The proxy in this process, until SIGTERM or SIGINT (``workers: 1``)."""
     running = await start(config)
     log.info("listening", listen=str(running.listen), admin_listen=str(running.admin_listen),
              store=config.store.kind, providers=[p.key for p in config.providers])
-    _check_open_files(config)
+    return await _until_stopped(running, asyncio.Event())
+
+
+async def serve_worker(config: Config, worker: WorkerSeat) -> int:
+    """One of ``workers`` > 1 processes (``sidecar.workers``): the proxy on the listening
+    socket its supervisor bound; the first worker also serves the admin listener and runs the
+    store upkeep (retention, the stuck-row gauge) for the group. Reports ready on its pipe and
+    stops, as on SIGTERM, when the supervisor is gone (its lifeline pipe reads end of file)."""
+    first = worker.index == 0
+    listen = socket.socket(fileno=worker.listen_fd)
+    admin = socket.socket(fileno=worker.admin_fd) if worker.admin_fd is not None else None
+    running = await start(config, listen_socket=listen, admin_socket=admin, serve_admin=first,
+                          store_upkeep=first,
+                          metrics=Metrics(multiprocess_dir=worker.metrics_dir))
+    log.debug("worker_ready", pid=os.getpid())
+    os.write(worker.ready_fd, f"{worker.index}\n".encode())
+    os.close(worker.ready_fd)
     stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    orphaned = False
+
+    def lifeline() -> None:
+        nonlocal orphaned
+        if not os.read(worker.lifeline_fd, 64):  # end of file: the supervisor exited
+            loop.remove_reader(worker.lifeline_fd)
+            log.warning("supervisor_gone")
+            orphaned = True
+            stopping.set()
+
+    loop.add_reader(worker.lifeline_fd, lifeline)
+    code = await _until_stopped(running, stopping)
+    if orphaned:  # the supervisor did not live to remove it (files stay open until exit)
+        shutil.rmtree(worker.metrics_dir, ignore_errors=True)
+    return code
+
+
+async def _until_stopped(running: Running, stopping: asyncio.Event) -> int:
+    _check_open_files(running.config)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     await stopping.wait()
-    log.info("shutting_down", timeout_s=config.shutdown_timeout)
+    log.info("shutting_down", timeout_s=running.config.shutdown_timeout)
     await stop(running)
     log.info("stopped")
     return 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -95,14 +96,21 @@ class Listener:
         self._refused = 0
         self._refusal_logged: float | None = None
 
-    async def open(self, address: Address) -> Address:
-        """Listen on ``address``; the address as bound (a port 0 becomes the real one)."""
+    async def open(self, address: Address | socket.socket) -> Address:
+        """Listen on ``address``, or accept on a listening socket bound already (a worker's,
+        from its supervisor); the address as bound (a port 0 becomes the real one)."""
         manager = self._runner.server
         if manager is None:
             raise RuntimeError("AppRunner.setup() was not awaited")
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: ProviderConnection(manager, self, loop=loop), address.host, address.port)
+
+        def connection() -> ProviderConnection:
+            return ProviderConnection(manager, self, loop=loop)
+
+        if isinstance(address, socket.socket):
+            self._server = await loop.create_server(connection, sock=address)
+        else:
+            self._server = await loop.create_server(connection, address.host, address.port)
         host, port = self._server.sockets[0].getsockname()[:2]
         return Address(str(host), int(port))
 

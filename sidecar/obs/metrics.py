@@ -1,9 +1,23 @@
-"""Prometheus metrics on an injected registry (never the global one)."""
+"""Prometheus metrics on an injected registry (never the global one).
+
+With ``workers: N`` > 1 every worker process writes its metrics to files in one directory
+(prometheus_client's multiprocess mode, chosen by ``PROMETHEUS_MULTIPROC_DIR`` in the
+environment before prometheus_client is imported: the supervisor sets it when it starts the
+workers), and the worker serving ``/metrics`` renders the sum over all of them
+(``Metrics(multiprocess_dir=…)``). Counters and histograms are summed; the stuck-row gauge is
+set by one worker only and exported as its most recent value.
+"""
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import values as _values
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -13,7 +27,12 @@ class Metrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *,
+                 multiprocess_dir: str | None = None) -> None:
+        if multiprocess_dir is not None and not multiprocess_enabled():
+            raise RuntimeError(f"multiprocess metrics need ${MULTIPROC_ENV} set before "
+                               "prometheus_client is imported")
+        self.multiprocess_dir = multiprocess_dir
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.events = Counter(
             "webhook_events", "Deliveries by provider and result "
@@ -39,7 +58,7 @@ class Metrics:
         self.stuck = Gauge(
             "webhook_events_stuck", "Rows in processing whose lease has expired (a crashed or "
             "abandoned attempt); refreshed by the maintenance loop.", ["provider"],
-            registry=self.registry)
+            registry=self.registry, multiprocess_mode="mostrecent")
         self.retention_deleted = Counter(
             "webhook_retention_deleted", "Event rows deleted by retention.", ["provider"],
             registry=self.registry)
@@ -52,4 +71,15 @@ class Metrics:
             ["provider", "result"], registry=self.registry)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        # Every worker's files, this one's included: the sum over the group.
+        merged = CollectorRegistry(auto_describe=True)
+        MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)
+
+
+def multiprocess_enabled() -> bool:
+    """Whether prometheus_client keeps values in files (``$PROMETHEUS_MULTIPROC_DIR`` was set
+    when it was imported)."""
+    return _values.ValueClass is not _values.MutexValue and bool(os.environ.get(MULTIPROC_ENV))
