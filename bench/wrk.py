@@ -89,6 +89,9 @@ class Phase:
     server: str  # passthrough | hello | competitor | sidecar
     workload: str  # new | dup | burst
     prime: str = ""  # "same": delivered first by the measured process; "other": by another
+    # Paced at half the median req/s this phase reached earlier in the runs (wrk's delay()
+    # hook between a connection's requests), for the latency added at half load.
+    half_of: str = ""
 
 
 PHASES = {p.name: p for p in [
@@ -101,6 +104,10 @@ PHASES = {p.name: p for p in [
           "other"),
     Phase("new", "sidecar: new events", "sidecar", "new"),
     Phase("burst", "sidecar: bursts of 50 copies", "sidecar", "burst"),
+    Phase("half-passthrough", "pass-through at half the sidecar's new-event maximum",
+          "passthrough", "new", half_of="new"),
+    Phase("half-new", "sidecar: new events at half its maximum", "sidecar", "new",
+          half_of="new"),
 ]}
 OPTIONAL = {"competitor", "competitor-dups"}
 
@@ -357,10 +364,12 @@ def parse_wrk(text: str) -> WrkResult:
 
 
 async def run_wrk(url: str, deliveries: Path, mode: str, seconds: float, connections: int,
-                  threads: int, burst: int) -> WrkResult:
+                  threads: int, burst: int, pause_ms: float = 0.0) -> WrkResult:
+    """``pause_ms``: each connection waits this long after an answer before its next request
+    (paced load; 0: as fast as answers come)."""
     argv = ["wrk", f"-t{threads}", f"-c{max(connections, threads)}", f"-d{seconds:g}s",
             "--latency", "--timeout", "15s", "-s", str(LUA), url + PATH, "--",
-            str(deliveries), mode, str(burst), str(threads)]
+            str(deliveries), mode, str(burst), str(threads), f"{pause_ms:.3f}"]
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         preexec_fn=_die_with_parent)
@@ -604,6 +613,7 @@ class Context:
     run: int = 0
     serial: int = 0
     loop_name: str = ""
+    results: dict[str, list[Result]] = field(default_factory=dict)
 
     def path(self, name: str) -> Path:
         self.serial += 1
@@ -769,6 +779,14 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
             write_deliveries(ctx.path(f"{phase.name}-warmup.deliveries"), warm_ids))
     pg = ctx.pg if phase.server == "sidecar" else None
     store_url = await fresh_store(ctx) if phase.server == "sidecar" else ""
+    pause_ms = 0.0
+    if phase.half_of:
+        reached = median(r.rps for r in ctx.results.get(phase.half_of, []))
+        if not reached:
+            raise BenchError(f"{phase.name} needs the {phase.half_of} phase before it")
+        # Closed-loop wrk: each connection answers then waits; at half load the answer time
+        # is small beside the pause, so the rate is close to (and at most) half.
+        pause_ms = connections * 1000.0 / (reached / 2)
 
     if phase.prime == "other":  # another proxy process delivers them first, then stops
         other, other_url = await start_sidecar(ctx, sidecar_config(ctx, store_url), "other")
@@ -793,7 +811,7 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
         profiler = await start_py_spy(ctx, phase, server)
         proxy0 = cpu_us(server.pid)
         result = await run_wrk(url, measured, mode, args.duration, connections, args.threads,
-                               args.burst)
+                               args.burst, pause_ms)
         proxy1 = cpu_us(server.pid)
         db_us: float | None = None
         if pg is not None:
@@ -1029,8 +1047,21 @@ def report(ctx: Context, results: dict[str, list[Result]]) -> tuple[str, bool]:
     checks = ("Checks: every answer 2xx; each new event reached the app once, no duplicate "
               "did; no id ran out." if not problems else "Problems:\n" + "\n".join(problems))
     text = (f"Machine: {machine(ctx)}.\n\n{conditions}.\n\n{table(results, args.store)}\n\n"
-            f"{checks}\n")
+            f"{added_latency(results)}{checks}\n")
     return text, not problems
+
+
+def added_latency(results: dict[str, list[Result]]) -> str:
+    """The latency webhook-sidecar adds over the pass-through at the same paced rate (half its
+    new-event maximum): the difference of the medians of p50 and of p99."""
+    ours, floor = results.get("half-new"), results.get("half-passthrough")
+    if not ours or not floor:
+        return ""
+    rate = median(r.rps for r in ours)
+    p50 = (median(r.p50_ms for r in ours) or 0.0) - (median(r.p50_ms for r in floor) or 0.0)
+    p99 = (median(r.p99_ms for r in ours) or 0.0) - (median(r.p99_ms for r in floor) or 0.0)
+    return (f"Latency added over the pass-through at half the proxy's new-event maximum "
+            f"(about {fmt(rate)} req/s): p50 {p50:+.1f} ms, p99 {p99:+.1f} ms.\n\n")
 
 
 def write_docs(text: str) -> None:
@@ -1146,6 +1177,7 @@ async def bench(args: argparse.Namespace, phases: list[str], tmp: Path) -> int:
         if OPTIONAL & set(phases):
             await ensure_competitor(ctx)
         results: dict[str, list[Result]] = {name: [] for name in phases}
+        ctx.results = results
         for run in range(args.runs):
             ctx.run = run
             for name in phases:

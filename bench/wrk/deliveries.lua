@@ -41,6 +41,12 @@ function init(args)
    mode = args[2] or "new"
    burst = tonumber(args[3] or "50")
    stride = tonumber(args[4] or "1")
+   -- Paced load: the pause (ms) a connection waits after an answer before its next request.
+   -- Defined only when pacing: wrk times every request through delay() once it exists.
+   local pause = tonumber(args[5] or "0")
+   if pause > 0 then
+      delay = function() return pause end
+   end
    first = tid or 0
    local f = assert(io.open(file, "r"))
    path = f:read("*l")
