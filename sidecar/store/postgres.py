@@ -1,12 +1,13 @@
 """PostgreSQL adapter (asyncpg): the production store, shared by any number of proxy replicas.
 
 Every verb is one short autocommitted statement on a connection held only for that statement
-(``claim`` may need a second, plain read). Claims, and result writes, that arrive while one of
-their kind is in flight are sent together when it returns, as one statement over arrays with one
-commit (``claim_batch.sql``, ``complete_batch.sql``; :mod:`sidecar.store.coalesce`), each
-answered as if it had run alone. Invariants are enforced by the database: the primary
-key arbitrates claims, guarded ``UPDATE … RETURNING`` statements arbitrate takeovers and fence
-result writes by attempt, and every time comes from the database clock (``clock_timestamp()``).
+(``claim`` and ``bind_nonce`` may need a second, plain read). Claims, result writes and nonce
+binds that arrive while one of their kind is in flight are sent together when it returns, as one
+statement over arrays with one commit (``claim_batch.sql``, ``complete_batch.sql``,
+``bind_nonce_batch.sql``; :mod:`sidecar.store.coalesce`), each answered as if it had run alone.
+Invariants are enforced by the database: the primary key arbitrates claims, guarded
+``UPDATE … RETURNING`` statements arbitrate takeovers and fence result writes by attempt, and
+every time comes from the database clock (``clock_timestamp()``).
 
 Every call has one deadline (``statement_timeout``) and ends in rows or a ``StoreError``, never
 in a driver error. A connection that fails is closed, never reused, and the call is repeated
@@ -77,7 +78,10 @@ _AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     # updates nothing; complete_landed.sql then tells "recorded by the first run" from
     # "superseded" (the row holds exactly this result).
     "complete": ("complete", "complete_landed"),
-    # ON CONFLICT DO NOTHING, then the bound hash either way.
+    # ON CONFLICT DO NOTHING, then the bound hash either way: idempotent per (provider, nonce,
+    # hash). If the first run's insert committed, the repeat finds the row and answers the hash
+    # it bound, the caller's own. (A first run still alive on its backend makes the repeat wait
+    # for it and answer no row; the caller then reads the hash with get_nonce.sql.)
     "bind_nonce": ("bind_nonce",),
     # release is NOT repeated: it has no attempt fence, so if its first run committed and a
     # redelivery took the failed row over before the repeat ran, the repeat would release
@@ -85,10 +89,13 @@ _AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     # purge and purge_nonces are not repeated: a repeat deletes another batch and reports only
     # its own count. The maintenance loop runs them again at its interval.
 }
-# claim_batch and complete_batch (concurrent claims or result writes sent together) are not
-# repeated as such: after a lost connection each item is repeated as its own call would be,
-# per the entry of "claim" or "complete" above, one after the other on one connection that
-# has just answered. The batch committed whole or not at all; each item's repeat tells which.
+# claim_batch, complete_batch and bind_nonce_batch (concurrent claims, result writes or nonce
+# binds sent together) are not repeated as such: after a lost connection each item is repeated
+# as its own call would be, per the entry of "claim", "complete" or "bind_nonce" above, one
+# after the other, in item order, on one connection that has just answered. The batch committed
+# whole or not at all; each item's repeat tells which. (Binds of one nonce in a lost batch: if
+# it committed, every repeat answers the hash its first item bound; if not, the first item's
+# repeat binds its own and the later ones get it back, as in the batch.)
 
 # A batch the server refused for one of its items (a row another session holds, a deadlock
 # with another batch, a unique violation while the key is rebuilt, a bad value): its items run
@@ -137,8 +144,8 @@ class PostgresStore(SQLStore):
         self._deadline = deadline
         self._outage = OutageLog()
         _POOL_LOG.addFilter(self._outage)  # mutes the pool's reconnect warnings meanwhile
-        # Concurrent claims, and result writes, go out together (write_batch <= 1: never).
-        # A waiting call is bound by the deadline like any other.
+        # Concurrent claims, result writes and nonce binds go out together (write_batch <= 1:
+        # never). A waiting call is bound by the deadline like any other.
         self._claims: Coalescer[Params, list[asyncpg.Record]] = Coalescer(
             lambda params: self._rows("claim", params),
             lambda items: self._many("claim", items),
@@ -146,6 +153,10 @@ class PostgresStore(SQLStore):
         self._completes: Coalescer[Params, list[asyncpg.Record]] = Coalescer(
             lambda params: self._rows("complete", params),
             lambda items: self._many("complete", items),
+            max_batch=write_batch, wait=deadline)
+        self._binds: Coalescer[Params, list[asyncpg.Record]] = Coalescer(
+            lambda params: self._rows("bind_nonce", params),
+            lambda items: self._many("bind_nonce", items),
             max_batch=write_batch, wait=deadline)
 
     def __repr__(self) -> str:  # never shows the DSN (it may carry a password)
@@ -179,7 +190,8 @@ class PostgresStore(SQLStore):
         ``session_settings=False`` (pgbouncer rejects them; set them with ``ALTER ROLE``
         instead) and ``statement_cache_size=0``. ``command_timeout`` is asyncpg's own bound on
         one statement, a backstop behind the deadline. ``write_batch`` bounds how many
-        concurrent claims (or result writes) go out in one statement; 1 sends each alone.
+        concurrent claims (or result writes, or nonce binds) go out in one statement; 1 sends
+        each alone.
 
         Raises ``SchemaError`` if the database lacks migrations this release needs, and
         ``StoreError`` if it cannot be reached within ``connect_timeout``.
@@ -269,6 +281,9 @@ class PostgresStore(SQLStore):
 
     async def _complete(self, params: Params) -> list[asyncpg.Record]:
         return await self._together(self._completes, "complete", params)
+
+    async def _bind_nonce(self, params: Params) -> list[asyncpg.Record]:
+        return await self._together(self._binds, "bind_nonce", params)
 
     async def _together(self, coalescer: Coalescer[Params, list[asyncpg.Record]], name: str,
                         params: Params) -> list[asyncpg.Record]:

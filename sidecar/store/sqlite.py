@@ -3,11 +3,12 @@
 One connection, used from one dedicated worker thread (every call goes through a single-thread
 executor), in WAL mode with ``synchronous=FULL`` so an acknowledged claim survives a crash.
 Several processes on the same host may share the file: writes wait up to ``busy_timeout`` for
-the lock, single statements are atomic, and the one read-after-write sequence (``claim``) runs
-inside ``BEGIN IMMEDIATE``. Not for a network filesystem, nor for replicas on several hosts.
-Claims, and result writes, that arrive while one of their kind is in flight are run together
-when it returns, in one ``BEGIN IMMEDIATE`` transaction with one commit (one WAL fsync) for all
-of them (:mod:`sidecar.store.coalesce`), each answered as if it had run alone.
+the lock, single statements are atomic, and the read-after-write sequences (``claim``, and
+nonce binds run together) run inside ``BEGIN IMMEDIATE``. Not for a network filesystem, nor for
+replicas on several hosts.
+Claims, result writes and nonce binds that arrive while one of their kind is in flight are run
+together when it returns, in one ``BEGIN IMMEDIATE`` transaction with one commit (one WAL fsync)
+for all of them (:mod:`sidecar.store.coalesce`), each answered as if it had run alone.
 
 Times are REAL seconds since the Unix epoch from SQLite's clock (millisecond resolution).
 The store applies its own migrations when opened.
@@ -70,7 +71,8 @@ class SQLiteStore(SQLStore):
         # Every call, queue time included, answers within this bound (StoreError after it),
         # so a held write lock turns into prompt 503s instead of an ever longer queue.
         self._deadline = deadline
-        # Concurrent claims, and result writes, run together (write_batch <= 1: never).
+        # Concurrent claims, result writes and nonce binds run together (write_batch <= 1:
+        # never).
         self._claims: Coalescer[Params, Claim] = Coalescer(
             lambda params: self._call("claim", self._claim_sync, params),
             lambda items: self._many("claim", self._claims_sync, items),
@@ -78,6 +80,10 @@ class SQLiteStore(SQLStore):
         self._completes: Coalescer[Params, list[sqlite3.Row]] = Coalescer(
             lambda params: self._call("complete", self._execute, "complete", params),
             lambda items: self._many("complete", self._completes_sync, items),
+            max_batch=write_batch, wait=deadline)
+        self._binds: Coalescer[Params, list[sqlite3.Row]] = Coalescer(
+            lambda params: self._call("bind_nonce", self._execute, "bind_nonce", params),
+            lambda items: self._many("bind_nonce", self._binds_sync, items),
             max_batch=write_batch, wait=deadline)
 
     def __repr__(self) -> str:
@@ -93,9 +99,9 @@ class SQLiteStore(SQLStore):
         """Open (creating if needed) and migrate the database file at ``path``.
 
         ``busy_timeout`` bounds how long a statement waits for another process's write lock.
-        ``write_batch`` bounds how many concurrent claims (or result writes) share one
-        transaction; 1 runs each alone. Raises ``StoreError`` if the file cannot be opened or
-        migrated.
+        ``write_batch`` bounds how many concurrent claims (or result writes, or nonce binds)
+        share one transaction; 1 runs each alone. Raises ``StoreError`` if the file cannot be
+        opened or migrated.
         """
         filename = os.fspath(path)
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sidecar-sqlite")
@@ -157,6 +163,20 @@ class SQLiteStore(SQLStore):
         """Several result writes in one transaction, each fenced as complete.sql is alone."""
         with _immediate(self._con):
             return [self._execute("complete", params) for params in items]
+
+    # -- nonce binds -----------------------------------------------------------------------
+
+    async def _bind_nonce(self, params: Params) -> list[sqlite3.Row]:
+        return await self._together(self._binds, "bind_nonce", params)
+
+    def _binds_sync(self, items: Sequence[Params]) -> list[list[sqlite3.Row]]:
+        """Several binds in one transaction, in order, each answered with the bound hash: a
+        later bind of a nonce an earlier one bound gets the earlier one's hash back, as the
+        second of two concurrent binds would. Under the write lock the nonce a bind did not
+        insert is there to read (get_nonce.sql)."""
+        with _immediate(self._con):
+            return [self._execute("bind_nonce", params) or self._execute("get_nonce", params)
+                    for params in items]
 
     # -- concurrent writes, run together ---------------------------------------------------
 

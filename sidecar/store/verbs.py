@@ -4,8 +4,9 @@ Each verb builds the one mapping of named parameters its ``sql/<dialect>/<name>.
 (the two dialects' files name the same parameters), runs it, and decodes the rows with
 :mod:`sidecar.store.rows`. An adapter subclasses :class:`SQLStore` and supplies only how to run
 one statement on its connections (:meth:`SQLStore._rows`), its claim race
-(:meth:`SQLStore._claim`) and ``close``; and may send concurrent result writes together
-(:meth:`SQLStore._complete`, see :mod:`sidecar.store.coalesce`).
+(:meth:`SQLStore._claim`) and ``close``; and may send concurrent result writes, and nonce binds,
+together (:meth:`SQLStore._complete`, :meth:`SQLStore._bind_nonce`, see
+:mod:`sidecar.store.coalesce`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ class SQLStore(abc.ABC):
         """``complete.sql``: the row written (the attempt), or none when superseded. An adapter
         may send concurrent calls together, each answered as if it had run alone."""
         return await self._rows("complete", params)
+
+    async def _bind_nonce(self, params: Params) -> Sequence[Record]:
+        """``bind_nonce.sql``: the bound hash, or no row when the nonce is bound already by an
+        insert the statement did not see (then ``get_nonce.sql`` reads it). An adapter may send
+        concurrent calls together, each answered as if it had run alone."""
+        return await self._rows("bind_nonce", params)
 
     # -- the Store verbs -------------------------------------------------------------------
 
@@ -121,7 +128,7 @@ class SQLStore(abc.ABC):
         for _ in range(3):
             # No row from bind_nonce.sql: the nonce was bound already, by an insert its snapshot
             # did not see (PostgreSQL) or at all (SQLite's INSERT answers only what it inserted).
-            rows = await self._rows("bind_nonce", params) or await self._rows("get_nonce", params)
+            rows = await self._bind_nonce(params) or await self._rows("get_nonce", params)
             if rows:
                 return bytes(rows[0]["body_sha256"])
             # Purged between the two statements: bind it again.
