@@ -439,10 +439,14 @@ class App:
             handle.seek(mark)
             return handle.read().decode(errors="replace").splitlines()
 
-    def ends_with_newline(self) -> bool:
+    def complete_lines(self, mark: int) -> tuple[list[str], int]:
+        """The whole lines written since ``mark``, and the offset just past the last of them
+        (a line still being written is left for the next read, judged on the bytes read)."""
         with open(self.ids_log, "rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            return handle.read(1) == b"\n"
+            handle.seek(mark)
+            data = handle.read()
+        end = data.rfind(b"\n") + 1
+        return data[:end].decode(errors="replace").splitlines(), mark + end
 
 
 # ---------------------------------------------------------------------------------------------
@@ -866,10 +870,7 @@ async def prime_with_wrk(ctx: Context, url: str, deliveries: Path, ids: Sequence
                 raise BenchError(f"priming stopped with {len(seen)} of {len(wanted)} "
                                  "deliveries forwarded")
             await asyncio.sleep(0.2)
-            lines = ctx.app.since(offset)
-            if lines and not ctx.app.ends_with_newline():
-                lines = lines[:-1]  # a line still being written
-            offset += sum(len(line) + 1 for line in lines)
+            lines, offset = ctx.app.complete_lines(offset)
             seen.update(i for i in lines if i in wanted)
     finally:
         if proc.returncode is None:
