@@ -32,8 +32,8 @@ import socket
 import stat
 import subprocess
 import tempfile
-from collections.abc import Coroutine, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -142,6 +142,23 @@ async def drop_database(admin_dsn: str, dbname: str) -> None:
 
 def unique_database_name(prefix: str = "sidecar_test") -> str:
     return f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+@asynccontextmanager
+async def migrated_database(cluster: ThrowawayCluster, prefix: str) -> AsyncIterator[str]:
+    """A fresh, migrated database on ``cluster``, dropped afterwards (the cluster is started
+    again first if the test crashed it and failed before restarting it)."""
+    from sidecar.store.postgres import migrate_postgres
+
+    dbname = unique_database_name(prefix)
+    url = await create_database(cluster.dsn, dbname)
+    await migrate_postgres(url)
+    try:
+        yield url
+    finally:
+        if not cluster.running():
+            await asyncio.to_thread(cluster.start)
+        await drop_database(cluster.dsn, dbname)
 
 
 # -- server binaries ---------------------------------------------------------------------------

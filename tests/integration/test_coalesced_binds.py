@@ -26,7 +26,7 @@ import hashlib
 import secrets
 import sqlite3
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ import asyncpg
 import pytest
 
 from sidecar.core.errors import StoreError
-from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.postgres import PostgresStore
 from sidecar.store.sqlite import SQLiteStore
 from tests.integration.test_coalesced_writes import (
     _commits_of,
@@ -44,7 +44,10 @@ from tests.integration.test_coalesced_writes import (
     until,
 )
 from tests.integration.test_store_faults import ReplyEater
-from tests.pgserver import ThrowawayCluster, create_database, drop_database, unique_database_name
+from tests.pgserver import (
+    ThrowawayCluster,
+    migrated_database,
+)
 
 PROVIDER = "github"  # never "mailgun" or "other": the contract suite counts those
 
@@ -268,25 +271,10 @@ async def test_an_item_whose_competitor_commits_after_the_snapshot_reads_the_has
 # == (e) a batch's answer lost with its connection ============================================
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ThrowawayCluster]:
-    own = ThrowawayCluster()
-    try:
-        own.start()
-        yield own
-    finally:
-        own.cleanup()
-
-
 @pytest.fixture
 async def private_dsn(cluster: ThrowawayCluster) -> AsyncIterator[str]:
-    dbname = unique_database_name("binds")
-    url = await create_database(cluster.dsn, dbname)
-    await migrate_postgres(url)
-    try:
+    async with migrated_database(cluster, "binds") as url:
         yield url
-    finally:
-        await drop_database(cluster.dsn, dbname)
 
 
 @pytest.fixture

@@ -40,7 +40,10 @@ from sidecar.core.events import (
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
 from tests.integration.test_store_faults import ReplyEater
-from tests.pgserver import ThrowawayCluster, create_database, drop_database, unique_database_name
+from tests.pgserver import (
+    ThrowawayCluster,
+    migrated_database,
+)
 
 BODY = b"\x02" * 32
 LEASE = 30.0
@@ -367,27 +370,10 @@ async def test_an_idle_call_goes_out_alone_as_the_single_row_statement(
 # == (d) a crash mid-batch; (f) a batch's answer lost =========================================
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ThrowawayCluster]:
-    own = ThrowawayCluster()  # fsync on: a test crashes it
-    try:
-        own.start()
-        yield own
-    finally:
-        own.cleanup()
-
-
 @pytest.fixture
 async def crash_dsn(cluster: ThrowawayCluster) -> AsyncIterator[str]:
-    dbname = unique_database_name("coalesce")
-    url = await create_database(cluster.dsn, dbname)
-    await migrate_postgres(url)
-    try:
+    async with migrated_database(cluster, "coalesce") as url:
         yield url
-    finally:
-        if not cluster.running():
-            await asyncio.to_thread(cluster.start)
-        await drop_database(cluster.dsn, dbname)
 
 
 _HOLD = ("INSERT INTO webhook_event (provider, event_id, received_at, body_sha256, state,"

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -29,13 +29,11 @@ from sidecar.core.events import AttemptResult, EventState, Outcome, RecordedResp
 from sidecar.forwarding import Forwarder
 from sidecar.obs.metrics import Metrics
 from sidecar.serve import start, stop
-from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.postgres import PostgresStore
 from sidecar.testing import FakeUpstream
 from tests.pgserver import (
     ThrowawayCluster,
-    create_database,
-    drop_database,
-    unique_database_name,
+    migrated_database,
 )
 from tests.support import (
     STRIPE_SECRET,
@@ -59,27 +57,10 @@ DONE = AttemptResult(EventState.DONE, Outcome.RESPONSE,
 # == one private cluster per module, a fresh database per test ===============================
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ThrowawayCluster]:
-    own = ThrowawayCluster()  # fsync on: a test crashes it
-    try:
-        own.start()  # a PgServerError here fails (never skips) every test of the module
-        yield own
-    finally:
-        own.cleanup()
-
-
 @pytest.fixture
 async def dsn(cluster: ThrowawayCluster) -> AsyncIterator[str]:
-    dbname = unique_database_name("faults")
-    url = await create_database(cluster.dsn, dbname)
-    await migrate_postgres(url)
-    try:
+    async with migrated_database(cluster, "faults") as url:
         yield url
-    finally:
-        if not cluster.running():  # a test that crashed it failed before restarting it
-            await asyncio.to_thread(cluster.start)
-        await drop_database(cluster.dsn, dbname)
 
 
 @contextlib.asynccontextmanager
