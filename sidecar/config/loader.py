@@ -31,6 +31,7 @@ from sidecar.config.model import (
     PROVIDER_KEY_PATTERN,
     REQUIRED_WITHOUT_PRESET,
     Config,
+    Mode,
     ProviderConfig,
     SecretRef,
     StoreKind,
@@ -50,6 +51,7 @@ from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
 from sidecar.core.handshake import parse_handshake_spec
+from sidecar.core.jsonpath import parse_json_path
 from sidecar.core.signing import SignatureSpec, decode_secret, parse_signature_spec
 from sidecar.core.signing.forward import decode_forward_secret
 
@@ -470,6 +472,11 @@ def _provider_or_none(key: object, raw: object, path: str, routes: dict[str, str
 
 
 def _warn_retention(provider: ProviderConfig, path: str, load: _Load) -> None:
+    if provider.mode is Mode.QUEUE and provider.retention < provider.queue.max_age:
+        load.warnings.append(
+            f"{path}.retention ({format_duration(provider.retention)}) is shorter than "
+            f"queue.max_age ({format_duration(provider.queue.max_age)}): an event that dies "
+            "late is deleted by retention soon after, with little time to re-drive it")
     if provider.retry_window is not None and provider.retention < provider.retry_window:
         load.warnings.append(
             f"{path}.retention ({format_duration(provider.retention)}) is shorter than the "
@@ -663,6 +670,26 @@ def _handshake(raw: object, path: str, values: _Values, load: _Load) -> Any:
     return parse_handshake_spec(raw, path)
 
 
+def _mode(mode: Mode, path: str, values: _Values, load: _Load) -> Mode:
+    event_id = values.known("event_id")
+    if mode is Mode.QUEUE and event_id is not None and event_id.is_batch:
+        raise ConfigError(path, "queue is not available for a batch provider (event_id.batch): "
+                          "its items share one delivery; use forward")
+    return mode
+
+
+def _order_key(raw: object, path: str, values: _Values, load: _Load) -> Any:
+    return parse_json_path(raw, path)
+
+
+def _max_retry_delay(delay: float, path: str, values: _Values, load: _Load) -> float:
+    first = values.known("first_retry")
+    if first is not None and delay < first:
+        raise ConfigError(path, f"must not be shorter than first_retry "
+                          f"({format_duration(delay)} < {format_duration(first)})")
+    return delay
+
+
 def _replay_nonce(raw: object, path: str, values: _Values, load: _Load) -> Any:
     nonce = parse_event_id_spec(raw, path)
     if nonce.is_batch:
@@ -684,6 +711,9 @@ _STEPS: Final[dict[str, Step]] = {
     "providers.<key>.retention": _retention,
     "providers.<key>.handshake": _handshake,
     "providers.<key>.replay_nonce": _replay_nonce,
+    "providers.<key>.mode": _mode,
+    "providers.<key>.queue.order_key": _order_key,
+    "providers.<key>.queue.max_retry_delay": _max_retry_delay,
 }
 
 

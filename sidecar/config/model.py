@@ -41,6 +41,7 @@ from sidecar.core.bodyreplay import unsigned_id_headers
 from sidecar.core.eventid import EventIdSpec
 from sidecar.core.forwarded import Network
 from sidecar.core.handshake import HandshakeSpec
+from sidecar.core.jsonpath import JsonPath
 from sidecar.core.signing import SignatureSpec
 
 
@@ -69,6 +70,13 @@ class BodyReplay(StrEnum):
 
     REJECT = "reject"  # 401 replayed_body
     ALLOW = "allow"  # handled by its (new) event id like any delivery
+
+
+class Mode(StrEnum):
+    """How a provider's deliveries reach the app."""
+
+    FORWARD = "forward"  # forwarded while the provider waits; the app's answer is relayed
+    QUEUE = "queue"  # stored durably and answered 200 at once; delivery workers forward it
 
 
 class StoreKind(StrEnum):
@@ -145,6 +153,11 @@ class StoreConfig:
     statement_cache_size: int = setting(Integer(0), "Prepared statements cached per connection; "
                                         "0 behind pgbouncer in transaction mode.",
                                         yaml_default=100)
+    notify: bool = setting(Boolean(), "PostgreSQL, queue mode: wake the delivery workers of "
+                           "other replicas with LISTEN/NOTIFY (one dedicated connection per "
+                           "process). Set false behind pgbouncer in transaction mode, which "
+                           "cannot hold a LISTEN: workers then find new work by polling every "
+                           "queue.poll_interval.", yaml_default=True)
     session_settings: bool = setting(Boolean(), "Send statement_timeout, lock_timeout and "
                                      "idle_in_transaction_session_timeout as connection startup "
                                      "parameters. Set false behind pgbouncer (it refuses them; "
@@ -169,6 +182,38 @@ class StoreConfig:
 
     def __repr__(self) -> str:
         return f"StoreConfig(url={self.redacted_url!r}, pool_max_size={self.pool_max_size})"
+
+
+@block("Queue mode (mode: queue): how delivery workers forward accepted events to the app.",
+       nullable=True)
+class QueueConfig:
+    max_attempts: int = setting(Integer(1), "Attempts that may have reached the app before the "
+                                "event is dead (dead-lettered); tries that could not connect "
+                                "to the app do not count.", yaml_default=20)
+    max_age: float = setting(Duration(positive=True), "An event still not delivered this long "
+                             "after it was queued (or re-driven) is dead after its next "
+                             "failed try.", yaml_default="3d")
+    first_retry: float = setting(Duration(positive=True), "Backoff: the delay before the second "
+                                 "attempt; each next one doubles, with jitter (half to all of "
+                                 "it).", yaml_default="1s")
+    max_retry_delay: float = setting(Duration(positive=True), "Backoff: the longest delay "
+                                     "between attempts; also bounds an app's Retry-After.",
+                                     yaml_default="1h")
+    concurrency: int = setting(Integer(1), "Forwards of this provider in flight at once, per "
+                               "process.", yaml_default=10)
+    order_key: JsonPath | None = setting(
+        Custom("JSON path", {"type": "string"}),
+        "A JSON path of the body (e.g. $.data.object.id): events with the same value reach the "
+        "app one at a time, in the order accepted; events without it, or with other values, "
+        "go in parallel. A dead event no longer holds back its key.", nullable=True)
+    max_queue_depth: int | None = setting(Integer(1), "Events waiting or in flight at most; "
+                                          "past it new deliveries get 503 with Retry-After "
+                                          "(the provider keeps them). Empty: no limit.",
+                                          nullable=True)
+    poll_interval: float = setting(Duration(positive=True), "How often each process looks for "
+                                   "due work without being woken (retries coming due, other "
+                                   "replicas' events when store.notify is off).",
+                                   yaml_default="1s")
 
 
 # A provider block without a preset must declare these; with one, they are merged over the
@@ -240,6 +285,11 @@ class ProviderConfig:
                                               nullable=True)
     store_payload: bool = setting(Boolean(), "Keep the first request on the row, so an operator "
                                   "can re-drive it.", yaml_default=False)
+    mode: Mode = setting(Choice(Mode), "forward: the provider waits while the app is reached and "
+                         "gets its answer. queue: a verified event is stored with its request "
+                         "and answered 200 at once; delivery workers forward it with their own "
+                         "retries (see queue).", yaml_default="forward")
+    queue: QueueConfig = nested(QueueConfig)
     replay_nonce: EventIdSpec | None = setting(Custom("mapping", ref("event_id_item")), "For "
                                                "schemes that sign a nonce but not the body "
                                                "(Mailgun): where the nonce is, as {header: …} or "

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from sidecar.core.events import Outcome, RecordedResponse
-from sidecar.core.headers import ATTEMPT_HEADER, REPLAY_HEADER
+from sidecar.core.headers import ATTEMPT_HEADER, QUEUED_HEADER, REPLAY_HEADER
 
 
 class Result(enum.StrEnum):
@@ -21,6 +21,8 @@ class Result(enum.StrEnum):
     NEW = "new"  # forwarded as attempt 1; the app answered 2xx (or a final status)
     TAKEOVER = "takeover"  # forwarded as attempt > 1 after a failure or a crashed attempt
     DUPLICATE = "duplicate"  # answered from the recorded row; the app was not contacted
+    QUEUED = "queued"  # queue mode: stored durably and answered 200; workers deliver it
+    QUEUE_FULL = "queue_full"  # queue mode: max_queue_depth reached: 503, the provider retries
     IN_FLIGHT = "in_flight"  # another attempt is still running: 409
     MIRRORED_FAILURE = "mirrored_failure"  # the attempt it waited for failed
     UPSTREAM_ERROR = "upstream_error"  # forwarded; the app failed or gave no answer
@@ -60,6 +62,7 @@ class Rule:
 
 
 STORE_RETRY_AFTER: Final = "5"
+QUEUE_FULL_RETRY_AFTER: Final = "30"
 UPSTREAM_RETRY_AFTER: Final = "1"  # when the app failed without saying when to come back
 
 # Every answer the proxy makes up itself, by reason. Read top to bottom, this is the order in
@@ -83,6 +86,9 @@ RULES: Final[Mapping[str, Rule]] = {
     # the store could not decide: the provider keeps the event and retries
     "store_error": Rule(503, Result.STORE_ERROR, "event store unavailable; retry later",
                         retry_after=STORE_RETRY_AFTER),
+    # queue mode: the provider's queue holds max_queue_depth events; nothing was stored
+    "queue_full": Rule(503, Result.QUEUE_FULL, "the queue for this provider is full; retry "
+                       "later", retry_after=QUEUE_FULL_RETRY_AFTER),
     # another delivery of the same event decides
     "in_flight": Rule(409, Result.IN_FLIGHT, "this event is being processed; retry later",
                       retry_after="{lease}"),
@@ -145,6 +151,17 @@ def header(response: RecordedResponse | None, name: str) -> str | None:
         return None
     lowered = name.lower()
     return next((v for n, v in response.headers if n.lower() == lowered), None)
+
+
+def accepted(event_id: str, *, first: bool) -> Answer:
+    """Queue mode: the event is stored (by this delivery, or by an earlier one: ``first``
+    False, counted as a duplicate) and the proxy delivers it to the app."""
+    body = json.dumps({"accepted": True, "event_id": event_id}).encode()
+    headers: tuple[tuple[str, str], ...] = (
+        ("Content-Type", "application/json; charset=utf-8"), (QUEUED_HEADER, "true"))
+    if not first:
+        headers += ((REPLAY_HEADER, "true"),)
+    return Answer(200, headers, body, Result.QUEUED if first else Result.DUPLICATE)
 
 
 def replayed(response: RecordedResponse | None, attempt: int) -> Answer:

@@ -36,6 +36,8 @@ class EventState(enum.StrEnum):
     PROCESSING = "processing"
     DONE = "done"
     FAILED = "failed"
+    QUEUED = "queued"  # queue mode: accepted, waiting for a delivery worker (or its next try)
+    DEAD = "dead"  # queue mode: the delivery budget ran out; kept for inspection and re-drive
 
 
 class Outcome(enum.StrEnum):
@@ -135,3 +137,78 @@ class Claim:
 
     won: bool
     row: EventRow
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """The answer to an ``enqueue`` (queue mode's claim).
+
+    ``accepted``: this delivery inserted the row (and its queue entry) now. ``row``: the
+    existing row when another delivery had inserted it (None when accepted or full).
+    ``full``: the event is new but the provider's queue held ``max_depth`` entries or more, so
+    nothing was written (the provider is answered 503 and keeps the event)."""
+
+    accepted: bool
+    row: EventRow | None
+    full: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedWork:
+    """One queued event a delivery worker took (``take_queued``), leased to it.
+
+    ``attempt`` is what the app is told (the row's attempt, already counting this try);
+    ``tries`` fences this take: the settle names it, and a newer take of the same event
+    supersedes it. ``round_attempts`` counts the attempts since the event was queued (or
+    re-driven), for ``max_attempts``; ``queued_at`` starts ``max_age`` (database clock, epoch
+    seconds); ``now`` is the database clock at the take."""
+
+    provider: str
+    event_id: str
+    attempt: int
+    tries: int
+    round_attempts: int
+    queued_at: float
+    now: float
+    request: StoredRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one try of a queued event ends, written fenced by its ``tries``.
+
+    ``state``: DONE (the queue entry is removed), QUEUED (tried again in ``retry_in`` seconds)
+    or DEAD (the entry stays, marked dead, for re-drive). ``reached``: False when the app
+    certainly did not see this try (it could not be connected to): the row's attempt is then
+    given back, so the app's next attempt number is the same. ``result`` is recorded on the
+    row (outcome, the app's answer, latency), as in forward mode."""
+
+    state: EventState
+    result: AttemptResult
+    retry_in: float | None = None
+    reached: bool = True
+    error: str | None = None  # why the try failed, kept on the queue entry for operators
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    """A queued event's place in its provider's queue, as operators see it."""
+
+    provider: str
+    event_id: str
+    due_at: float | None  # None: dead
+    tries: int
+    queued_at: float
+    order_key: str | None
+    last_error: str | None
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One provider's queue, for metrics: entries waiting or in flight, dead entries, and the
+    age of the oldest waiting one (seconds, database clock; 0 when none waits)."""
+
+    pending: int
+    dead: int
+    oldest_pending_seconds: float

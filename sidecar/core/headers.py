@@ -16,3 +16,4 @@ BATCH_SIZE_HEADER: Final = "X-Webhook-Sidecar-Batch-Size"  # batch forwards
 
 # on answers to providers
 REPLAY_HEADER: Final = "X-Webhook-Sidecar-Replay"  # "true": answered from the recorded row
+QUEUED_HEADER: Final = "X-Webhook-Sidecar-Queued"  # "true": accepted in queue mode

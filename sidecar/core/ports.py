@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
-from sidecar.core.events import AttemptResult, Claim, EventRow, EventState, StoredRequest
+from sidecar.core.events import (
+    AttemptResult,
+    Claim,
+    Enqueued,
+    EventRow,
+    EventState,
+    QueuedWork,
+    QueueEntry,
+    QueueStats,
+    Settlement,
+    StoredRequest,
+)
 
 
 class Store(Protocol):
@@ -96,6 +108,76 @@ class Store(Protocol):
     async def purge_nonces(self, provider: str, older_than_seconds: float,
                            batch_size: int) -> int:
         """Delete up to ``batch_size`` nonces of ``provider`` older than the given age."""
+        ...
+
+    # -- queue mode (``providers.<key>.mode: queue``) ---------------------------------------
+    #
+    # A queued event is an event row (state ``queued``, ``processing`` while a worker forwards
+    # it, then ``done`` or ``dead``) plus a queue entry: its due time, order key, the take
+    # counter that fences workers, and its place in the order of acceptance. Entries of
+    # ``done`` events are removed; ``dead`` ones stay (marked) until re-driven or until
+    # retention deletes the row. Retention never deletes a row whose entry is not dead.
+    # ``take_over``, ``release`` and ``complete`` never touch a row that has a queue entry.
+
+    async def enqueue(
+        self,
+        provider: str,
+        event_id: str,
+        body_sha256: bytes,
+        request: StoredRequest,
+        *,
+        order_key: str | None = None,
+        max_depth: int | None = None,
+    ) -> Enqueued:
+        """Queue mode's claim, one committed statement: insert a ``queued`` row (attempt 0)
+        with ``request`` stored on it and its queue entry due now, or find the existing row.
+        With ``max_depth``, a new event is refused (``full``, nothing written) while the
+        provider has that many entries waiting or in flight. Wakes the provider's workers in
+        every process (PostgreSQL: NOTIFY at commit)."""
+        ...
+
+    async def take_queued(self, provider: str, limit: int, lease_seconds: float,
+                          owner: str) -> list[QueuedWork]:
+        """Take up to ``limit`` due entries of ``provider`` for delivery, in one committed
+        statement: due first, then in order of acceptance. Due: waiting with ``due_at`` passed,
+        or in flight with an expired lease (a crashed worker's). An entry with an
+        ``order_key`` is not due while an earlier-accepted entry with the same key is waiting
+        or in flight. Each taken row goes to ``processing`` with attempt + 1 and a lease; its
+        entry's take counter goes up (the fence) and it is due again when the lease ends.
+        Concurrent takers (any process) never take the same entry: ``SKIP LOCKED``."""
+        ...
+
+    async def settle_queued(self, provider: str, event_id: str, tries: int,
+                            settlement: Settlement) -> bool:
+        """Write how the take ``tries`` ended, fenced: only if the entry's take counter is
+        still ``tries`` and the row ``processing``; one committed statement. DONE removes the
+        entry; QUEUED makes it due in ``retry_in`` seconds; DEAD marks it dead. Unless
+        ``reached``, the row's attempt goes back down by one. Returns False when superseded."""
+        ...
+
+    async def requeue_dead(self, provider: str, event_id: str | None = None, *,
+                           older_than_seconds: float | None = None,
+                           limit: int = 1000) -> list[str]:
+        """Re-drive dead events: back to ``queued``, due now, with a fresh budget (attempts and
+        ``max_age`` count again from here; the attempt number goes on). One event, or up to
+        ``limit`` dead ones of ``provider`` received more than ``older_than_seconds`` ago.
+        Returns the event ids re-queued (wakes the workers, as ``enqueue``)."""
+        ...
+
+    async def queue_entry(self, provider: str, event_id: str) -> QueueEntry | None:
+        """The event's queue entry, or None (not queued, or done)."""
+        ...
+
+    async def queue_stats(self) -> dict[str, QueueStats]:
+        """Per provider with entries: waiting/in-flight and dead counts, oldest waiting age.
+        For the metrics refresh, never the request path."""
+        ...
+
+    async def listen_queue(self, wake: Callable[[str], None]) -> None:
+        """Call ``wake(provider)`` whenever another process queues work, until cancelled.
+        PostgreSQL: LISTEN on a dedicated connection (not from the pool), reconnecting after
+        a failure (a missed notification is covered by the workers' poll). Stores without
+        notifications wait until cancelled."""
         ...
 
     async def ping(self) -> None:

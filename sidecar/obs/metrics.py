@@ -70,6 +70,27 @@ class Metrics:
             "(result: applied, or error when a file could not be read or decoded).",
             ["provider", "result"], registry=self.registry)
 
+        # queue mode
+        self.queue_depth = Gauge(
+            "webhook_queue_depth", "Queued events waiting or being delivered, per provider "
+            "(all replicas); refreshed by the maintenance loop.", ["provider"],
+            registry=self.registry, multiprocess_mode="mostrecent")
+        self.queue_oldest = Gauge(
+            "webhook_queue_oldest_age_seconds", "Age of the oldest queued event not yet "
+            "delivered (0 when none waits); refreshed by the maintenance loop.", ["provider"],
+            registry=self.registry, multiprocess_mode="mostrecent")
+        self.queue_dead = Gauge(
+            "webhook_queue_dead", "Dead (dead-lettered) events kept for re-drive; refreshed "
+            "by the maintenance loop.", ["provider"], registry=self.registry,
+            multiprocess_mode="mostrecent")
+        self.queue_attempts = Counter(
+            "webhook_queue_attempts", "Tries of queued events by provider and how they ended "
+            "(done, retry, dead, unreachable: the app could not be connected to, superseded: "
+            "a newer take won).", ["provider", "result"], registry=self.registry)
+        self.dead_lettered = Counter(
+            "webhook_dead_lettered", "Queued events that ran out of attempts or age and are "
+            "now dead.", ["provider"], registry=self.registry)
+
     def render(self) -> bytes:
         if self.multiprocess_dir is None:
             return generate_latest(self.registry)
