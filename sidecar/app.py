@@ -8,7 +8,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from aiohttp import web
@@ -27,6 +27,7 @@ from sidecar.maintenance import Maintenance
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.telemetry import DeliveryTelemetry
+from sidecar.queueworker import QueueWorkers
 from sidecar.store.postgres import PostgresStore
 from sidecar.store.sqlite import SQLiteStore
 from sidecar.upstream import Upstream
@@ -52,11 +53,14 @@ class Shutdown:
     """The deadline of a graceful stop on the event loop's clock: None until it begins."""
 
     deadline: float | None = None
+    on_begin: list[Callable[[], None]] = field(default_factory=list)  # e.g. stop taking work
 
     def begin(self, timeout: float) -> float:
         """Start the schedule (once): deliveries may run ``timeout`` more seconds."""
         if self.deadline is None:
             self.deadline = asyncio.get_running_loop().time() + timeout
+            for hook in self.on_begin:
+                hook()
         return self.deadline
 
     def left(self, grace: float) -> float:
@@ -122,10 +126,12 @@ def build_apps(
         forwarder = Forwarder(opened, upstream, metrics, pending,
                               signing_keys=keyring.signing_keys, clock=clock or time.time)
         app[FORWARDER] = forwarder
+        queue = QueueWorkers(config.providers, opened, forwarder, metrics, owner, pending,
+                             notify=config.store.notify, clock=clock or time.time)
         app[PIPELINE] = Pipeline(store=opened, forwarder=forwarder, keyring=keyring, owner=owner,
                                  observer=DeliveryTelemetry(metrics), clock=clock or time.time,
                                  trusted_proxies=config.trusted_proxies,
-                                 known=KnownAnswers(config.answer_cache))
+                                 known=KnownAnswers(config.answer_cache), on_queued=queue.wake)
         for warning in config.warnings:
             log.warning("config_warning", message=warning)
         upkeep = Maintenance(config, opened, metrics, keyring)
@@ -134,12 +140,16 @@ def build_apps(
         if keyring.watches_files:
             background.append(asyncio.create_task(upkeep.run_secret_reloads(),
                                                   name="secret-reloads"))
+        queue.start()
+        shutdown.on_begin.append(queue.stop)  # at SIGTERM: no new work taken
         try:
             yield
         finally:
-            shutdown.begin(config.shutdown_timeout)  # already begun by serve.stop, normally
+            deadline = shutdown.begin(config.shutdown_timeout)  # begun by serve.stop, normally
             for task in background:
                 task.cancel()
+            # Queue forwards in flight may run until the deadline, like deliveries.
+            await queue.finish(deadline)
             # Deliveries are done or cancelled by now; result writes they started go on.
             unfinished = set(pending)
             if unfinished:

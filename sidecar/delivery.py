@@ -11,15 +11,17 @@ A single event is a batch of one item: the same path claims it, forwards it and 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sidecar.config.model import ProviderConfig
+from sidecar.config.model import Mode, ProviderConfig
 from sidecar.core.answers import (
     Answer,
     Result,
+    accepted,
     mirrored,
     no_answer,
     refuse,
@@ -27,7 +29,7 @@ from sidecar.core.answers import (
     replayed,
 )
 from sidecar.core.batch import batch_answer, claim_digest, filtered_body
-from sidecar.core.body import Body
+from sidecar.core.body import Body, NotJson
 from sidecar.core.bodyreplay import guard_key, ids_digest
 from sidecar.core.decision import (
     AnswerRecorded,
@@ -135,7 +137,8 @@ class Pipeline:
     def __init__(self, *, store: Store, forwarder: Forwarding, keyring: Keys, owner: str,
                  observer: Observer, clock: Callable[[], float] = time.time,
                  trusted_proxies: Sequence[Network] = (),
-                 known: KnownAnswers | None = None) -> None:
+                 known: KnownAnswers | None = None,
+                 on_queued: Callable[[str], None] = lambda provider: None) -> None:
         self._store = store
         self._forwarder = forwarder
         self._keyring = keyring
@@ -145,6 +148,7 @@ class Pipeline:
         self._trusted_proxies = tuple(trusted_proxies)  # empty: no peer is trusted
         # Done events and replay-guard bindings this process has seen (``core.known``).
         self._known = known if known is not None else KnownAnswers(0)
+        self._on_queued = on_queued  # wakes this process's delivery workers of a provider
 
     async def deliver(self, provider: ProviderConfig, inbound: Inbound) -> Answer:
         trace = _Trace()
@@ -188,6 +192,9 @@ class Pipeline:
         if provider.guards_body_replay and await self._replayed_body(provider, body, items):
             return refuse("replayed_body")
 
+        if provider.mode is Mode.QUEUE:  # not a batch provider (the loader refuses it)
+            return await self._accept(provider, inbound, body, items[0], trace)
+
         # What the app gets and a re-drive replays: computed once, and only when needed.
         app_headers = self._app_headers(inbound) if provider.store_payload else None
         ours, settled = await self._claim_all(provider, inbound, body, items, app_headers, trace)
@@ -202,6 +209,48 @@ class Pipeline:
         else:
             trace.attempt = settled[0].attempt
         return batch_answer(forwarded, [s.answer for s in settled])
+
+    async def _accept(self, provider: ProviderConfig, inbound: Inbound, body: Body,
+                      item: BatchItem, trace: _Trace) -> Answer:
+        """Queue mode: store the event with its request in one statement and answer 200 at
+        once; the delivery workers forward it. A redelivery is answered the same."""
+        event_id = item.event_id
+        digest = body.sha256
+        known = self._known.accepted(provider.key, event_id)
+        if known is not None:
+            trace.fields["known"] = True
+            return self._accepted_again(provider, event_id, known, digest, trace)
+        request = StoredRequest(inbound.method, inbound.path, self._app_headers(inbound),
+                                body.raw)
+        started = time.monotonic()
+        enqueued = await self._store.enqueue(
+            provider.key, event_id, digest, request, order_key=order_key_of(provider, body),
+            max_depth=provider.queue.max_queue_depth)
+        seconds = time.monotonic() - started
+        self._observer.claimed(provider.key, seconds)
+        trace.fields["claim_ms"] = round(seconds * 1000, 2)
+        if enqueued.full:
+            return refuse("queue_full", limit=provider.queue.max_queue_depth)
+        if enqueued.accepted:
+            self._known.remember_accepted(provider.key, event_id, digest, provider.retention)
+            self._on_queued(provider.key)
+            return accepted(event_id, first=True)
+        assert enqueued.row is not None
+        if enqueued.row.state in (EventState.QUEUED, EventState.PROCESSING, EventState.DONE,
+                                  EventState.DEAD):
+            self._known.remember_accepted(provider.key, event_id, enqueued.row.body_sha256,
+                                          provider.retention)
+        trace.attempt = enqueued.row.attempt
+        return self._accepted_again(provider, event_id, enqueued.row.body_sha256, digest, trace)
+
+    def _accepted_again(self, provider: ProviderConfig, event_id: str, stored: bytes,
+                        digest: bytes, trace: _Trace) -> Answer:
+        if stored != digest:
+            self._observer.payload_mismatch(provider.key, event_id)
+            trace.fields["payload_mismatch"] = True
+            if provider.on_payload_mismatch == "reject":
+                return refuse("payload_mismatch")
+        return accepted(event_id, first=False)
 
     async def _check_nonce(self, provider: str, spec: EventIdSpec, inbound: Inbound,
                            body: Body) -> Answer | None:
@@ -379,3 +428,18 @@ class Pipeline:
         for outcome in await asyncio.gather(*writes, return_exceptions=True):
             if isinstance(outcome, BaseException) and not isinstance(outcome, StoreError):
                 raise outcome
+
+
+def order_key_of(provider: ProviderConfig, body: Body) -> str | None:
+    """The value of the provider's ``queue.order_key`` in the body, as text (a string as it
+    is, anything else as JSON), or None: no key, no ordering."""
+    path = provider.queue.order_key
+    if path is None:
+        return None
+    try:
+        found, value = path.lookup(body.json())
+    except NotJson:
+        return None
+    if not found or value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from sidecar.config.model import ProviderConfig
@@ -41,6 +42,15 @@ RECORD_MAX_PAUSE = 1.0  # ...up to this
 LEASE_MARGIN = 1.0  # result writes are not retried in the last second before the lease ends
 
 
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One send to the app, classified; not yet recorded."""
+
+    result: AttemptResult
+    response: RecordedResponse | None  # None when the app gave no HTTP answer
+    error: str | None  # what went wrong reaching the app
+
+
 class Sender(Protocol):
     """Sends one request to the app (``sidecar.upstream.Upstream``, or a test double)."""
 
@@ -66,8 +76,23 @@ class Forwarder:
     ) -> Forwarded:
         """Forward once on behalf of ``rows`` (``(event_id, attempt)`` pairs: one, or the
         items a batch delivery claimed) and record the result on each of them."""
-        ids = [event_id for event_id, _ in rows]
         attempt = max(attempt for _, attempt in rows)
+        # The rows' leases began at their claims, just before this forward — for a batch up to
+        # inflight_wait before (its items are claimed in turn, waiting on in-flight ones).
+        lease_ends = (asyncio.get_running_loop().time() + provider.lease
+                      - (provider.inflight_wait if provider.event_id.is_batch else 0.0))
+        sent = await self.send(provider, [event_id for event_id, _ in rows], attempt, method,
+                               path, headers, body)
+        recorded, record_error = await self._record(provider.key, rows, sent.result,
+                                                    lease_ends - LEASE_MARGIN)
+        return Forwarded(attempt, sent.result, sent.response, sent.error, recorded,
+                         record_error)
+
+    async def send(self, provider: ProviderConfig, ids: Sequence[str], attempt: int,
+                   method: str, path: str, headers: Iterable[tuple[str, str]],
+                   body: bytes) -> Sent:
+        """Send once to the app on behalf of the events ``ids``, telling it ``attempt``, and
+        classify its answer (nothing recorded: the caller writes the result)."""
         added = {
             PROVIDER_HEADER: provider.key,
             ATTEMPT_HEADER: str(attempt),
@@ -87,10 +112,6 @@ class Forwarder:
             added.update(forward_signature(keys, added[IDEMPOTENCY_HEADER], body,
                                            self._clock()))
         started = time.monotonic()
-        # The rows' leases began at their claims, just before this forward — for a batch up to
-        # inflight_wait before (its items are claimed in turn, waiting on in-flight ones).
-        lease_ends = (asyncio.get_running_loop().time() + provider.lease
-                      - (provider.inflight_wait if provider.event_id.is_batch else 0.0))
         response: RecordedResponse | None = None
         error: str | None = None
         try:
@@ -104,9 +125,7 @@ class Forwarder:
         self._metrics.upstream_latency.labels(provider.key).observe(elapsed)
         result = result_of(outcome, response, elapsed * 1000, provider.final_statuses)
         self._metrics.app_answers.labels(provider.key, status_class(response)).inc()
-        recorded, record_error = await self._record(provider.key, rows, result,
-                                                    lease_ends - LEASE_MARGIN)
-        return Forwarded(attempt, result, response, error, recorded, record_error)
+        return Sent(result, response, error)
 
     async def _record(self, provider: str, rows: Sequence[tuple[str, int]],
                       result: AttemptResult, until: float) -> tuple[bool | None, str | None]:
@@ -140,48 +159,58 @@ class Forwarder:
 
     async def _write(self, provider: str, event_id: str, attempt: int, result: AttemptResult,
                      until: float) -> bool:
-        """One row's result write. The app has answered and the provider gets that answer, so
-        the write is not given up on at the first store error: it is tried again (the store
-        opens a new connection for a failed one) after a pause that doubles from 50 ms up to
-        1 s, while the lease lasts. Past ``until`` (just before the lease ends) another
-        delivery may take the event over: no try starts then, and one in progress is cancelled
-        (the fence would refuse it after a take-over anyway). It also stops when the store is
-        closed (shutdown, after the drain's wait). Raises the last ``StoreError``."""
-        loop = asyncio.get_running_loop()
-        pause = RECORD_FIRST_PAUSE
-        tries = 0
-        error: StoreError | None = None
-        while True:
-            tries += 1
-            try:
-                # The first try is bounded by the store alone, however late it comes.
-                async with asyncio.timeout_at(until if tries > 1 else None):
-                    written = await self._store.complete(provider, event_id, attempt, result)
-                break
-            except StoreClosed:
+        return await write_until(
+            lambda: self._store.complete(provider, event_id, attempt, result),
+            lambda row: _holds(row, attempt, result),
+            self._store, provider, event_id, attempt, until)
+
+
+async def write_until(write: Callable[[], Awaitable[bool]],
+                      holds: Callable[[EventRow | None], bool], store: Store, provider: str,
+                      event_id: str, attempt: int, until: float) -> bool:
+    """One row's result write (``write``; ``holds`` tells from the row whether it landed).
+    The app has answered, so the write is not given up on at the first store error: it is
+    tried again (the store opens a new connection for a failed one) after a pause that
+    doubles from 50 ms up to 1 s, while the lease lasts. Past ``until`` (just before the
+    lease ends) another delivery may take the event over: no try starts then, and one in
+    progress is cancelled (the fence would refuse it after a take-over anyway). It also
+    stops when the store is closed (shutdown, after the drain's wait). Raises the last
+    ``StoreError``."""
+    loop = asyncio.get_running_loop()
+    pause = RECORD_FIRST_PAUSE
+    tries = 0
+    error: StoreError | None = None
+    while True:
+        tries += 1
+        try:
+            # The first try is bounded by the store alone, however late it comes.
+            async with asyncio.timeout_at(until if tries > 1 else None):
+                written = await write()
+            break
+        except StoreClosed:
+            raise
+        except StoreError as exc:
+            error = exc
+        except TimeoutError as exc:
+            if error is None:  # not the lease's bound: only retries have one
                 raise
-            except StoreError as exc:
-                error = exc
-            except TimeoutError as exc:
-                if error is None:  # not the lease's bound: only retries have one
-                    raise
-                raise StoreError(f"{error} (the lease ends: no more tries)") from exc
-            left = until - loop.time()
-            if left <= 0:
-                raise error
-            if tries == 1:
-                log.warning("record_retrying", provider=provider, event_id=event_id,
-                            attempt=attempt, error=str(error), retry_for_s=round(left, 1))
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, RECORD_MAX_PAUSE)
-        if tries > 1:
-            if not written:
-                # A failed try may have committed before its answer was lost: then this one
-                # found nothing to write. The row tells whether it holds this very result.
-                written = _holds(await self._store.get(provider, event_id), attempt, result)
-            log.info("record_recovered", provider=provider, event_id=event_id,
-                     attempt=attempt, tries=tries)
-        return written
+            raise StoreError(f"{error} (the lease ends: no more tries)") from exc
+        left = until - loop.time()
+        if left <= 0:
+            raise error
+        if tries == 1:
+            log.warning("record_retrying", provider=provider, event_id=event_id,
+                        attempt=attempt, error=str(error), retry_for_s=round(left, 1))
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, RECORD_MAX_PAUSE)
+    if tries > 1:
+        if not written:
+            # A failed try may have committed before its answer was lost: then this one
+            # found nothing to write. The row tells whether it holds this very result.
+            written = holds(await store.get(provider, event_id))
+        log.info("record_recovered", provider=provider, event_id=event_id,
+                 attempt=attempt, tries=tries)
+    return written
 
 
 def _holds(row: EventRow | None, attempt: int, result: AttemptResult) -> bool:

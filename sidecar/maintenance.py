@@ -1,4 +1,5 @@
-"""Background upkeep in every proxy process: retention, the stuck-row gauge, secret reloads.
+"""Background upkeep in every proxy process: retention, the stuck-row and queue gauges, secret
+reloads.
 
 Several replicas may run it at once: retention deletes in small batches that skip locked rows,
 and every step is safe to repeat.
@@ -11,8 +12,9 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 from sidecar.config.keyring import SIGNING, Keyring
-from sidecar.config.model import Config
+from sidecar.config.model import Config, Mode
 from sidecar.core.errors import StoreError
+from sidecar.core.events import QueueStats
 from sidecar.core.ports import Store
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
@@ -52,6 +54,19 @@ class Maintenance:
             self._metrics.stuck.labels(provider.key).set(counts.get(provider.key, 0))
         return counts
 
+    async def refresh_queue(self) -> None:
+        """The queue gauges of queue-mode providers (waiting, oldest age, dead), over all
+        replicas: one aggregate over the queue table."""
+        queued = [p.key for p in self._config.providers if p.mode is Mode.QUEUE]
+        if not queued:
+            return
+        stats = await self._store.queue_stats()
+        for key in queued:
+            found = stats.get(key, QueueStats(0, 0, 0.0))
+            self._metrics.queue_depth.labels(key).set(found.pending)
+            self._metrics.queue_oldest.labels(key).set(found.oldest_pending_seconds)
+            self._metrics.queue_dead.labels(key).set(found.dead)
+
     def reload_secrets(self) -> tuple[str, ...]:
         result = self._keyring.reload()
         for provider in result.changed:
@@ -70,6 +85,7 @@ class Maintenance:
             try:
                 await self.sweep_retention()
                 await self.refresh_stuck()
+                await self.refresh_queue()
             except StoreError as exc:
                 self._metrics.maintenance_errors.inc()
                 log.warning("maintenance_failed", error=str(exc))

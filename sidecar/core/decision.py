@@ -20,6 +20,7 @@ from sidecar.core.events import (
 # space out so a long forward costs few reads.
 FIRST_POLL = 0.02
 MAX_POLL = 0.25
+QUEUE_ROW_RETRY_AFTER = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,10 @@ def decide(row: EventRow, *, waits: int, wait_left: float) -> Decision:
         return AnswerRecorded(row)
     if row.state is EventState.FAILED:
         return MirrorFailure(row) if waits else TakeOver()
+    if row.state in (EventState.QUEUED, EventState.DEAD):
+        # A queue-mode row under a provider now in forward mode: its delivery workers own it
+        # (docs/operations.md: switch modes once the queue is drained). Never taken over.
+        return Busy(retry_after=QUEUE_ROW_RETRY_AFTER)
     # processing
     if not row.lease_live:
         return TakeOver()

@@ -4,7 +4,9 @@ Two kinds of fact never change once true, until retention deletes them:
 
 - an event that is ``done``: its row (recorded answer, attempt, body hash) is final — no verb
   changes a done row (release and re-drive refuse it), only retention deletes it;
-- a body the replay guard has bound to its first event id (``core.bodyreplay``).
+- a body the replay guard has bound to its first event id (``core.bodyreplay``);
+- an event accepted in queue mode (with its body hash): every redelivery is answered
+  "accepted", whatever its delivery to the app has come to.
 
 Each entry is kept at most until the provider's retention would delete it, so the memory never
 answers for longer than the database would. The memory is bounded in bytes (a recorded answer
@@ -68,6 +70,17 @@ class KnownAnswers:
             return
         age = max(0.0, row.now - row.received_at)
         self._put(("done", row.provider, row.event_id), row, retention - age, row_size(row))
+
+    # -- events accepted in queue mode ------------------------------------------------------
+
+    def accepted(self, provider: str, event_id: str) -> bytes | None:
+        """The body hash the event was accepted with, if this process knows it accepted."""
+        found = self._get(("accepted", provider, event_id))
+        return found if isinstance(found, bytes) else None
+
+    def remember_accepted(self, provider: str, event_id: str, digest: bytes,
+                          retention: float) -> None:
+        self._put(("accepted", provider, event_id), digest, retention, ENTRY_OVERHEAD)
 
     # -- replay-guard bindings --------------------------------------------------------------
 

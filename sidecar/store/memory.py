@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -19,10 +20,15 @@ from sidecar.core.errors import RowLocked, StoreClosed
 from sidecar.core.events import (
     AttemptResult,
     Claim,
+    Enqueued,
     EventRow,
     EventState,
     Outcome,
+    QueuedWork,
+    QueueEntry,
+    QueueStats,
     RecordedResponse,
+    Settlement,
     StoredRequest,
 )
 
@@ -68,6 +74,19 @@ class _Event:
         return self.received_at < cutoff
 
 
+@dataclass(slots=True)
+class _Entry:
+    """A queued event's queue entry (queue mode)."""
+
+    seq: int
+    due_at: float | None  # None: dead
+    queued_at: float
+    base_attempt: int = 0
+    tries: int = 0
+    order_key: str | None = None
+    last_error: str | None = None
+
+
 class MemoryStore:
     """``sidecar.core.ports.Store`` kept in this process's memory: pass it wherever a store is
     taken (the app's ``store=`` argument), or drive it directly.
@@ -101,6 +120,9 @@ class MemoryStore:
         self._events: dict[tuple[str, str], _Event] = {}
         self._nonces: dict[tuple[str, str], tuple[bytes, float]] = {}  # -> (hash, received_at)
         self._held: set[tuple[str, str]] = set()  # rows "another session" has locked
+        self._queue: dict[tuple[str, str], _Entry] = {}
+        self._seq = itertools.count(1)
+        self._wakers: list[Callable[[str], None]] = []
         self._closed = False
 
     def __repr__(self) -> str:
@@ -156,7 +178,7 @@ class MemoryStore:
         now = await self._now("take_over")
         self._writable("take_over", (provider, event_id))
         event = self._events.get((provider, event_id))
-        if event is None or not (
+        if event is None or (provider, event_id) in self._queue or not (
             event.state is EventState.FAILED
             or (event.state is EventState.PROCESSING and event.lease_expired(now))
         ):
@@ -176,7 +198,8 @@ class MemoryStore:
         now = await self._now("complete")
         self._writable("complete", (provider, event_id))
         event = self._events.get((provider, event_id))
-        if event is None or event.state is not EventState.PROCESSING or event.attempt != attempt:
+        if (event is None or event.state is not EventState.PROCESSING
+                or event.attempt != attempt or (provider, event_id) in self._queue):
             return False
         event.state = EventState(result.state)
         event.outcome = Outcome(result.outcome)
@@ -217,13 +240,15 @@ class MemoryStore:
 
     async def stuck_counts(self) -> dict[str, int]:
         now = await self._now("stuck_counts")
-        return dict(Counter(e.provider for e in self._events.values() if e.stuck(now)))
+        return dict(Counter(e.provider for e in self._events.values()
+                            if e.stuck(now) and (e.provider, e.event_id) not in self._queue))
 
     async def release(self, provider: str, event_id: str, *, force: bool = False) -> bool:
         now = await self._now("release")
         self._writable("release", (provider, event_id))
         event = self._events.get((provider, event_id))
-        if event is None or event.state not in (EventState.PROCESSING, EventState.FAILED):
+        if (event is None or event.state not in (EventState.PROCESSING, EventState.FAILED)
+                or (provider, event_id) in self._queue):
             return False
         if event.state is EventState.PROCESSING and not force and not event.lease_expired(now):
             return False
@@ -238,11 +263,13 @@ class MemoryStore:
         doomed = sorted(
             (e for e in self._events.values()
              if e.provider == provider and e.received_before(cutoff)
-             and (e.state is not EventState.PROCESSING or e.lease_expired(now))),
+             and (e.state is not EventState.PROCESSING or e.lease_expired(now))
+             and not self._pending((e.provider, e.event_id))),
             key=lambda e: e.received_at,
         )[:max(batch_size, 0)]
         for e in doomed:
             del self._events[(e.provider, e.event_id)]
+            self._queue.pop((e.provider, e.event_id), None)
         return len(doomed)
 
     async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
@@ -262,6 +289,151 @@ class MemoryStore:
         for key in doomed:
             del self._nonces[key]
         return len(doomed)
+
+    # -- queue mode ------------------------------------------------------------------------
+
+    def _pending(self, key: tuple[str, str]) -> bool:
+        entry = self._queue.get(key)
+        return entry is not None and entry.due_at is not None
+
+    def _wake(self, provider: str) -> None:
+        for wake in list(self._wakers):
+            wake(provider)
+
+    async def enqueue(
+        self,
+        provider: str,
+        event_id: str,
+        body_sha256: bytes,
+        request: StoredRequest,
+        *,
+        order_key: str | None = None,
+        max_depth: int | None = None,
+    ) -> Enqueued:
+        now = await self._now("enqueue")
+        key = (provider, event_id)
+        event = self._events.get(key)
+        if event is not None:
+            return Enqueued(accepted=False, row=event.read(now))
+        if max_depth is not None and sum(
+                1 for k in self._queue if k[0] == provider and self._pending(k)) >= max_depth:
+            return Enqueued(accepted=False, row=None, full=True)
+        self._events[key] = _Event(provider, event_id, bytes(body_sha256), received_at=now,
+                                   payload=request, state=EventState.QUEUED, attempt=0,
+                                   updated_at=now)
+        self._queue[key] = _Entry(next(self._seq), due_at=now, queued_at=now,
+                                  order_key=order_key)
+        self._wake(provider)
+        return Enqueued(accepted=True, row=None)
+
+    def _blocked(self, key: tuple[str, str], entry: _Entry) -> bool:
+        """An earlier entry with the same order key is waiting or in flight."""
+        if entry.order_key is None:
+            return False
+        return any(k[0] == key[0] and e.order_key == entry.order_key and e.seq < entry.seq
+                   and e.due_at is not None for k, e in self._queue.items())
+
+    async def take_queued(self, provider: str, limit: int, lease_seconds: float,
+                          owner: str) -> list[QueuedWork]:
+        now = await self._now("take_queued")
+        due = sorted(
+            ((k, e) for k, e in self._queue.items()
+             if k[0] == provider and e.due_at is not None and e.due_at <= now
+             and k not in self._held and not self._blocked(k, e)),
+            key=lambda item: (item[1].due_at or 0.0, item[1].seq))[:max(limit, 0)]
+        taken: list[QueuedWork] = []
+        for key, entry in due:
+            event = self._events[key]
+            if event.state not in (EventState.QUEUED, EventState.PROCESSING):
+                continue
+            entry.tries += 1
+            entry.due_at = now + float(lease_seconds)
+            event.state = EventState.PROCESSING
+            event.attempt += 1
+            event.lease_owner, event.lease_until = owner, now + float(lease_seconds)
+            event.updated_at = now
+            event.outcome, event.response, event.latency_ms = None, None, None
+            assert event.payload is not None
+            taken.append(QueuedWork(provider, key[1], event.attempt, entry.tries,
+                                    event.attempt - entry.base_attempt, entry.queued_at, now,
+                                    event.payload))
+        return taken
+
+    async def settle_queued(self, provider: str, event_id: str, tries: int,
+                            settlement: Settlement) -> bool:
+        now = await self._now("settle_queued")
+        key = (provider, event_id)
+        self._writable("settle_queued", key)
+        event, entry = self._events.get(key), self._queue.get(key)
+        if (event is None or entry is None or entry.tries != tries
+                or event.state is not EventState.PROCESSING):
+            return False
+        result = settlement.result
+        event.state = EventState(settlement.state)
+        event.outcome = Outcome(result.outcome)
+        event.response = result.response
+        event.latency_ms = float(result.latency_ms)
+        event.lease_owner, event.lease_until = None, None
+        event.updated_at = now
+        if not settlement.reached:
+            event.attempt -= 1
+        if settlement.state is EventState.DONE:
+            del self._queue[key]
+            return True
+        entry.last_error = settlement.error
+        entry.due_at = (now + float(settlement.retry_in or 0.0)
+                        if settlement.state is EventState.QUEUED else None)
+        return True
+
+    async def requeue_dead(self, provider: str, event_id: str | None = None, *,
+                           older_than_seconds: float | None = None,
+                           limit: int = 1000) -> list[str]:
+        now = await self._now("requeue_dead")
+        cutoff = now - float(older_than_seconds) if older_than_seconds is not None else None
+        dead = sorted(
+            ((k, e) for k, e in self._queue.items()
+             if k[0] == provider and e.due_at is None
+             and (event_id is None or k[1] == event_id)
+             and (cutoff is None or self._events[k].received_before(cutoff))),
+            key=lambda item: item[1].seq)[:max(limit, 0)]
+        for key, entry in dead:
+            event = self._events[key]
+            event.state = EventState.QUEUED
+            event.updated_at = now
+            entry.due_at, entry.queued_at, entry.base_attempt = now, now, event.attempt
+        if dead:
+            self._wake(provider)
+        return [key[1] for key, _ in dead]
+
+    async def queue_entry(self, provider: str, event_id: str) -> QueueEntry | None:
+        now = await self._now("queue_entry")
+        entry = self._queue.get((provider, event_id))
+        if entry is None:
+            return None
+        return QueueEntry(provider, event_id, entry.due_at, entry.tries, entry.queued_at,
+                          entry.order_key, entry.last_error, now)
+
+    async def queue_stats(self) -> dict[str, QueueStats]:
+        now = await self._now("queue_stats")
+        stats: dict[str, QueueStats] = {}
+        for (provider, _), entry in self._queue.items():
+            old = stats.get(provider, QueueStats(0, 0, 0.0))
+            if entry.due_at is None:
+                stats[provider] = QueueStats(old.pending, old.dead + 1,
+                                             old.oldest_pending_seconds)
+            else:
+                stats[provider] = QueueStats(old.pending + 1, old.dead, max(
+                    old.oldest_pending_seconds, now - entry.queued_at))
+        return stats
+
+    async def listen_queue(self, wake: Callable[[str], None]) -> None:
+        """Wakes for this store's own enqueues and re-drives (one process: what another
+        instance sharing it would see)."""
+        self._wakers.append(wake)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self._wakers.remove(wake)
 
     async def ping(self) -> None:
         await self._now("ping")

@@ -1,0 +1,278 @@
+"""Queue mode's delivery workers: in every proxy process, one per queue-mode provider, taking
+the provider's due events from the store and forwarding each to the app exactly as forward
+mode does, then writing how the try ended (``core.queueing`` decides; the store fences it).
+
+    wake (accept here, NOTIFY, poll) ─ take due ≤ free slots ─ forward ─ settle: done | retry | dead
+                                        └ app unreachable: pause, then one probe at a time
+
+Any number of processes share a queue: a take is ``FOR UPDATE SKIP LOCKED`` and leased, and a
+crashed process's events are taken again once their leases end (attempt + 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from sidecar.config.model import Mode, ProviderConfig
+from sidecar.core.answers import header
+from sidecar.core.decision import status_class
+from sidecar.core.errors import StoreError
+from sidecar.core.events import EventRow, EventState, QueuedWork, Settlement
+from sidecar.core.ports import Store
+from sidecar.core.queueing import RetryPolicy, settlement, unreachable_pause
+from sidecar.forwarding import LEASE_MARGIN, Forwarder, write_until
+from sidecar.obs.logs import get_logger
+from sidecar.obs.metrics import Metrics
+
+log = get_logger("sidecar.queue")
+
+STORE_RETRY_PAUSE: Final = 1.0  # after a failed take, before the next (the store logs outages)
+
+
+def retry_policy(provider: ProviderConfig) -> RetryPolicy:
+    queue = provider.queue
+    return RetryPolicy(queue.max_attempts, queue.max_age, queue.first_retry,
+                       queue.max_retry_delay)
+
+
+class QueueWorker:
+    """Delivers one queue-mode provider's events from this process, up to
+    ``queue.concurrency`` at a time. ``run`` until ``stop``; then ``finish`` lets the forwards
+    in flight end (and record) until a deadline, and cancels the rest (their leases expire:
+    another process, or the next start, takes them again)."""
+
+    def __init__(self, provider: ProviderConfig, store: Store, forwarder: Forwarder,
+                 metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
+                 clock: Callable[[], float] = time.time,
+                 rand: Callable[[], float] = random.random) -> None:
+        self._provider = provider
+        self._policy = retry_policy(provider)
+        self._store = store
+        self._forwarder = forwarder
+        self._metrics = metrics
+        self._owner = owner
+        self._pending = pending  # result writes in progress, awaited on shutdown
+        self._clock = clock
+        self._rand = rand
+        self._nudge = asyncio.Event()  # new work, or a free slot
+        self._stopping = False
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._unreachable = 0  # consecutive tries that could not connect to the app
+        self._paused_until = 0.0  # loop time
+
+    @property
+    def provider(self) -> str:
+        return self._provider.key
+
+    def wake(self) -> None:
+        """New work may be due (accepted here, or NOTIFY from another process)."""
+        self._nudge.set()
+
+    def stop(self) -> None:
+        """Take no more work; forwards in flight go on."""
+        self._stopping = True
+        self._nudge.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        concurrency = self._provider.queue.concurrency
+        while not self._stopping:
+            self._nudge.clear()
+            wait = self._provider.queue.poll_interval
+            paused = self._paused_until - loop.time()
+            free = concurrency - len(self._in_flight)
+            if paused > 0:
+                wait = paused  # woken early only to stop
+            elif free > 0:
+                limit = 1 if self._unreachable else free  # a probe, while the app is down
+                taken = await self._take(limit)
+                if taken is None:
+                    wait = STORE_RETRY_PAUSE
+                else:
+                    for work in taken:
+                        self._start(work)
+                    if len(taken) == limit and not self._unreachable:
+                        continue  # more may be due: take again while slots are free
+            await self._sleep(wait, wakeable=paused <= 0)
+
+    async def _take(self, limit: int) -> Sequence[QueuedWork] | None:
+        try:
+            return await self._store.take_queued(self.provider, limit, self._provider.lease,
+                                                 self._owner)
+        except StoreError as exc:
+            log.warning("queue_take_failed", provider=self.provider, error=str(exc))
+            return None
+
+    async def _sleep(self, seconds: float, *, wakeable: bool) -> None:
+        if self._stopping:
+            return
+        try:
+            async with asyncio.timeout(seconds):
+                while True:
+                    await self._nudge.wait()
+                    if wakeable or self._stopping:
+                        return
+                    self._nudge.clear()
+        except TimeoutError:
+            return
+
+    def _start(self, work: QueuedWork) -> None:
+        task = asyncio.create_task(self._deliver(work), name=f"queue:{work.event_id}")
+        self._in_flight.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._in_flight.discard(finished)
+            self._nudge.set()  # a slot is free
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("queue_delivery_crashed", provider=self.provider,
+                          event_id=work.event_id, exc_info=finished.exception())
+
+        task.add_done_callback(done)
+
+    async def finish(self, deadline: float) -> None:
+        """After ``stop``: wait for the forwards in flight until ``deadline`` (loop time), then
+        cancel those still running (the app may have their request: the next take says
+        attempt + 1)."""
+        if not self._in_flight:
+            return
+        log.info("queue_draining", provider=self.provider, in_flight=len(self._in_flight))
+        timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+        _, late = await asyncio.wait(set(self._in_flight), timeout=timeout)
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning("queue_forwards_cancelled", provider=self.provider, count=len(late))
+            await asyncio.wait(late, timeout=1.0)
+
+    async def _deliver(self, work: QueuedWork) -> None:
+        loop = asyncio.get_running_loop()
+        provider = self._provider
+        lease_ends = loop.time() + provider.lease  # the take set the lease just before
+        took = self._clock()
+        request = work.request
+        sent = await self._forwarder.send(provider, [work.event_id], work.attempt,
+                                          request.method, request.path, request.headers,
+                                          request.body)
+        error = sent.error
+        if error is None and sent.response is not None and sent.result.state is not \
+                EventState.DONE:
+            error = f"the app answered {sent.response.status}"
+        now = self._clock()
+        ends = settlement(sent.result, round_attempts=work.round_attempts,
+                          age=(work.now - work.queued_at) + (now - took),
+                          retry_after_value=header(sent.response, "Retry-After"),
+                          policy=self._policy, now=now, rand=self._rand, error=error)
+        self._pace(ends)
+        written = await self._settle(work, ends, lease_ends - LEASE_MARGIN)
+        outcome = _label(ends) if written else "superseded"
+        self._metrics.queue_attempts.labels(self.provider, outcome).inc()
+        if written and ends.state is EventState.DEAD:
+            self._metrics.dead_lettered.labels(self.provider).inc()
+        fields: dict[str, object] = {
+            "provider": self.provider, "event_id": work.event_id, "attempt": work.attempt,
+            "result": outcome, "app_status_class": status_class(sent.response),
+            "upstream_ms": round(sent.result.latency_ms, 2)}
+        if error is not None:
+            fields["upstream_error"] = error
+        if ends.retry_in is not None and ends.reached:
+            fields["retry_in_s"] = round(ends.retry_in, 3)
+        if written is None:
+            log.error("queue_record_failed", **fields)
+        elif ends.state is EventState.DEAD:
+            log.warning("queue_dead", **fields)
+        else:
+            log.info("queue_delivery", **fields)
+
+    def _pace(self, ends: Settlement) -> None:
+        """Pause the provider while the app cannot be connected to; resume on any answer."""
+        if ends.reached:
+            if self._unreachable:
+                log.info("queue_app_reachable", provider=self.provider)
+            self._unreachable = 0
+            return
+        now = asyncio.get_running_loop().time()
+        if self._paused_until > now:
+            return  # another try of the same round failed alike: one failure, one pause
+        self._unreachable += 1
+        pause = unreachable_pause(self._unreachable, self._policy)
+        self._paused_until = now + pause
+        if self._unreachable == 1:
+            log.warning("queue_app_unreachable", provider=self.provider, pause_s=pause)
+
+    async def _settle(self, work: QueuedWork, ends: Settlement, until: float) -> bool | None:
+        """Write the settlement, retried while the lease lasts; shielded from cancellation and
+        drained on shutdown like forward mode's result writes. None: it could not be written
+        (the lease then ends and the event is taken again, attempt + 1)."""
+        write = asyncio.ensure_future(write_until(
+            lambda: self._store.settle_queued(self.provider, work.event_id, work.tries, ends),
+            lambda row: _holds(row, work, ends), self._store, self.provider, work.event_id,
+            work.attempt, until))
+        self._pending.add(write)
+        write.add_done_callback(self._pending.discard)
+        try:
+            return await asyncio.shield(write)
+        except StoreError:
+            return None
+
+
+def _label(ends: Settlement) -> str:
+    if ends.state is EventState.DONE:
+        return "done"
+    if ends.state is EventState.DEAD:
+        return "dead"
+    return "retry" if ends.reached else "unreachable"
+
+
+def _holds(row: EventRow | None, work: QueuedWork, ends: Settlement) -> bool:
+    """Whether ``row`` holds this settlement of this take (a lost answer that committed)."""
+    attempt = work.attempt if ends.reached else work.attempt - 1
+    return (row is not None and row.state is ends.state and row.attempt == attempt
+            and row.outcome is ends.result.outcome
+            and row.latency_ms == ends.result.latency_ms)
+
+
+class QueueWorkers:
+    """This process's delivery workers, one per queue-mode provider, and the store's wake-ups
+    from other processes."""
+
+    def __init__(self, providers: Sequence[ProviderConfig], store: Store, forwarder: Forwarder,
+                 metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
+                 notify: bool, clock: Callable[[], float] = time.time) -> None:
+        self._workers = {p.key: QueueWorker(p, store, forwarder, metrics, owner, pending,
+                                            clock=clock)
+                         for p in providers if p.mode is Mode.QUEUE}
+        self._store = store
+        self._notify = notify
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._workers)
+
+    def wake(self, provider: str) -> None:
+        worker = self._workers.get(provider)
+        if worker is not None:
+            worker.wake()
+
+    def start(self) -> None:
+        for worker in self._workers.values():
+            self._tasks.append(asyncio.create_task(worker.run(),
+                                                   name=f"queue-worker:{worker.provider}"))
+        if self._workers and self._notify:
+            self._tasks.append(asyncio.create_task(self._store.listen_queue(self.wake),
+                                                   name="queue-listen"))
+
+    def stop(self) -> None:
+        for worker in self._workers.values():
+            worker.stop()
+
+    async def finish(self, deadline: float) -> None:
+        """Stop taking work; let forwards in flight end until ``deadline`` (loop time)."""
+        self.stop()
+        await asyncio.gather(*(w.finish(deadline) for w in self._workers.values()))
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
