@@ -98,8 +98,8 @@ def _observe(request: web.Request, provider: ProviderConfig, answer: Answer | No
         emit = log.warning  # cut off by a shutdown past its timeout: not a bug
     elif result is Result.ERROR:
         emit = log.error  # a bug, logged with its traceback
-    elif result is Result.STORE_ERROR:
-        emit = log.warning  # the database is down or slow: the provider is told to retry
+    elif result in (Result.STORE_ERROR, Result.QUEUE_FULL):
+        emit = log.warning  # the database is down or slow, or the queue full: retry later
     else:
         emit = log.info
     emit("delivery", provider=provider.key, result=result.value,

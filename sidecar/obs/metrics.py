@@ -37,7 +37,8 @@ class Metrics:
         self.events = Counter(
             "webhook_events", "Deliveries by provider and result "
             "(new, duplicate, in_flight, takeover, upstream_error, mirrored_failure, "
-            "invalid_signature, bad_request, too_large, handshake, store_error).",
+            "payload_mismatch, invalid_signature, replayed_body, bad_request, too_large, "
+            "handshake, store_error, error; queue mode: queued, queue_full).",
             ["provider", "result"], registry=self.registry)
         self.app_answers = Counter(
             "webhook_app_answers", "Forwards by provider and the app's status class (2xx, 3xx, "
