@@ -305,3 +305,48 @@ def test_with_several_mistakes_each_is_reported_in_the_order_written() -> None:
     with pytest.raises(ConfigProblems) as info:
         parse_config(data, env={})
     assert [p.path for p in info.value.problems] == ["providers.stripe.lease", "admin_token"]
+
+
+def test_queue_mode_keys_and_their_defaults() -> None:
+    provider = parse_config(minimal(mode="queue", queue={"order_key": "$.data.object.id"}),
+                            env={}).providers[0]
+    assert provider.mode == "queue"
+    queue = provider.queue
+    assert (queue.max_attempts, queue.max_age, queue.first_retry, queue.max_retry_delay,
+            queue.concurrency, queue.max_queue_depth, queue.poll_interval) == (
+        20, 3 * 86400, 1.0, 3600.0, 10, None, 1.0)
+    assert queue.order_key is not None and queue.order_key.steps == ("data", "object", "id")
+    assert parse_config(minimal(), env={}).providers[0].mode == "forward"
+
+
+@pytest.mark.parametrize(("provider", "path", "message"), [
+    ({"mode": "queued"}, "providers.stripe.mode", "did you mean queue"),
+    ({"mode": "queue", "queue": {"max_retry_delay": "500ms"}},
+     "providers.stripe.queue.max_retry_delay", "must not be shorter than first_retry"),
+    ({"mode": "queue", "queue": {"order_key": "data..id"}},
+     "providers.stripe.queue.order_key", ""),
+    ({"mode": "queue", "queue": {"max_queue_depth": 0}},
+     "providers.stripe.queue.max_queue_depth", "integer ≥ 1"),
+    ({"mode": "queue", "queue": {"concurency": 3}}, "providers.stripe.queue.concurency",
+     "did you mean concurrency"),
+])
+def test_queue_mode_mistakes_name_their_key(provider: dict[str, Any], path: str,
+                                            message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(minimal(**provider), env={})
+    assert info.value.path == path
+    assert message in str(info.value)
+
+
+def test_a_batch_provider_cannot_queue() -> None:
+    public_key = ("MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1"
+                  "flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==")  # SendGrid's test key
+    data = minimal(preset="sendgrid", secrets=[public_key], mode="queue")
+    with pytest.raises(ConfigError, match="not available for a batch provider") as info:
+        parse_config(data, env={})
+    assert info.value.path == "providers.stripe.mode"
+
+
+def test_a_retention_shorter_than_max_age_is_warned_about() -> None:
+    config = parse_config(minimal(mode="queue", retention="2d"), env={})
+    assert any("shorter than queue.max_age" in w for w in config.warnings)
