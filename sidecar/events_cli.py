@@ -27,14 +27,13 @@ def configure_parser(parser: argparse.ArgumentParser,
     listing = sub.add_parser("list", help="list events, newest first")
     with_config(listing)
     listing.add_argument("--provider")
-    listing.add_argument("--state", choices=["processing", "done", "failed"])
+    listing.add_argument("--state", choices=operations.STATES)
     listing.add_argument("--older-than", help="minimum age, e.g. 10m")
     listing.add_argument("--limit", type=int, default=100)
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     for name, text in (("show", "show one event"),
                        ("release", "release a failed event, or a processing one whose lease "
-                                   "has expired: the next redelivery is forwarded"),
-                       ("redrive", "forward a failed event again from its stored payload")):
+                                   "has expired: the next redelivery is forwarded")):
         one = sub.add_parser(name, help=text)
         with_config(one)
         one.add_argument("provider")
@@ -47,9 +46,31 @@ def configure_parser(parser: argparse.ArgumentParser,
                              help="also release a processing event whose lease is still live "
                                   "(only once you know its process is gone: a redelivery "
                                   "then reaches the app while that attempt may still run)")
+    redrive = sub.add_parser(
+        "redrive", help="re-drive an event: a dead one (queue mode) goes back to its queue for "
+                        "the running proxies' workers; a failed one (forward mode) is forwarded "
+                        "now from its stored payload",
+        description="PROVIDER EVENT_ID re-drives one event; PROVIDER --dead re-queues the "
+                    "provider's dead events (queue mode), the running proxies deliver them.")
+    with_config(redrive)
+    redrive.add_argument("provider")
+    redrive.add_argument("event_id", nargs="?")
+    redrive.add_argument("--dead", action="store_true",
+                         help="re-queue the provider's dead events (instead of one EVENT_ID)")
+    redrive.add_argument("--older-than",
+                         help="with --dead: only events received longer ago than this, e.g. 1h")
+    redrive.add_argument("--limit", type=int,
+                         help="with --dead: at most this many events (default "
+                              f"{operations.REDRIVE_LIMIT})")
+
+
+EXIT_USAGE = 2  # as argparse's own usage errors
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
+    if args.events_command == "redrive" and (problem := _redrive_usage(args)):
+        print(f"webhook-sidecar events redrive: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return asyncio.run(_run(config, args))
     except operations.OperationError as exc:
@@ -88,7 +109,30 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _redrive_usage(args: argparse.Namespace) -> str | None:
+    if args.dead and args.event_id is not None:
+        return "give either EVENT_ID or --dead, not both"
+    if not args.dead and args.event_id is None:
+        return ("give EVENT_ID, or --dead to re-queue the provider's dead events (a bulk "
+                "re-drive is only for dead events)")
+    if not args.dead and (args.older_than is not None or args.limit is not None):
+        return "--older-than and --limit go with --dead"
+    return None
+
+
 async def _redrive(config: Config, store: Any, args: argparse.Namespace) -> int:
+    if args.dead:
+        older = (parse_duration(args.older_than, "--older-than")
+                 if args.older_than else None)
+        requeued = await operations.redrive_dead(
+            config, store, args.provider, older_than=older,
+            limit=args.limit if args.limit is not None else operations.REDRIVE_LIMIT)
+        for event_id in requeued.event_ids:
+            print(event_id)
+        count = len(requeued.event_ids)
+        print(f"re-queued {count} dead {args.provider} event{'' if count == 1 else 's'}: the "
+              "running proxies' delivery workers deliver them", file=sys.stderr)
+        return 0
     upstream = Upstream(config.upstream)
     await upstream.start()
     pending: set[asyncio.Task[bool]] = set()
@@ -101,6 +145,10 @@ async def _redrive(config: Config, store: Any, args: argparse.Namespace) -> int:
                                           args.event_id)
     finally:
         await upstream.close()
+    if isinstance(result, operations.Requeued):
+        print(f"re-queued {args.provider}:{args.event_id} (it was dead): the running proxies' "
+              "delivery workers deliver it, as the next attempt; follow it with events show")
+        return 0
     answer = f"HTTP {result.status}" if result.status is not None else result.outcome
     print(f"re-drove {args.provider}:{args.event_id} as attempt {result.attempt}: the app "
           f"answered {answer}; the event is now {result.state}")
@@ -147,6 +195,9 @@ def _show_text(row: dict[str, Any]) -> str:
                   else row["outcome"])
         latency = f" in {row['latency_ms']:g} ms" if row["latency_ms"] is not None else ""
         lines.append(f"  outcome     {row['outcome']}: {answer}{latency}")
+    queue = row.get("queue")
+    if queue is not None:
+        lines += _queue_text(queue)
     lines.append(f"  body sha256 {row['body_sha256']}")
     if "response_headers" in row:
         lines.append("  response headers")
@@ -161,6 +212,25 @@ def _show_text(row: dict[str, Any]) -> str:
         lines += [f"    {_safe(name)}: {_safe(value)}" for name, value in request["headers"]]
         lines += _body("  request body", request["body_text"], request["body_base64"])
     return "\n".join(lines)
+
+
+def _queue_text(queue: dict[str, Any]) -> list[str]:
+    """The queue entry (queue mode): when the event is due, or that it is dead."""
+    if queue["dead"]:
+        when = "dead: no more tries until re-driven (events redrive)"
+    elif queue["due_in_seconds"] > 0:
+        when = f"due {queue['due_at_iso']} (in {_age(queue['due_in_seconds'])})"
+    else:
+        when = f"due since {queue['due_at_iso']} ({_age(-queue['due_in_seconds'])} ago)"
+    lines = [f"  queue       {when}; taken {queue['tries']} time"
+             f"{'' if queue['tries'] == 1 else 's'}",
+             f"  queued      {queue['queued_at_iso']} "
+             f"({_age(queue['queued_seconds_ago'])} ago)"]
+    if queue["order_key"] is not None:
+        lines.append(f"  order key   {_safe(queue['order_key'])}")
+    if queue["last_error"] is not None:
+        lines.append(f"  last error  {_safe(queue['last_error'])}")
+    return lines
 
 
 def _body(title: str, text: str | None, b64: str | None) -> list[str]:

@@ -1,5 +1,6 @@
 """Operator actions on event rows, shared by the CLI and the admin API: list, show, release a
-stuck or failed event, re-drive a failed event from its stored payload."""
+stuck or failed event, re-drive a failed event from its stored payload, and re-queue dead
+(dead-lettered) events of queue-mode providers for their delivery workers."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sidecar.config.model import Config
+from sidecar.config.model import Config, Mode, ProviderConfig
 from sidecar.core.batch import filtered_body
 from sidecar.core.eventid import batch_items
-from sidecar.core.events import EventRow, EventState, StoredRequest
+from sidecar.core.events import EventRow, EventState, QueueEntry, StoredRequest
 from sidecar.core.ports import Store
 from sidecar.forwarding import Forwarder
 
@@ -30,6 +31,30 @@ class RedriveResult:
     state: str
     status: int | None  # the app's status, or None when it gave no answer
     outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """Dead events put back in their provider's queue, due now: the running proxies' delivery
+    workers forward them (the CLI only writes the rows)."""
+
+    provider: str
+    event_ids: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"provider": self.provider, "requeued": list(self.event_ids),
+                "count": len(self.event_ids)}
+
+
+# Dead events re-queued by one bulk re-drive unless told otherwise.
+REDRIVE_LIMIT = 1000
+
+# Listed by the CLI and named in errors; the store accepts each ``EventState``.
+STATES = tuple(state.value for state in EventState)
+
+# A queued event with an entry in the queue table has one of these states: ``processing`` while
+# a worker forwards it. ``done`` and ``failed`` rows never have one, so ``show`` does not ask.
+_QUEUE_STATES = frozenset({EventState.QUEUED, EventState.PROCESSING, EventState.DEAD})
 
 
 def describe(row: EventRow, *, with_body: bool = False) -> dict[str, Any]:
@@ -61,6 +86,24 @@ def describe(row: EventRow, *, with_body: bool = False) -> dict[str, Any]:
         data["response_body_base64"] = base64.b64encode(row.response.body).decode()
         data["response_body_text"] = as_text(row.response.body)
     return data
+
+
+def describe_queue(entry: QueueEntry) -> dict[str, Any]:
+    """A queue entry as JSON-ready values (times as in :func:`describe`). ``due_at`` is None
+    for a dead entry; while a worker holds the event it is when the worker's lease ends."""
+    return {
+        "dead": entry.due_at is None,
+        "due_at": entry.due_at,
+        "due_at_iso": iso(entry.due_at) if entry.due_at is not None else None,
+        "due_in_seconds": (round(entry.due_at - entry.now, 3)
+                           if entry.due_at is not None else None),
+        "tries": entry.tries,
+        "queued_at": entry.queued_at,
+        "queued_at_iso": iso(entry.queued_at),
+        "queued_seconds_ago": round(entry.now - entry.queued_at, 3),
+        "order_key": entry.order_key,
+        "last_error": entry.last_error,
+    }
 
 
 def iso(epoch: float) -> str:
@@ -96,7 +139,7 @@ async def list_events(store: Store, *, provider: str | None = None,
     try:
         state_value = EventState(state) if state else None
     except ValueError as exc:
-        raise OperationError(400, "state must be processing, done or failed") from exc
+        raise OperationError(400, f"state must be one of {', '.join(STATES)}") from exc
     if not 1 <= limit <= 10_000:
         raise OperationError(400, "limit must be between 1 and 10000")
     rows = await store.list_events(provider=provider, state=state_value, limit=limit,
@@ -112,6 +155,9 @@ async def show(store: Store, provider: str, event_id: str) -> dict[str, Any]:
     payload = await store.get_payload(provider, event_id)
     data["payload_stored"] = payload is not None
     data["request"] = describe_request(payload) if payload is not None else None
+    entry = (await store.queue_entry(provider, event_id)
+             if row.state in _QUEUE_STATES else None)
+    data["queue"] = describe_queue(entry) if entry is not None else None
     return data
 
 
@@ -122,6 +168,7 @@ async def release(store: Store, provider: str, event_id: str, *,
     whose lease is still live is released only with ``force``: its attempt may still be running,
     and a redelivery would then reach the app a second time, concurrently. The store checks the
     lease in the statement that updates the row, so an attempt renewed in between is kept.
+    An event in a queue (queue mode) is never released: its delivery workers own it.
 
     The answer is :func:`show`'s, with ``forced_live_lease`` true when a live attempt was
     released (the caller warns the operator)."""
@@ -130,6 +177,14 @@ async def release(store: Store, provider: str, event_id: str, *,
         row = await store.get(provider, event_id)
         if row is None:
             raise OperationError(404, f"no event {provider}:{event_id}")
+        if row.state is EventState.DEAD:
+            raise OperationError(409, f"event {provider}:{event_id} is dead (queue mode): "
+                                      "release does not apply; re-queue it with redrive")
+        if row.state in _QUEUE_STATES and await store.queue_entry(provider, event_id):
+            raise OperationError(
+                409, f"event {provider}:{event_id} is {row.state.value} in its provider's "
+                     "queue (queue mode): the delivery workers own it and release does not "
+                     "apply (a crashed worker's lease expires and another worker takes it)")
         if row.state is EventState.PROCESSING:
             left = (row.lease_until or row.now) - row.now
             raise OperationError(
@@ -147,15 +202,27 @@ async def release(store: Store, provider: str, event_id: str, *,
 
 
 async def redrive(config: Config, store: Store, forwarder: Forwarder, owner: str,
-                  provider_key: str, event_id: str) -> RedriveResult:
-    """Forward a failed (or crashed) event again from its stored request, as attempt + 1."""
-    provider = config.provider(provider_key)
-    if provider is None:
-        raise OperationError(404, f"no provider {provider_key!r} in the config")
+                  provider_key: str, event_id: str) -> RedriveResult | Requeued:
+    """Re-drive one event. A ``dead`` event of a queue-mode provider goes back to its queue,
+    due now, with a fresh budget (:class:`Requeued`): the running proxies' workers deliver it.
+    A ``failed`` (or crashed) forward-mode event is forwarded again now from its stored
+    request, as attempt + 1 (:class:`RedriveResult`)."""
+    provider = _provider(config, provider_key)
+    row = await store.get(provider_key, event_id)
+    if row is None:
+        raise OperationError(404, f"no event {provider_key}:{event_id}")
+    if row.state is EventState.DEAD:
+        _require_queue_mode(provider)
+        requeued = await store.requeue_dead(provider_key, event_id)
+        if not requeued:  # re-driven (or deleted by retention) since it was read
+            raise OperationError(409, f"event {provider_key}:{event_id} is no longer dead")
+        return Requeued(provider_key, tuple(requeued))
+    if row.state is EventState.QUEUED:
+        raise OperationError(409, f"event {provider_key}:{event_id} is queued: the delivery "
+                                  "workers deliver it (events show gives when it is due); only "
+                                  "dead events are re-queued")
     payload = await store.get_payload(provider_key, event_id)
     if payload is None:
-        if await store.get(provider_key, event_id) is None:
-            raise OperationError(404, f"no event {provider_key}:{event_id}")
         raise OperationError(409, f"no stored payload for {provider_key}:{event_id} "
                                   "(set store_payload: true on the provider to keep them)")
     attempt = await store.take_over(provider_key, event_id, provider.lease, owner)
@@ -163,7 +230,8 @@ async def redrive(config: Config, store: Store, forwarder: Forwarder, owner: str
         row = await store.get(provider_key, event_id)
         state = row.state.value if row else "gone"
         raise OperationError(409, f"event {provider_key}:{event_id} is {state}; only failed "
-                                  "events or expired attempts can be re-driven")
+                                  "events, expired attempts and dead (queue mode) events can "
+                                  "be re-driven")
     body = payload.body
     if provider.event_id.is_batch:
         # The stored request is the batch that first carried this event: send only this item.
@@ -177,3 +245,34 @@ async def redrive(config: Config, store: Store, forwarder: Forwarder, owner: str
         status=done.response.status if done.response else None,
         outcome=done.result.outcome.value,
     )
+
+
+async def redrive_dead(config: Config, store: Store, provider_key: str, *,
+                       older_than: float | None = None,
+                       limit: int = REDRIVE_LIMIT) -> Requeued:
+    """Re-queue up to ``limit`` dead events of a queue-mode provider (those received more than
+    ``older_than`` seconds ago, when given), due now, each with a fresh budget."""
+    _require_queue_mode(_provider(config, provider_key))
+    if not 1 <= limit <= 10_000:
+        raise OperationError(400, "limit must be between 1 and 10000")
+    if older_than is not None and older_than < 0:
+        raise OperationError(400, "older_than must not be negative")
+    requeued = await store.requeue_dead(provider_key, older_than_seconds=older_than,
+                                        limit=limit)
+    return Requeued(provider_key, tuple(requeued))
+
+
+def _provider(config: Config, key: str) -> ProviderConfig:
+    provider = config.provider(key)
+    if provider is None:
+        raise OperationError(404, f"no provider {key!r} in the config")
+    return provider
+
+
+def _require_queue_mode(provider: ProviderConfig) -> None:
+    """Dead events are re-driven through the queue, which only a queue-mode provider's workers
+    take from: re-queued under a forward-mode config they would wait for ever."""
+    if provider.mode is not Mode.QUEUE:
+        raise OperationError(
+            409, f"provider {provider.key!r} is in {provider.mode.value} mode: its queue is not "
+                 "delivered, so dead events are not re-queued (set mode: queue to deliver them)")

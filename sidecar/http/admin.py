@@ -73,13 +73,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
 
     async def list_events(request: web.Request) -> Any:
         query = request.query
-        try:
-            older = (parse_duration(query["older_than"], "older_than")
-                     if "older_than" in query else None)
-            limit = int(query.get("limit", "100"))
-        except (ConfigError, ValueError) as exc:
-            raise operations.OperationError(
-                400, "older_than must be a duration (600, 10m, 2h) and limit a number") from exc
+        older, limit = _age_and_limit(request, default_limit=100)
         return {"events": await operations.list_events(
             proxy_app[STORE], provider=query.get("provider"), state=query.get("state"),
             older_than=older, limit=limit)}
@@ -98,8 +92,17 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         result = await operations.redrive(
             proxy_app[CONFIG], proxy_app[STORE], proxy_app[FORWARDER], proxy_app[OWNER],
             *_key(request))
-        return {"attempt": result.attempt, "state": result.state, "status": result.status,
-                "outcome": result.outcome}
+        if isinstance(result, operations.Requeued):  # a dead event, back in its queue
+            return {"action": "requeued", "state": "queued", **result.as_json()}
+        return {"action": "forwarded", "attempt": result.attempt, "state": result.state,
+                "status": result.status, "outcome": result.outcome}
+
+    async def redrive_dead(request: web.Request) -> Any:
+        older, limit = _age_and_limit(request, default_limit=operations.REDRIVE_LIMIT)
+        result = await operations.redrive_dead(
+            proxy_app[CONFIG], proxy_app[STORE], request.match_info["provider"],
+            older_than=older, limit=limit)
+        return result.as_json()
 
     return [
         web.get("/healthz", healthz),
@@ -109,6 +112,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         web.get("/admin/events/{provider}/{event_id}", guarded(show)),
         web.post("/admin/events/{provider}/{event_id}/release", guarded(release)),
         web.post("/admin/events/{provider}/{event_id}/redrive", guarded(redrive)),
+        web.post("/admin/queue/{provider}/redrive-dead", guarded(redrive_dead)),
     ]
 
 
@@ -123,6 +127,19 @@ def _from_loopback(request: web.Request) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return address.is_loopback
+
+
+def _age_and_limit(request: web.Request, *, default_limit: int) -> tuple[float | None, int]:
+    """``older_than`` (a duration, optional) and ``limit`` from the query string."""
+    query = request.query
+    try:
+        older = (parse_duration(query["older_than"], "older_than")
+                 if "older_than" in query else None)
+        limit = int(query.get("limit", str(default_limit)))
+    except (ConfigError, ValueError) as exc:
+        raise operations.OperationError(
+            400, "older_than must be a duration (600, 10m, 2h) and limit a number") from exc
+    return older, limit
 
 
 def _key(request: web.Request) -> tuple[str, str]:

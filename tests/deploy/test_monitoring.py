@@ -41,6 +41,7 @@ ALERTS = {
     "WebhookSidecarEventsStuck": "warning", "WebhookSidecarSignatureFailures": "warning",
     "WebhookSidecarAppFailures": "warning", "WebhookSidecarStoreErrors": "critical",
     "WebhookSidecarSecretReloadFailures": "warning", "WebhookSidecarPayloadMismatches": "info",
+    "WebhookSidecarQueueAge": "warning", "WebhookSidecarDeadLetters": "warning",
 }
 
 
@@ -123,6 +124,28 @@ def test_each_alert_watches_what_it_says(alert_sets: dict[str, dict[str, Manifes
                      store), store
     assert 'result="error"' in alerts["WebhookSidecarSecretReloadFailures"]["expr"]
     assert "webhook_payload_mismatches_total" in alerts["WebhookSidecarPayloadMismatches"]["expr"]
+    # Queue mode: every process reports the table-wide gauges, so max (never sum) over them.
+    assert re.fullmatch(r"max by \(namespace, job, provider\) "
+                        r"\(webhook_queue_oldest_age_seconds\{[^}]*\}\) > 900",
+                        alerts["WebhookSidecarQueueAge"]["expr"])
+    dead = alerts["WebhookSidecarDeadLetters"]["expr"]
+    assert re.search(r"increase\(webhook_dead_lettered_total\{[^}]*\}\[15m\]\)\) > 0", dead)
+    assert re.search(r"max by \(namespace, job, provider\) \(webhook_queue_dead\{[^}]*\}\) > 0",
+                     dead)
+
+
+def test_queue_alerts_are_configurable() -> None:
+    values = values_of("realistic")
+    values["metrics"]["prometheusRule"].update({
+        "queueAge": {"maxAgeSeconds": 3600, "for": "10m"},
+        "deadLetters": {"whileAnyDead": False, "for": "2m"}})
+    alerts = rules(render(CHART, values))
+    assert alerts["WebhookSidecarQueueAge"]["expr"].endswith(") > 3600")
+    assert alerts["WebhookSidecarQueueAge"]["for"] == "10m"
+    dead = alerts["WebhookSidecarDeadLetters"]
+    # Only events that died recently: dead events kept for inspection no longer fire it.
+    assert "webhook_queue_dead" not in dead["expr"] and dead["for"] == "2m"
+    check_promql(dead["expr"])
 
 
 def test_every_alert_links_a_runbook_section_that_exists(
@@ -192,7 +215,10 @@ def test_the_dashboard_queries_parse_and_use_exported_series() -> None:
     for series in ("webhook_events_total", "webhook_app_answers_total",
                    "webhook_claim_latency_seconds_bucket",
                    "webhook_upstream_latency_seconds_bucket", "webhook_events_stuck",
-                   "webhook_maintenance_errors_total", "webhook_secret_reloads_total"):
+                   "webhook_maintenance_errors_total", "webhook_secret_reloads_total",
+                   "webhook_queue_depth", "webhook_queue_oldest_age_seconds",
+                   "webhook_queue_attempts_total", "webhook_queue_dead",
+                   "webhook_dead_lettered_total"):
         assert series in used, series
     exprs = " ".join(expr for _, expr in queries)
     assert 'result="duplicate"' in exprs and 'result="store_error"' in exprs
