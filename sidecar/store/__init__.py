@@ -8,7 +8,8 @@
 - ``sidecar.store.memory.MemoryStore``: a dict in one process, for tests (with a clock you
   can move); it answers like the other two, by the same contract suite.
 
-The two SQL adapters share everything but their connections and their claim race:
+The two SQL adapters share everything but their connections, their claim race and queue mode's
+writes to two tables at once (one statement in PostgreSQL, one transaction of a few in SQLite):
 ``verbs.SQLStore`` holds the verbs (one mapping of named parameters per verb), ``rows`` the
 decoding of records, ``migrations`` the one migration runner, and ``sqlfiles`` the loading of
 the SQL. SQL lives in ``sql/<dialect>/*.sql`` (queries, with named ``:parameters``; shared

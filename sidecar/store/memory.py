@@ -326,12 +326,21 @@ class MemoryStore:
         self._wake(provider)
         return Enqueued(accepted=True, row=None)
 
-    def _blocked(self, key: tuple[str, str], entry: _Entry) -> bool:
-        """An earlier entry with the same order key is waiting or in flight."""
+    def _blocked(self, key: tuple[str, str], entry: _Entry, now: float) -> bool:
+        """An earlier entry with the same order key is waiting or in flight, or any other
+        entry with the key is in flight under a live lease (a re-driven dead event keeps its
+        early place, so it must not overtake one being delivered)."""
         if entry.order_key is None:
             return False
-        return any(k[0] == key[0] and e.order_key == entry.order_key and e.seq < entry.seq
-                   and e.due_at is not None for k, e in self._queue.items())
+        for k, other in self._queue.items():
+            if k == key or k[0] != key[0] or other.order_key != entry.order_key:
+                continue
+            if other.seq < entry.seq and other.due_at is not None:
+                return True
+            event = self._events[k]
+            if event.state is EventState.PROCESSING and not event.lease_expired(now):
+                return True
+        return False
 
     async def take_queued(self, provider: str, limit: int, lease_seconds: float,
                           owner: str) -> list[QueuedWork]:
@@ -339,7 +348,7 @@ class MemoryStore:
         due = sorted(
             ((k, e) for k, e in self._queue.items()
              if k[0] == provider and e.due_at is not None and e.due_at <= now
-             and k not in self._held and not self._blocked(k, e)),
+             and k not in self._held and not self._blocked(k, e, now)),
             key=lambda item: (item[1].due_at or 0.0, item[1].seq))[:max(limit, 0)]
         taken: list[QueuedWork] = []
         for key, entry in due:
@@ -361,6 +370,8 @@ class MemoryStore:
 
     async def settle_queued(self, provider: str, event_id: str, tries: int,
                             settlement: Settlement) -> bool:
+        if settlement.state not in (EventState.DONE, EventState.QUEUED, EventState.DEAD):
+            raise ValueError("a settlement is DONE, QUEUED or DEAD")
         now = await self._now("settle_queued")
         key = (provider, event_id)
         self._writable("settle_queued", key)

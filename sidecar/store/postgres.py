@@ -15,6 +15,11 @@ once on a connection that has just answered where that is safe (``_AGAIN`` says 
 a repeated write recognises its own first run). A take-over or result write meeting an event
 row another session holds gives up at once with ``RowLocked`` (``row_lock_wait.fragment.sql``).
 
+Queue mode's writes (``enqueue``, ``take_queued``, ``settle_queued``, ``requeue_dead``) are
+one statement each too, over the event row and its queue entry together; ``enqueue`` and
+``requeue_dead`` NOTIFY the provider's workers in every process at commit, and
+:meth:`PostgresStore.listen_queue` LISTENs for that on a connection of its own.
+
 The schema is applied by :func:`migrate_postgres` (``webhook-sidecar migrate``);
 :meth:`PostgresStore.connect` only checks it and refuses a database that is behind.
 """
@@ -24,14 +29,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, TypeVar
 
 import asyncpg
+import structlog
 
 from sidecar.core.errors import RowLocked, StoreClosed, StoreError
-from sidecar.core.events import Claim
+from sidecar.core.events import Claim, Enqueued
 from sidecar.store import migrations
 from sidecar.store.coalesce import MAX_BATCH, Coalescer, fresh
 from sidecar.store.outage import OutageLog
@@ -63,7 +70,8 @@ _CLOSE_GRACE = 10.0  # seconds close() waits for borrowed connections before abo
 _AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     # Reads: nothing to repeat but the read.
     **{read: (read,) for read in ("get", "get_nonce", "get_payload", "list_events", "ping",
-                                  "stuck_counts", "migrations_exist", "migrations_applied")},
+                                  "stuck_counts", "migrations_exist", "migrations_applied",
+                                  "queue_entry", "queue_stats")},
     # ON CONFLICT DO NOTHING inserts at most once; but if the first run's insert committed, a
     # plain repeat finds the row and answers "lost". The row is leased to an owner unique to
     # the call, so claim_landed.sql finds it first and answers "won".
@@ -83,6 +91,21 @@ _AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     # it bound, the caller's own. (A first run still alive on its backend makes the repeat wait
     # for it and answer no row; the caller then reads the hash with get_nonce.sql.)
     "bind_nonce": ("bind_nonce",),
+    # Queue mode. enqueue is claim's twin: ON CONFLICT DO NOTHING inserts at most once, and the
+    # new entry holds the call's token until its first take, so enqueue_landed.sql finds the
+    # first run's insert and answers "accepted" (a take in between makes the repeat answer the
+    # row as existing: still stored, counted as a duplicate).
+    "enqueue": ("enqueue_landed", "enqueue"),
+    # NOT idempotent in effect: a plain repeat after a first run that committed takes other
+    # entries, and the first run's stay leased to a try that never runs until the lease ends.
+    # The lease owner is unique to the call, so take_queued_landed.sql finds them first.
+    "take_queued": ("take_queued_landed", "take_queued"),
+    # Fenced by the take counter: a repeat writes nothing more. If the first run committed,
+    # settle_queued_landed.sql tells "written by the first run" from "superseded".
+    "settle_queued": ("settle_queued", "settle_queued_landed"),
+    # requeue_dead is not repeated: a repeat after a first run that committed finds those
+    # events no longer dead and answers none of them. The operator sees the error, looks, and
+    # runs it again.
     # release is NOT repeated: it has no attempt fence, so if its first run committed and a
     # redelivery took the failed row over before the repeat ran, the repeat would release
     # that newer, live attempt. The operator sees the error and runs it again.
@@ -104,6 +127,19 @@ _ONE_BY_ONE_SQLSTATES: Final = frozenset({"55P03", "40P01", "40001", "23505"})
 
 
 _POOL_LOG: Final = logging.getLogger("asyncpg.pool")
+# Not sidecar.obs.logs.get_logger: the import contract keeps the store and obs apart (as in
+# outage.py); structlog's logger of the same name is what it would return.
+_LOG: Final = structlog.get_logger("sidecar.store")
+
+# Queue mode's wake-ups: enqueue.sql and requeue_dead.sql notify this channel with the
+# provider's key as payload, at commit.
+QUEUE_CHANNEL: Final = "webhook_sidecar_queue"
+_LISTEN_APPLICATION: Final = "webhook-sidecar listen"
+_LISTEN_RETRY_FIRST: Final = 0.1  # seconds before reconnecting a lost LISTEN connection,
+_LISTEN_RETRY_MAX: Final = 5.0  # doubling up to this
+# How long the LISTEN connection may stay silent before a round trip checks it: a connection
+# cut without a FIN or RST (a network partition, a hung server) is noticed within this.
+_LISTEN_CHECK: Final = 30.0
 
 
 class _ConnectionLost(Exception):
@@ -138,10 +174,18 @@ class PostgresStore(SQLStore):
     """
 
     def __init__(self, pool: asyncpg.Pool, *, acquire_timeout: float,
-                 deadline: float | None = None, write_batch: int = MAX_BATCH) -> None:
+                 deadline: float | None = None, write_batch: int = MAX_BATCH,
+                 dsn: str | None = None, server_settings: Mapping[str, str] | None = None,
+                 connect_timeout: float = 5.0) -> None:
         self._pool = pool
         self._acquire_timeout = acquire_timeout
         self._deadline = deadline
+        # For listen_queue's own connection (None: a store made from a bare pool, which then
+        # listens to nothing).
+        self._dsn = dsn
+        self._server_settings = dict(server_settings or {})
+        self._connect_timeout = connect_timeout
+        self._listening: set[asyncpg.Connection] = set()
         self._outage = OutageLog()
         _POOL_LOG.addFilter(self._outage)  # mutes the pool's reconnect warnings meanwhile
         # Concurrent claims, result writes and nonce binds go out together (write_batch <= 1:
@@ -223,7 +267,8 @@ class PostgresStore(SQLStore):
             raise StoreError(f"cannot connect to PostgreSQL: {_describe(exc)}") from exc
         store = cls(pool, acquire_timeout=acquire_timeout,
                     deadline=statement_timeout if statement_timeout > 0 else None,
-                    write_batch=write_batch)
+                    write_batch=write_batch, dsn=dsn, server_settings=server_settings,
+                    connect_timeout=connect_timeout)
         try:
             await store.check_schema()
         except BaseException:
@@ -240,6 +285,8 @@ class PostgresStore(SQLStore):
         if self._pool.is_closing():
             return
         _POOL_LOG.removeFilter(self._outage)
+        for conn in list(self._listening):  # listen_queue then waits until cancelled
+            _discard(conn)
         try:
             async with asyncio.timeout(_CLOSE_GRACE):
                 await self._pool.close()
@@ -276,6 +323,105 @@ class PostgresStore(SQLStore):
             # The competitor rolled back or the row was purged in between: claim again.
         key = f"{params['provider']}:{params['event_id']}"
         raise StoreError(f"claim of {key} did not settle after 3 tries")
+
+    # -- queue mode -------------------------------------------------------------------------
+
+    async def _enqueue(self, params: Params) -> Enqueued:
+        # As for a claim: each statement has its deadline, the race as a whole one too.
+        try:
+            async with asyncio.timeout(self._deadline):
+                return await self._enqueue_race(params)
+        except TimeoutError as exc:
+            raise StoreError(f"enqueue: no answer within {self._deadline:g}s") from exc
+
+    async def _enqueue_race(self, params: Params) -> Enqueued:
+        for _ in range(3):
+            try:
+                records = await self._rows("enqueue", params)
+            except StoreError as exc:
+                # A unique violation can escape ON CONFLICT while the primary key is being
+                # rebuilt concurrently (REINDEX CONCURRENTLY): someone else holds the key.
+                if not isinstance(exc.__cause__, asyncpg.UniqueViolationError):
+                    raise
+                records = []
+            answer = records[0] if records else None
+            if answer is not None:
+                if answer["accepted"]:
+                    return Enqueued(accepted=True, row=None)
+                if answer["provider"] is not None:  # the existing row, full queue or not
+                    return Enqueued(accepted=False, row=event_row(answer))
+                if answer["full"]:
+                    return Enqueued(accepted=False, row=None, full=True)
+            # The competing insert committed after this statement's snapshot: read it anew.
+            existing = await self._rows("get", params)
+            if existing:
+                return Enqueued(accepted=False, row=event_row(existing[0]))
+            # The competitor rolled back or the row was purged in between: enqueue again.
+        key = f"{params['provider']}:{params['event_id']}"
+        raise StoreError(f"enqueue of {key} did not settle after 3 tries")
+
+    async def _take_queued(self, params: Params) -> list[asyncpg.Record]:
+        return await self._rows("take_queued", params)
+
+    async def _settle_queued(self, params: Params) -> list[asyncpg.Record]:
+        return await self._rows("settle_queued", params)
+
+    async def _requeue_dead(self, params: Params) -> list[asyncpg.Record]:
+        return await self._rows("requeue_dead", params)
+
+    async def listen_queue(self, wake: Callable[[str], None]) -> None:
+        """LISTEN for queued work on a connection of its own (never a pooled one: a LISTEN
+        belongs to its session, which must outlive every call), calling ``wake(provider)`` per
+        notification, until cancelled. A lost connection is logged once and opened again,
+        first after 0.1 s, then up to 5 s apart; notifications sent meanwhile are lost (the
+        workers' poll finds that work). A store made from a bare pool, or closed, waits."""
+        delay = _LISTEN_RETRY_FIRST
+        lost_since: float | None = None
+
+        def listening() -> None:
+            nonlocal delay, lost_since
+            if lost_since is not None:
+                _LOG.info("queue_listen_restored",
+                          outage_s=round(time.monotonic() - lost_since, 3))
+                lost_since = None
+            delay = _LISTEN_RETRY_FIRST
+
+        dsn = self._dsn
+        if dsn is None:
+            await asyncio.Event().wait()
+            return
+        while True:
+            if self._pool.is_closing():
+                await asyncio.Event().wait()
+            try:
+                await self._listen_once(dsn, wake, listening)
+                error = "connection closed"
+            except _DRIVER_ERRORS as exc:
+                error = _describe(exc)
+            if lost_since is None and not self._pool.is_closing():
+                lost_since = time.monotonic()
+                _LOG.warning("queue_listen_lost", error=error, retry_in_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _LISTEN_RETRY_MAX)
+
+    async def _listen_once(self, dsn: str, wake: Callable[[str], None],
+                           listening: Callable[[], None]) -> None:
+        """One LISTEN connection, from its opening until it is lost (or the call cancelled);
+        ``listening()`` once the LISTEN is in force."""
+        conn = await asyncpg.connect(
+            dsn, timeout=self._connect_timeout,
+            server_settings={**self._server_settings, "application_name": _LISTEN_APPLICATION})
+        self._listening.add(conn)
+        try:
+            ended = asyncio.Event()
+            conn.add_termination_listener(lambda _conn: ended.set())
+            async with asyncio.timeout(self._connect_timeout):  # a hung server: try again
+                await conn.add_listener(QUEUE_CHANNEL, _waker(wake))
+            listening()
+            await _until_lost(conn, ended, self._connect_timeout)
+        finally:
+            self._listening.discard(conn)
+            await _close(conn, self._connect_timeout)
 
     # -- concurrent writes, sent together --------------------------------------------------
 
@@ -477,6 +623,44 @@ async def _each_again(conn: asyncpg.Connection, name: str, items: Sequence[Param
             continue
         answers.append(records)
     return answers
+
+
+def _waker(wake: Callable[[str], None]) -> Callable[[object, int, str, str], None]:
+    """asyncpg's notification callback for ``wake``: a failing ``wake`` is logged, and the
+    connection listens on."""
+
+    def notified(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            wake(payload)
+        except Exception as exc:
+            _LOG.error("queue_wake_failed", provider=payload, error=_describe(exc))
+
+    return notified
+
+
+async def _until_lost(conn: asyncpg.Connection, ended: asyncio.Event, timeout: float) -> None:
+    """Return when ``conn`` has ended: closed by the server or the network (asyncpg's
+    termination listener sets ``ended``), or found dead by a round trip after a silence."""
+    while not ended.is_set():
+        try:
+            async with asyncio.timeout(_LISTEN_CHECK):
+                await ended.wait()
+        except TimeoutError:
+            await conn.fetchval("SELECT 1", timeout=timeout)
+
+
+async def _close(conn: asyncpg.Connection, timeout: float) -> None:
+    """Close a connection within ``timeout``, else abort it."""
+    if conn.is_closed():
+        return
+    try:
+        async with asyncio.timeout(timeout):
+            await conn.close()
+    except _CLOSE_ERRORS:
+        conn.terminate()
+    except BaseException:
+        conn.terminate()
+        raise
 
 
 def _refusal(name: str, exc: Exception) -> StoreError:

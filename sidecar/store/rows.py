@@ -12,7 +12,11 @@ from sidecar.core.events import (
     EventRow,
     EventState,
     Outcome,
+    QueuedWork,
+    QueueEntry,
+    QueueStats,
     RecordedResponse,
+    Settlement,
     StoredRequest,
     headers_from_json,
     headers_to_json,
@@ -82,3 +86,64 @@ def result_values(result: AttemptResult) -> dict[str, Any]:
         "response_body": response.body if response else None,
         "latency_ms": float(result.latency_ms),
     }
+
+
+# -- queue mode ------------------------------------------------------------------------------
+
+_SETTLED: frozenset[EventState] = frozenset({EventState.DONE, EventState.QUEUED,
+                                             EventState.DEAD})
+
+
+def queued_work(record: Record, provider: str) -> QueuedWork:
+    """A ``QueuedWork`` from a record with the columns of the ``take_queued`` queries."""
+    request = stored_request(record)
+    if request is None:  # enqueue always stores the request: a row written by hand
+        raise ValueError(f"queued event {provider}:{record['event_id']} has no stored request")
+    return QueuedWork(
+        provider=provider,
+        event_id=record["event_id"],
+        attempt=int(record["attempt"]),
+        tries=int(record["tries"]),
+        round_attempts=int(record["round_attempts"]),
+        queued_at=float(record["queued_at"]),
+        now=float(record["now"]),
+        request=request,
+    )
+
+
+def settle_values(settlement: Settlement) -> dict[str, Any]:
+    """The columns ``settle_queued`` writes for how a try ended: the row's new state and the
+    try's result, the entry's retry delay (seconds) and error, and whether the app was
+    reached."""
+    if settlement.state not in _SETTLED:
+        raise ValueError(f"a try settles DONE, QUEUED or DEAD, not {settlement.state.name}")
+    return {
+        **result_values(settlement.result),
+        "state": settlement.state.value,
+        "retry_in": float(settlement.retry_in or 0.0),
+        "reached": bool(settlement.reached),
+        "error": settlement.error,
+    }
+
+
+def queue_entry(record: Record) -> QueueEntry:
+    """A ``QueueEntry`` from a record with the columns of the ``queue_entry`` queries."""
+    return QueueEntry(
+        provider=record["provider"],
+        event_id=record["event_id"],
+        due_at=_float(record["due_at"]),
+        tries=int(record["tries"]),
+        queued_at=float(record["queued_at"]),
+        order_key=record["order_key"],
+        last_error=record["last_error"],
+        now=float(record["now"]),
+    )
+
+
+def queue_stats(record: Record) -> QueueStats:
+    """One provider's ``QueueStats`` from a record of the ``queue_stats`` queries."""
+    return QueueStats(
+        pending=int(record["pending"]),
+        dead=int(record["dead"]),
+        oldest_pending_seconds=max(0.0, float(record["oldest_pending_seconds"])),
+    )

@@ -10,6 +10,12 @@ Claims, result writes and nonce binds that arrive while one of their kind is in 
 together when it returns, in one ``BEGIN IMMEDIATE`` transaction with one commit (one WAL fsync)
 for all of them (:mod:`sidecar.store.coalesce`), each answered as if it had run alone.
 
+Queue mode writes the event row and its queue entry together; SQLite writes one table per
+statement, so each of those verbs runs a few statements (``enqueue_*.sql``, ``take_queued_*.sql``,
+``settle_queued_*.sql``, ``requeue_dead_*.sql``) inside one ``BEGIN IMMEDIATE`` transaction:
+nothing changes between them, and they commit or roll back together. There are no
+notifications: ``listen_queue`` waits until cancelled, and workers poll.
+
 Times are REAL seconds since the Unix epoch from SQLite's clock (millisecond resolution).
 The store applies its own migrations when opened.
 """
@@ -27,7 +33,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 from sidecar.core.errors import StoreClosed, StoreError
-from sidecar.core.events import Claim
+from sidecar.core.events import Claim, Enqueued
 from sidecar.store import migrations
 from sidecar.store.coalesce import MAX_BATCH, Coalescer, fresh
 from sidecar.store.rows import Params, event_row
@@ -163,6 +169,71 @@ class SQLiteStore(SQLStore):
         """Several result writes in one transaction, each fenced as complete.sql is alone."""
         with _immediate(self._con):
             return [self._execute("complete", params) for params in items]
+
+    # -- queue mode: the row and its entry, in one transaction --------------------------------
+
+    async def _enqueue(self, params: Params) -> Enqueued:
+        return await self._call("enqueue", self._enqueue_sync, params)
+
+    def _enqueue_sync(self, params: Params) -> Enqueued:
+        with _immediate(self._con):
+            if self._execute("enqueue_event", params):
+                self._execute("enqueue_entry", params)
+                return Enqueued(accepted=True, row=None)
+            # Nothing inserted: under the write lock, either the key is there (answered as it
+            # is, full queue or not) or the queue is full.
+            existing = self._execute("get", params)
+        if existing:
+            return Enqueued(accepted=False, row=event_row(existing[0]))
+        return Enqueued(accepted=False, row=None, full=True)
+
+    async def _take_queued(self, params: Params) -> list[dict[str, Any]]:
+        return await self._call("take_queued", self._take_queued_sync, params)
+
+    def _take_queued_sync(self, params: Params) -> list[dict[str, Any]]:
+        """The picks, each taken (entry, then row), answered in the order picked."""
+        taken: list[dict[str, Any]] = []
+        with _immediate(self._con):
+            for pick in self._execute("take_queued_pick", params):
+                key = {**params, "event_id": pick["event_id"]}
+                (entry,) = self._execute("take_queued_entry", key)
+                (row,) = self._execute("take_queued_event", key)
+                taken.append({
+                    "event_id": row["event_id"],
+                    "attempt": row["attempt"],
+                    "tries": entry["tries"],
+                    "round_attempts": row["attempt"] - entry["base_attempt"],
+                    "queued_at": entry["queued_at"],
+                    "now": row["now"],
+                    "payload_body": row["payload_body"],
+                    "payload_request": row["payload_request"],
+                })
+        return taken
+
+    async def _settle_queued(self, params: Params) -> list[sqlite3.Row]:
+        return await self._call("settle_queued", self._settle_queued_sync, params)
+
+    def _settle_queued_sync(self, params: Params) -> list[sqlite3.Row]:
+        """The fenced write of the row; only if it was written, the entry's (removed when
+        done)."""
+        with _immediate(self._con):
+            written = self._execute("settle_queued_event", params)
+            if written:
+                step = "settle_queued_done" if params["state"] == "done" else "settle_queued_entry"
+                self._execute(step, params)
+        return written
+
+    async def _requeue_dead(self, params: Params) -> list[sqlite3.Row]:
+        return await self._call("requeue_dead", self._requeue_dead_sync, params)
+
+    def _requeue_dead_sync(self, params: Params) -> list[sqlite3.Row]:
+        """The entries re-driven, then each one's row; answered in order of acceptance."""
+        with _immediate(self._con):
+            entries = sorted(self._execute("requeue_dead_entries", params),
+                             key=lambda entry: int(entry["seq"]))
+            for entry in entries:
+                self._execute("requeue_dead_event", {**params, "event_id": entry["event_id"]})
+        return entries
 
     # -- nonce binds -----------------------------------------------------------------------
 

@@ -7,18 +7,36 @@ one statement on its connections (:meth:`SQLStore._rows`), its claim race
 (:meth:`SQLStore._claim`) and ``close``; and may send concurrent result writes, and nonce binds,
 together (:meth:`SQLStore._complete`, :meth:`SQLStore._bind_nonce`, see
 :mod:`sidecar.store.coalesce`).
+
+Queue mode writes two tables at once (the event row and its queue entry): PostgreSQL in one
+statement (a data-modifying ``WITH``), SQLite in a few statements inside one write transaction.
+So the adapter supplies those verbs' writes too (:meth:`SQLStore._enqueue`,
+:meth:`SQLStore._take_queued`, :meth:`SQLStore._settle_queued`, :meth:`SQLStore._requeue_dead`)
+and, where its database has notifications, :meth:`SQLStore.listen_queue`.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 import itertools
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sidecar.core.errors import StoreError
-from sidecar.core.events import AttemptResult, Claim, EventRow, EventState, StoredRequest
-from sidecar.store import migrations
+from sidecar.core.events import (
+    AttemptResult,
+    Claim,
+    Enqueued,
+    EventRow,
+    EventState,
+    QueuedWork,
+    QueueEntry,
+    QueueStats,
+    Settlement,
+    StoredRequest,
+)
+from sidecar.store import migrations, rows
 from sidecar.store.rows import Params, Record, event_row, result_values, stored_request
 
 
@@ -39,6 +57,26 @@ class SQLStore(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def _enqueue(self, params: Params) -> Enqueued:
+        """Queue mode's claim: the row and its queue entry inserted together, or the existing
+        row, or ``full`` (nothing written), settled against the races of the database."""
+
+    @abc.abstractmethod
+    async def _take_queued(self, params: Params) -> Sequence[Record]:
+        """The take, committed at once: one record per entry taken (``take_queued`` columns),
+        due first, then in order of acceptance."""
+
+    @abc.abstractmethod
+    async def _settle_queued(self, params: Params) -> Sequence[Record]:
+        """The fenced settle of one take, committed at once: the row's attempt, or no record
+        when the take was superseded."""
+
+    @abc.abstractmethod
+    async def _requeue_dead(self, params: Params) -> Sequence[Record]:
+        """The re-drive, committed at once: one record per event re-queued (``event_id``), in
+        order of acceptance."""
 
     async def _complete(self, params: Params) -> Sequence[Record]:
         """``complete.sql``: the row written (the attempt), or none when superseded. An adapter
@@ -138,6 +176,73 @@ class SQLStore(abc.ABC):
                            batch_size: int) -> int:
         return await self._purge("purge_nonces", provider, older_than_seconds, batch_size)
 
+    # -- queue mode ------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        provider: str,
+        event_id: str,
+        body_sha256: bytes,
+        request: StoredRequest,
+        *,
+        order_key: str | None = None,
+        max_depth: int | None = None,
+    ) -> Enqueued:
+        return await self._enqueue({
+            "provider": provider,
+            "event_id": event_id,
+            "body_sha256": body_sha256,
+            "payload_body": request.body,
+            "payload_request": request.meta_json(),
+            "order_key": order_key,
+            "max_depth": int(max_depth) if max_depth is not None else None,
+            "owner": _call_owner("enqueue"),
+        })
+
+    async def take_queued(self, provider: str, limit: int, lease_seconds: float,
+                          owner: str) -> list[QueuedWork]:
+        if limit <= 0:  # SQLite reads a negative LIMIT as none at all
+            return []
+        records = await self._take_queued({
+            "provider": provider,
+            "limit": int(limit),
+            "lease_seconds": float(lease_seconds),
+            "owner": _call_owner(owner),
+        })
+        return [rows.queued_work(r, provider) for r in records]
+
+    async def settle_queued(self, provider: str, event_id: str, tries: int,
+                            settlement: Settlement) -> bool:
+        params = {"provider": provider, "event_id": event_id, "tries": int(tries),
+                  **rows.settle_values(settlement)}
+        return bool(await self._settle_queued(params))
+
+    async def requeue_dead(self, provider: str, event_id: str | None = None, *,
+                           older_than_seconds: float | None = None,
+                           limit: int = 1000) -> list[str]:
+        if limit <= 0:
+            return []
+        records = await self._requeue_dead({
+            "provider": provider,
+            "event_id": event_id,
+            "older_than": float(older_than_seconds) if older_than_seconds is not None else None,
+            "limit": int(limit),
+        })
+        return [str(r["event_id"]) for r in records]
+
+    async def queue_entry(self, provider: str, event_id: str) -> QueueEntry | None:
+        records = await self._rows("queue_entry", {"provider": provider, "event_id": event_id})
+        return rows.queue_entry(records[0]) if records else None
+
+    async def queue_stats(self) -> dict[str, QueueStats]:
+        return {str(r["provider"]): rows.queue_stats(r)
+                for r in await self._rows("queue_stats", {})}
+
+    async def listen_queue(self, wake: Callable[[str], None]) -> None:
+        """Without notifications (SQLite): wait until cancelled. Other processes' work is found
+        by the workers' poll."""
+        await asyncio.Event().wait()
+
     async def ping(self) -> None:
         await self._rows("ping", {})
 
@@ -161,7 +266,8 @@ _calls = itertools.count(1)
 
 
 def _call_owner(owner: str) -> str:
-    """The lease owner written by one ``claim`` or ``take_over`` call: the process's owner id
-    and a token of the call. An adapter that repeats a call whose connection failed finds the
-    first run's row by it (``sql/postgres/claim_landed.sql``, ``take_over_landed.sql``)."""
+    """The lease owner written by one ``claim``, ``take_over``, ``enqueue`` or ``take_queued``
+    call: the process's owner id and a token of the call. An adapter that repeats a call whose
+    connection failed finds the first run's rows by it (``sql/postgres/claim_landed.sql``,
+    ``take_over_landed.sql``, ``enqueue_landed.sql``, ``take_queued_landed.sql``)."""
     return f"{owner}#{_PROCESS_TOKEN}.{next(_calls)}"

@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from sidecar.core.errors import SchemaError, StoreError
+from sidecar.core.events import StoredRequest
 from sidecar.store import migrations
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlfiles import statement
@@ -341,3 +342,264 @@ async def test_sqlite_connection_uses_full_synchronous_mode(sqlite_store: SQLite
         return int(value)
 
     assert await sqlite_store._call("pragma", read) == 2  # FULL
+
+
+async def test_sqlite_connection_enforces_foreign_keys(sqlite_store: SQLiteStore) -> None:
+    # Per connection too: a queue entry's row deleted by retention takes the entry with it.
+    def read() -> int:
+        (value,) = sqlite_store._con.execute("PRAGMA foreign_keys").fetchone()
+        return int(value)
+
+    assert await sqlite_store._call("pragma", read) == 1
+
+
+# == schema 4: queue mode ====================================================================
+
+PG_QUEUE_COLUMNS = {
+    "provider": ("text", "NO"),
+    "event_id": ("text", "NO"),
+    "seq": ("bigint", "NO"),
+    "due_at": ("timestamp with time zone", "YES"),
+    "queued_at": ("timestamp with time zone", "NO"),
+    "base_attempt": ("integer", "NO"),
+    "tries": ("integer", "NO"),
+    "order_key": ("text", "YES"),
+    "last_error": ("text", "YES"),
+    "lease_owner": ("text", "YES"),
+}
+SQLITE_QUEUE_COLUMNS = {
+    "seq": "INTEGER",
+    "provider": "TEXT",
+    "event_id": "TEXT",
+    "due_at": "REAL",
+    "queued_at": "REAL",
+    "base_attempt": "INTEGER",
+    "tries": "INTEGER",
+    "order_key": "TEXT",
+    "last_error": "TEXT",
+    "lease_owner": "TEXT",
+}
+QUEUE_INDEXES = {
+    "webhook_queue_due_idx": ["provider", "due_at", "seq"],
+    "webhook_queue_order_idx": ["provider", "order_key", "seq"],
+}
+
+
+@pytest.mark.postgres
+async def test_migrated_postgres_queue_schema_is_the_declared_one(pg_dsn: str) -> None:
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        columns = await conn.fetch(
+            "SELECT column_name, data_type, is_nullable FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = 'webhook_queue'")
+        indexes = await conn.fetch(
+            """
+            SELECT i.relname AS name, pg_get_expr(ix.indpred, ix.indrelid) AS predicate,
+                   array_agg(a.attname ORDER BY k.ord) AS columns
+              FROM pg_index ix
+              JOIN pg_class i ON i.oid = ix.indexrelid
+              CROSS JOIN LATERAL unnest(ix.indkey) WITH ORDINALITY AS k(attnum, ord)
+              JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum
+             WHERE ix.indrelid = 'webhook_queue'::regclass
+             GROUP BY i.relname, ix.indpred, ix.indrelid
+            """)
+        constraints = await conn.fetch(
+            "SELECT conname, contype, convalidated, pg_get_constraintdef(oid) AS definition"
+            " FROM pg_constraint WHERE conrelid IN ('webhook_event'::regclass,"
+            " 'webhook_queue'::regclass)")
+    finally:
+        await conn.close()
+
+    assert {r["column_name"]: (r["data_type"], r["is_nullable"]) for r in columns} == \
+        PG_QUEUE_COLUMNS
+    by_name = {r["name"]: (list(r["columns"]), r["predicate"]) for r in indexes}
+    assert by_name == {
+        "webhook_queue_pkey": (["provider", "event_id"], None),
+        "webhook_queue_due_idx": (QUEUE_INDEXES["webhook_queue_due_idx"], None),
+        "webhook_queue_order_idx": (QUEUE_INDEXES["webhook_queue_order_idx"],
+                                    "(order_key IS NOT NULL)"),
+    }
+    defined = {r["conname"]: r["definition"] for r in constraints}
+    assert all(r["convalidated"] for r in constraints), "0005 validated the NOT VALID checks"
+    assert "'queued'" in defined["webhook_event_state_check"]
+    assert "'dead'" in defined["webhook_event_state_check"]
+    assert defined["webhook_event_attempt_check"] == "CHECK ((attempt >= 0))"
+    assert defined["webhook_queue_event_fkey"] == (
+        "FOREIGN KEY (provider, event_id) REFERENCES webhook_event(provider, event_id)"
+        " ON DELETE CASCADE")
+
+
+async def test_sqlite_queue_schema_is_the_declared_one(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    store = await SQLiteStore.open(path)
+    await store.close()
+    con = sqlite3.connect(path)
+    try:
+        columns = {r[1]: r[2] for r in con.execute("PRAGMA table_info(webhook_queue)")}
+        indexes = {
+            name: [c[2] for c in con.execute(f"PRAGMA index_info('{name}')")]
+            for (name,) in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index'"
+                " AND tbl_name = 'webhook_queue'")
+        }
+        keys = [(r[2], r[3], r[4], r[6]) for r in con.execute(
+            "PRAGMA foreign_key_list(webhook_queue)")]
+        event_sql = con.execute("SELECT sql FROM sqlite_master WHERE name = 'webhook_event'"
+                                ).fetchone()[0]
+    finally:
+        con.close()
+
+    assert columns == SQLITE_QUEUE_COLUMNS
+    assert sorted(indexes.values()) == sorted(
+        [["provider", "event_id"], *QUEUE_INDEXES.values()])
+    assert {name: cols for name, cols in indexes.items() if name in QUEUE_INDEXES} == \
+        QUEUE_INDEXES
+    assert sorted(keys) == [("webhook_event", "event_id", "event_id", "CASCADE"),
+                            ("webhook_event", "provider", "provider", "CASCADE")]
+    assert "STRICT" in event_sql and "'dead'" in event_sql and "attempt >= 0" in event_sql
+
+
+# Rows as release 3 (schema 0003) left them: one per state, with payloads and results.
+_V3_ROWS = [
+    ("stripe", "evt_done", "done", 1, "response", 200, '[["X-A", "b"]]', b"ok", 1.5,
+     b"payload", '{"method": "POST", "path": "/x", "headers": []}'),
+    ("stripe", "evt_failed", "failed", 3, "timeout", None, None, None, 10_000.0, None, None),
+    ("github", "evt_busy", "processing", 2, None, None, None, None, None, None, None),
+]
+_V3_COLUMNS = ("provider, event_id, state, attempt, outcome, response_status, response_headers,"
+               " response_body, latency_ms, payload_body, payload_request")
+
+
+@pytest.mark.postgres
+async def test_postgres_schema_4_keeps_the_rows_of_schema_3(pg_database_factory: MakeDb) -> None:
+    dsn = await pg_database_factory()
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(statement("postgres", "migrations_table").sql)
+        for migration in migrations.load_migrations("postgres"):
+            if migration.version <= 3:
+                await conn.execute(migration.sql)
+                await conn.execute(statement("postgres", "migration_record").sql,
+                                   migration.name)
+        await conn.executemany(
+            "INSERT INTO webhook_event (provider, event_id, state, attempt, outcome,"
+            " response_status, response_headers, response_body, latency_ms, payload_body,"
+            " payload_request, received_at, updated_at, body_sha256, lease_owner, lease_until)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11::jsonb, now(), now(),"
+            " '\\x01', 'o', now() + interval '1 minute')", _V3_ROWS)
+        await conn.execute("INSERT INTO webhook_nonce VALUES ('mailgun', 'tok', '\\x02', now())")
+        before = await conn.fetch("SELECT * FROM webhook_event ORDER BY provider, event_id")
+
+        assert await migrate_postgres(dsn) == ["0004_queue", "0005_queue_checks"]
+
+        after = await conn.fetch("SELECT * FROM webhook_event ORDER BY provider, event_id")
+        assert [dict(r) for r in after] == [dict(r) for r in before]
+        assert await conn.fetchval("SELECT count(*) FROM webhook_nonce") == 1
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute("UPDATE webhook_event SET state = 'bogus'")
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute("UPDATE webhook_event SET attempt = -1")
+    finally:
+        await conn.close()
+    store = await PostgresStore.connect(dsn)
+    try:
+        request = StoredRequest("POST", "/x", (), b"{}")
+        assert (await store.enqueue("stripe", "evt_new", b"\x03", request)).accepted
+        assert (await store.enqueue("stripe", "evt_done", b"\x03", request)).row is not None
+        assert await store.take_over("github", "evt_busy", 30.0, "o") is None, "still live"
+    finally:
+        await store.close()
+
+
+async def test_sqlite_schema_4_keeps_the_rows_of_schema_3(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        con.execute(statement("sqlite", "migrations_table").sql)
+        for migration in migrations.load_migrations("sqlite"):
+            if migration.version <= 3:
+                con.executescript(migration.sql)
+                con.execute("INSERT INTO webhook_sidecar_migrations VALUES (?, 0)",
+                            (migration.name,))
+        con.executemany(
+            f"INSERT INTO webhook_event ({_V3_COLUMNS}, received_at, updated_at, body_sha256,"
+            " lease_owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            " 1700000000.5, 1700000001.25, x'01', 'o', 4000000000.0)", _V3_ROWS)
+        con.execute("INSERT INTO webhook_nonce VALUES ('mailgun', 'tok', x'02', 1.0)")
+        before = con.execute("SELECT * FROM webhook_event ORDER BY provider, event_id"
+                             ).fetchall()
+    finally:
+        con.close()
+
+    store = await SQLiteStore.open(path)
+    try:
+        assert "0004_queue" in await store.applied_migrations()
+        request = StoredRequest("POST", "/x", (), b"{}")
+        assert (await store.enqueue("stripe", "evt_new", b"\x03", request)).accepted
+        assert (await store.enqueue("stripe", "evt_done", b"\x03", request)).row is not None
+        assert await store.take_over("github", "evt_busy", 30.0, "o") is None, "still live"
+    finally:
+        await store.close()
+    con = sqlite3.connect(path)
+    try:
+        after = con.execute("SELECT * FROM webhook_event WHERE event_id <> 'evt_new'"
+                            " ORDER BY provider, event_id").fetchall()
+        nonces = con.execute("SELECT count(*) FROM webhook_nonce").fetchone()[0]
+        with pytest.raises(sqlite3.IntegrityError):
+            con.execute("UPDATE webhook_event SET state = 'bogus'")
+    finally:
+        con.close()
+    assert after == before
+    assert nonces == 1
+    columns, indexes, _, _ = _sqlite_schema(path)
+    assert columns == SQLITE_COLUMNS, "the same columns, in the same order"
+    assert list(columns) == list(SQLITE_COLUMNS)
+    assert sorted(indexes.values()) == [["provider", "event_id"], ["provider", "received_at"]]
+
+
+@pytest.mark.postgres
+async def test_queue_transitions_are_hot_updates_of_the_event_row(
+    pg_database_factory: MakeDb,
+) -> None:
+    """Queue mode moves the event row through queued, processing, queued, processing, done:
+    every one of those UPDATEs is heap-only (the queue's indexed columns are in webhook_queue).
+    Checked on the adapter's own SQL inside one transaction, as above; with few enough rows
+    that all their versions fit on their page (nothing is pruned inside one transaction, and a
+    version that needs another page is never heap-only, whatever the indexes)."""
+    events = 6
+    dsn = await pg_database_factory()
+    await migrate_postgres(dsn)
+    conn = await asyncpg.connect(dsn)
+
+    async def run(name: str, **params: object) -> list[asyncpg.Record]:
+        stmt = statement("postgres", name)
+        rows: list[asyncpg.Record] = await conn.fetch(stmt.sql, *stmt.positional(params))
+        return rows
+
+    result = {"outcome": "response", "response_status": 500, "response_headers": "[]",
+              "response_body": b"no", "latency_ms": 1.0, "reached": True, "error": "HTTP 500"}
+    take = {"provider": "stripe", "limit": 100, "lease_seconds": 30.0, "owner": "w"}
+    try:
+        async with conn.transaction():
+            for i in range(events):
+                (answer,) = await run("enqueue", provider="stripe", event_id=f"evt_{i}",
+                                      body_sha256=b"h", payload_body=b"{}",
+                                      payload_request='{"method": "POST", "path": "/",'
+                                                      ' "headers": []}',
+                                      order_key=None, max_depth=None, owner="e")
+                assert answer["accepted"]
+            assert len(await run("take_queued", **take)) == events
+            for i in range(events):
+                assert await run("settle_queued", provider="stripe", event_id=f"evt_{i}",
+                                 tries=1, state="queued", retry_in=0.0, **result)
+            assert len(await run("take_queued", **take)) == events
+            for i in range(events):
+                assert await run("settle_queued", provider="stripe", event_id=f"evt_{i}",
+                                 tries=2, state="done", retry_in=0.0, **result)
+            stats = await conn.fetchrow(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables"
+                " WHERE relname = 'webhook_event'")
+    finally:
+        await conn.close()
+    assert stats["n_tup_upd"] == 4 * events
+    assert stats["n_tup_hot_upd"] == 4 * events

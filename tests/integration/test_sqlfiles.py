@@ -70,7 +70,8 @@ def test_the_row_columns_are_spliced_where_a_query_asks_for_them(dialect: str) -
 
 def test_both_dialects_ship_the_same_queries_with_the_same_parameters() -> None:
     common = set(query_names("postgres")) & set(query_names("sqlite"))
-    assert {"claim", "take_over", "complete", "get", "list_events", "purge"} <= common
+    assert {"claim", "take_over", "complete", "get", "list_events", "purge", "queue_entry",
+            "queue_stats"} <= common
     for name in sorted(common):
         postgres, sqlite = statement("postgres", name), statement("sqlite", name)
         assert set(postgres.names) == set(sqlite.names), name

@@ -5,6 +5,7 @@
 -- or 'failed', :response_headers JSON text). Answers one row per item written, numbered by
 -- `item` (1-based); an item without a row was superseded (another attempt took the event over,
 -- an operator released it, or it was recorded already), exactly as complete.sql answers no row.
+-- A queued event's row (one with a queue entry) is never written, as in complete.sql.
 -- Two items for one row at different attempts: at most one matches the fence. At the same
 -- attempt: the row is updated once, by one of them; the other answers no row, as the second of
 -- two concurrent complete.sql would after the first committed.
@@ -36,4 +37,6 @@ UPDATE webhook_event AS e
  WHERE e.provider = i.key_provider AND e.event_id = i.key_event_id
    AND e.attempt = i.item_attempt AND e.state = 'processing'
    AND {{row_lock_wait}}
+   AND NOT EXISTS (SELECT 1 FROM webhook_queue AS q
+                    WHERE q.provider = e.provider AND q.event_id = e.event_id)
 RETURNING i.n AS item, e.attempt;

@@ -2,6 +2,13 @@
 -- ago, oldest first, never a processing row whose lease is live. One short statement; the cutoff
 -- is computed once (an InitPlan), so the (provider, received_at) index bounds the scan. SKIP
 -- LOCKED leaves rows being written right now for the next batch. Answers one row: the count.
+--
+-- Queue mode: a row whose queue entry is waiting or in flight is never deleted, however old
+-- (the event is still to be delivered); a dead one is, and its entry with it (ON DELETE
+-- CASCADE). Such a row is 'queued' or 'processing': the state test is re-checked against a row
+-- re-driven (requeue_dead.sql) after this statement's snapshot and before its lock, which the
+-- NOT EXISTS alone, read in the snapshot, would miss. A 'processing' row with an expired lease
+-- is a queued event's only if it has an entry, which it keeps while 'processing'.
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), doomed AS (
@@ -9,9 +16,14 @@ WITH clock AS MATERIALIZED (
       FROM webhook_event
      WHERE provider = :provider::text
        AND received_at < (SELECT now - make_interval(secs => :older_than::float8) FROM clock)
+       AND state <> 'queued'
        AND (state <> 'processing'
             OR lease_until IS NULL
             OR lease_until <= (SELECT now FROM clock))
+       AND NOT EXISTS (SELECT 1 FROM webhook_queue AS q
+                        WHERE q.provider = webhook_event.provider
+                          AND q.event_id = webhook_event.event_id
+                          AND q.due_at IS NOT NULL)
      ORDER BY received_at
      LIMIT :batch_size::integer
        FOR UPDATE OF webhook_event SKIP LOCKED

@@ -7,8 +7,9 @@
 -- clause against the version a concurrent writer committed). A lease ending exactly now counts
 -- as expired, and a processing row without a lease as expired, as in take_over.sql.
 -- A stale attempt's later `complete` is refused (state <> processing, then attempt mismatch).
--- No row: no such event, a done row, or a live lease without :force.
-UPDATE webhook_event
+-- No row: no such event, a done row, a live lease without :force, or a queued event's row
+-- (one with a queue entry: queue mode retries, dead-letters and re-drives it; never released).
+UPDATE webhook_event AS e
    SET state = 'failed',
        lease_owner = NULL,
        lease_until = NULL,
@@ -17,4 +18,6 @@ UPDATE webhook_event
    AND state IN ('processing', 'failed')
    AND (state = 'failed' OR :force::boolean
         OR lease_until IS NULL OR lease_until <= clock_timestamp())
+   AND NOT EXISTS (SELECT 1 FROM webhook_queue AS q
+                    WHERE q.provider = e.provider AND q.event_id = e.event_id)
 RETURNING attempt;

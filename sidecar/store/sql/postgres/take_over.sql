@@ -6,7 +6,11 @@
 -- which the adapter raises as RowLocked (the delivery answers 409, as for an attempt in flight).
 -- A processing row without a lease (never written by this code) counts as expired, matching
 -- EventRow.lease_live; a lease ending exactly now counts as expired.
-UPDATE webhook_event
+-- A row with a queue entry (queue mode) is never taken over: its delivery workers take it
+-- (take_queued.sql), and an expired lease there is their crashed worker's. The entry exists for
+-- as long as such a row is 'processing' (it goes only with the 'done' state), so the snapshot's
+-- answer to NOT EXISTS holds when the row is re-checked.
+UPDATE webhook_event AS e
    SET state = 'processing',
        attempt = attempt + 1,
        lease_owner = :owner::text,
@@ -22,4 +26,6 @@ UPDATE webhook_event
    AND (state = 'failed'
         OR (state = 'processing'
             AND (lease_until IS NULL OR lease_until <= clock_timestamp())))
+   AND NOT EXISTS (SELECT 1 FROM webhook_queue AS q
+                    WHERE q.provider = e.provider AND q.event_id = e.event_id)
 RETURNING attempt;

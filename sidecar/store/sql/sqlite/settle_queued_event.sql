@@ -1,0 +1,23 @@
+-- Settle, step 1 (sidecar/store/sqlite.py runs the steps inside BEGIN IMMEDIATE): write how
+-- take :tries ended on the row, fenced: only if the entry's take counter is still :tries and
+-- the row still 'processing'. :state is 'done', 'queued' or 'dead'; the try's result is
+-- written in every case (operators see the last try), the lease cleared, and unless :reached
+-- the attempt goes back down by one. Answers the attempt, or nothing when superseded (then the
+-- entry is left as it is). Step 2 is settle_queued_entry.sql, or settle_queued_done.sql.
+UPDATE webhook_event
+   SET state = :state,
+       attempt = CASE WHEN :reached THEN attempt ELSE attempt - 1 END,
+       outcome = :outcome,
+       response_status = :response_status,
+       response_headers = :response_headers,
+       response_body = :response_body,
+       latency_ms = :latency_ms,
+       lease_owner = NULL,
+       lease_until = NULL,
+       updated_at = (julianday('now') - 2440587.5) * 86400.0
+ WHERE provider = :provider AND event_id = :event_id
+   AND state = 'processing'
+   AND EXISTS (SELECT 1 FROM webhook_queue AS q
+                WHERE q.provider = :provider AND q.event_id = :event_id
+                  AND q.tries = :tries)
+RETURNING attempt;
