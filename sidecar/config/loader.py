@@ -83,6 +83,9 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "numbers that do not fit a float (1e400 as text) are not durations",
     "trusted_proxies: a network's host bits must be zero (10.0.0.0/8, not 10.0.0.1/8), an IPv6 "
     "one must be a valid address and not IPv4-mapped",
+    "providers.<key>.mode: queue is not available for a batch provider (event_id.batch); "
+    "queue.max_retry_delay must not be shorter than queue.first_retry; queue.order_key is a "
+    "JSON path without wildcards",
 )
 
 TOP: Final = block_of(Config)
@@ -99,7 +102,7 @@ def _by_path(block: Block, path: str = "") -> dict[str, Block]:
 
 
 # Each block under the key path its keys are documented with (the reference tables, the chart).
-BLOCKS: Final[dict[str, Block]] = {**_by_path(TOP), "providers.<key>": PROVIDER}
+BLOCKS: Final[dict[str, Block]] = {**_by_path(TOP), **_by_path(PROVIDER, "providers.<key>")}
 
 _PROVIDER_KEY_RE = re.compile(PROVIDER_KEY_PATTERN)
 
