@@ -14,6 +14,8 @@ over 32 keep-alive connections for a fixed time after a warm-up, on loopback:
   dups-unknown     webhook-sidecar: duplicates of done events another process delivered first
   new              webhook-sidecar: every request a new event
   burst            webhook-sidecar: 50 copies of each new event at once (50 connections)
+  queue            webhook-sidecar, queue mode: every request a new event, answered once
+                   stored; the phase ends when the app has received every accepted one
 
 Each webhook-sidecar phase gets a fresh database (PostgreSQL: bench_wrk_<pid> on the server at
 $SIDECAR_BENCH_PG_DSN, else 127.0.0.1:5432, created from a migrated template and CHECKPOINTed
@@ -92,6 +94,7 @@ class Phase:
     # Paced at half the median req/s this phase reached earlier in the runs (wrk's delay()
     # hook between a connection's requests), for the latency added at half load.
     half_of: str = ""
+    queue: bool = False  # the provider in queue mode: answered once stored, delivered after
 
 
 PHASES = {p.name: p for p in [
@@ -108,6 +111,8 @@ PHASES = {p.name: p for p in [
           "passthrough", "new", half_of="new"),
     Phase("half-new", "sidecar: new events at half its maximum", "sidecar", "new",
           half_of="new"),
+    Phase("queue", "sidecar, queue mode: new events (accepted, then delivered)", "sidecar",
+          "new", queue=True),
 ]}
 OPTIONAL = {"competitor", "competitor-dups"}
 
@@ -624,14 +629,17 @@ class Context:
         return self.tmp / f"{self.serial:03d}-{name}"
 
 
-def sidecar_config(ctx: Context, store_url: str) -> Path:
+def sidecar_config(ctx: Context, store_url: str, *, queue: bool = False) -> Path:
+    provider: dict[str, Any] = {"path": PATH, "preset": "github", "secrets": [SECRET]}
+    if queue:
+        provider["mode"] = "queue"
     config = {
         "listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "shutdown_timeout": "2s",
         "upstream": {"url": ctx.app.url, "timeout": "5s"},
         "store": {"url": store_url, "pool_max_size": 10},
         "log": {"level": ctx.args.log_level, "format": "json"},
         "maintenance": {"interval": "1h"},
-        "providers": {"github": {"path": PATH, "preset": "github", "secrets": [SECRET]}},
+        "providers": {"github": provider},
     }
     path = ctx.path("sidecar.yaml")
     path.write_text(yaml.safe_dump(config))
@@ -728,7 +736,7 @@ async def redis_flush(url: str) -> None:
 
 async def start_server(ctx: Context, phase: Phase, store_url: str) -> tuple[Proc, str]:
     if phase.server == "sidecar":
-        return await start_sidecar(ctx, sidecar_config(ctx, store_url))
+        return await start_sidecar(ctx, sidecar_config(ctx, store_url, queue=phase.queue))
     if phase.server == "competitor":
         await redis_flush(ctx.redis_url)
         proc = await ctx.procs.start(
@@ -831,6 +839,8 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
         await asyncio.sleep(0.3)  # the last answers' log lines
         # Only this phase's ids: the warm-up's last requests may reach the app after the mark.
         wanted = set(measured_ids)
+        if phase.queue:  # accepted events are delivered after their answers: wait for them
+            await delivered(ctx, mark, wanted, result.requests)
         forwarded = [i for i in ctx.app.since(mark) if i in wanted]
     finally:
         await ctx.procs.stop(server)
@@ -848,6 +858,19 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
                  result.requests, None if phase.server == "hello" else len(forwarded))
     out.problems = check(phase, result, forwarded, per)
     return out
+
+
+async def delivered(ctx: Context, mark: int, wanted: set[str], count: int,
+                    timeout: float = 300.0) -> None:
+    """Until the app has received ``count`` of the ``wanted`` ids (queue mode's deliveries,
+    which go on after the answers), or ``timeout``: the check then says what is missing."""
+    seen: set[str] = set()
+    offset = mark
+    deadline = time.monotonic() + timeout
+    while len(seen) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        lines, offset = ctx.app.complete_lines(offset)
+        seen.update(i for i in lines if i in wanted)
 
 
 async def prime_with_wrk(ctx: Context, url: str, deliveries: Path, ids: Sequence[str],
