@@ -193,8 +193,14 @@ class Pipeline:
             return refuse("replayed_body")
 
         if provider.mode is Mode.QUEUE:  # not a batch provider (the loader refuses it)
-            return await self._accept(provider, inbound, body, items[0], trace)
+            answer = await self._accept(provider, inbound, body, items[0], trace)
+            if answer is not None:
+                return answer
+            # The event was first seen in forward mode: it finishes in forward mode.
+        return await self._forward_mode(provider, inbound, body, items, trace)
 
+    async def _forward_mode(self, provider: ProviderConfig, inbound: Inbound, body: Body,
+                            items: list[BatchItem], trace: _Trace) -> Answer:
         # What the app gets and a re-drive replays: computed once, and only when needed.
         app_headers = self._app_headers(inbound) if provider.store_payload else None
         ours, settled = await self._claim_all(provider, inbound, body, items, app_headers, trace)
@@ -211,9 +217,12 @@ class Pipeline:
         return batch_answer(forwarded, [s.answer for s in settled])
 
     async def _accept(self, provider: ProviderConfig, inbound: Inbound, body: Body,
-                      item: BatchItem, trace: _Trace) -> Answer:
+                      item: BatchItem, trace: _Trace) -> Answer | None:
         """Queue mode: store the event with its request in one statement and answer 200 at
-        once; the delivery workers forward it. A redelivery is answered the same."""
+        once; the delivery workers forward it. A redelivery is answered the same. None: the
+        event's row was written in forward mode (before the provider switched to queue), and
+        is not done: forward mode's rules finish it, so a provider is never told "accepted"
+        for an event no worker would deliver."""
         event_id = item.event_id
         digest = body.sha256
         known = self._known.accepted(provider.key, event_id)
@@ -235,13 +244,16 @@ class Pipeline:
             self._known.remember_accepted(provider.key, event_id, digest, provider.retention)
             self._on_queued(provider.key)
             return accepted(event_id, first=True)
-        assert enqueued.row is not None
-        if enqueued.row.state in (EventState.QUEUED, EventState.PROCESSING, EventState.DONE,
-                                  EventState.DEAD):
-            self._known.remember_accepted(provider.key, event_id, enqueued.row.body_sha256,
-                                          provider.retention)
-        trace.attempt = enqueued.row.attempt
-        return self._accepted_again(provider, event_id, enqueued.row.body_sha256, digest, trace)
+        row = enqueued.row
+        assert row is not None
+        if row.state is EventState.FAILED or (
+                row.state is EventState.PROCESSING
+                and await self._store.queue_entry(provider.key, event_id) is None):
+            return None
+        self._known.remember_accepted(provider.key, event_id, row.body_sha256,
+                                      provider.retention)
+        trace.attempt = row.attempt
+        return self._accepted_again(provider, event_id, row.body_sha256, digest, trace)
 
     def _accepted_again(self, provider: ProviderConfig, event_id: str, stored: bytes,
                         digest: bytes, trace: _Trace) -> Answer:

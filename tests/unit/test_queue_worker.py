@@ -322,3 +322,18 @@ async def _tried(q: Queue, count: int) -> bool:
 
 async def _arrived(q: Queue, count: int) -> bool:
     return len(q.upstream.requests) >= count
+
+
+async def test_an_event_failed_in_forward_mode_finishes_in_forward_mode_after_a_switch() -> None:
+    forward_config = parse_config(base_config("http://127.0.0.1:9", "sqlite:///u.db"), env={})
+    q = Queue()
+    q.upstream.reply = replies(status(500), status(200))
+    before = pipeline_for(forward_config, store=q.store, upstream=q.upstream, clock=q.clock)
+    body = stripe_event("evt_1")
+    first = await before.deliver(forward_config.providers[0], inbound(body, stripe_headers(body)))
+    assert first.status == 500 and await q.state("evt_1") is EventState.FAILED
+    async with q:  # the provider now in queue mode: its retry is forwarded, not queued
+        again = await q.send("evt_1")
+    assert again.status == 200 and again.result is Result.TAKEOVER
+    assert q.attempts() == ["1", "2"]
+    assert await q.store.queue_entry("stripe", "evt_1") is None
