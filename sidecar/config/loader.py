@@ -84,8 +84,8 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "trusted_proxies: a network's host bits must be zero (10.0.0.0/8, not 10.0.0.1/8), an IPv6 "
     "one must be a valid address and not IPv4-mapped",
     "providers.<key>.mode: queue is not available for a batch provider (event_id.batch); "
-    "queue.max_retry_delay must not be shorter than queue.first_retry; queue.order_key is a "
-    "JSON path without wildcards",
+    "queue.max_retry_delay must not be shorter than queue.first_retry; queue.order_key must be "
+    "a JSON path such as $.data.object.id (no wildcards)",
 )
 
 TOP: Final = block_of(Config)

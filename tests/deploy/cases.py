@@ -28,6 +28,11 @@ class Case:
     rule: int | None = None  # loader-only cases: the index in LOADER_ONLY_RULES
 
 
+# SendGrid's published test public key (a batch provider that decodes it).
+SENDGRID_TEST_KEY = ("MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1"
+                     "flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==")
+
+
 def base(**top: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "upstream": {"url": "http://127.0.0.1:3000"},
@@ -474,6 +479,18 @@ LOADER_ONLY: list[Case] = [
     Case("trusted-proxies-host-bits", base(trusted_proxies=["10.0.0.1/8"]), rule=11),
     Case("trusted-proxies-bad-ipv6", base(trusted_proxies=["fd00::1::2"]), rule=11),
     Case("trusted-proxies-ipv4-mapped", base(trusted_proxies=["::ffff:10.0.0.0/104"]), rule=11),
+    Case("queue-batch-provider", base(providers={"sendgrid": {
+        "path": "/sg", "preset": "sendgrid", "mode": "queue", "secrets": [SENDGRID_TEST_KEY]}}),
+         rule=12),
+    Case("queue-retry-delays-reversed", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "mode": "queue",
+        "queue": {"first_retry": "10s", "max_retry_delay": "5s"}}}), rule=12),
+    Case("queue-order-key-wildcard", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "mode": "queue",
+        "queue": {"order_key": "$.items[*].id"}}}), rule=12),
+    Case("queue-order-key-not-a-path", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "mode": "queue",
+        "queue": {"order_key": "data.object"}}}), rule=12),
 ]
 
 
