@@ -197,6 +197,10 @@ async def _run_group(config: Config, procs: list[asyncio.subprocess.Process], re
                      store=config.store.kind, providers=[p.key for p in config.providers],
                      workers=len(procs), pids=[proc.pid for proc in procs])
             done, _ = await asyncio.wait({stop, *exits}, return_when=asyncio.FIRST_COMPLETED)
+        elif readiness.done in done and not readiness.done.result():
+            # Every worker closed the ready pipe unready: they are exiting. The pipe's end can
+            # be read before the first exit is reaped; wait for it, so it is named as the cause.
+            done, _ = await asyncio.wait({stop, *exits}, return_when=asyncio.FIRST_COMPLETED)
         # A signal, or a worker that exited on its own (while starting, or later).
         started = loop.time()
         failed = [task for task in exits if task.done()] if not stopping.is_set() else []
