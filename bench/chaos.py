@@ -7,7 +7,8 @@ violated invariant makes the command exit 1 and names itself.
                                     [--write-docs] [--seconds S] [--rate R]
 
 Scenarios (each on its own throwaway cluster, started with initdb/pg_ctl on a free port):
-db-hang, backend-kills, db-crash, row-locks, upstream-faults, gzip-flood. Loopback only,
+db-hang, backend-kills, db-crash, row-locks, upstream-faults, gzip-flood, and for a queue-mode
+provider queue-kill-accept and queue-kill-forward (replicas SIGKILLed and restarted). Loopback only,
 bounded: each run sends for --seconds, every event is given up --give-up seconds after its
 first delivery, and the clusters, proxies and fault proxy are torn down in ``finally`` blocks.
 See docs/chaos.md for the method, the invariants and the latest results.
@@ -25,6 +26,7 @@ import json
 import os
 import random
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -56,6 +58,7 @@ from bench.invariants import (
     Delivery,
     ForwardLog,
     History,
+    Kill,
     Kind,
     Receipt,
     Row,
@@ -65,7 +68,7 @@ from bench.invariants import (
     tally,
 )
 from sidecar.config.loader import parse_config
-from sidecar.config.model import Config
+from sidecar.config.model import Config, Mode
 from tests.pgserver import ThrowawayCluster, create_database
 from tests.support import (
     REPO,
@@ -89,6 +92,7 @@ APPLICATION_NAME = "webhook-sidecar"  # what the proxy's pool sets (sidecar/stor
 # the claim), or upstream.timeout plus one store call, whichever is longer. Plus SLACK for
 # scheduling on a shared machine.
 CALLS_BEFORE_FORWARD = 3
+CALLS_TO_ACCEPT = 2  # queue mode: the enqueue and, for a redelivery, the existing row's read
 COMMAND_TIMEOUT_MARGIN = 1.0
 SLACK = 1.0
 BACKOFF = (0.25, 0.5, 1.0, 2.0, 3.0)  # the provider's redelivery schedule; the last repeats
@@ -106,10 +110,16 @@ class Settings:
 DEFAULTS = Settings()
 
 
-def proxy_config(upstream_url: str, dsn: str) -> dict[str, Any]:
-    """Two replicas, one provider, short bounds so faults show within seconds."""
+def proxy_config(upstream_url: str, dsn: str, queue: bool = False) -> dict[str, Any]:
+    """Two replicas, one provider, short bounds so faults show within seconds. ``queue``: the
+    provider in queue mode, retrying fast (a dead replica's events are taken again after the
+    lease)."""
     config = base_config(upstream_url, dsn)
     config["providers"] = {"stripe": config["providers"]["stripe"]}  # lease 4s, wait 1s
+    if queue:
+        config["providers"]["stripe"].update({
+            "mode": "queue", "queue": {"first_retry": "200ms", "max_retry_delay": "1s",
+                                       "poll_interval": "250ms"}})
     config["upstream"] = {"url": upstream_url, "timeout": "2s", "connect_timeout": "1s"}
     config["store"] = {"url": dsn, "pool_max_size": 5, "acquire_timeout": "500ms",
                        "statement_timeout": "500ms", "lock_timeout": "300ms"}
@@ -121,6 +131,8 @@ def proxy_config(upstream_url: str, dsn: str) -> dict[str, Any]:
 def answer_bound(config: Config) -> float:
     store = config.store
     call = store.acquire_timeout + store.statement_timeout + COMMAND_TIMEOUT_MARGIN
+    if all(p.mode is Mode.QUEUE for p in config.providers):  # answered once stored
+        return CALLS_TO_ACCEPT * call + SLACK
     wait = max(p.inflight_wait for p in config.providers)
     lease = max(p.lease for p in config.providers)
     return (wait + CALLS_BEFORE_FORWARD * call + max(config.upstream.timeout + call, lease)
@@ -134,7 +146,9 @@ _receipt: contextvars.ContextVar[Receipt] = contextvars.ContextVar("receipt")
 
 class RecordingApp(StubApp):
     """The app: records every request as it arrives (before its body is read, so a request
-    that reaches the app but is never completed still counts) and what it answered."""
+    that reaches the app but is never completed still counts) and what it answered. Its port
+    is bound from the start but listens only from :meth:`start`: until then connections are
+    refused, as to an app that is down."""
 
     def __init__(self, clock: Callable[[], float], delay: tuple[float, float],
                  close: bool) -> None:
@@ -144,6 +158,24 @@ class RecordingApp(StubApp):
         self.close = close  # answer Connection: close, so that a connection is one request
         self.receipts: list[Receipt] = []
         self.behaviour = self._answer
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))  # bound, not listening: refused until start()
+        self.port = self.sock.getsockname()[1]
+
+    async def start(self) -> RecordingApp:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self.sock).start()
+        return self
+
+    async def stop(self) -> None:
+        await super().stop()
+        self.sock.close()
+
+    def in_flight(self) -> int:
+        return sum(1 for r in self.receipts if r.answered is None)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         receipt = Receipt(request.headers.get("X-Webhook-Sidecar-Event-Id", ""),
@@ -265,6 +297,10 @@ class Run:
     app: RecordingApp | None = None
     fault_proxy: FaultProxy | None = None
     replicas: list[ProxyProcess] = field(default_factory=list)
+    urls: list[str] = field(default_factory=list)  # where the provider reaches each replica
+    config_path: Path | None = None
+    retired: list[tuple[int, ProxyProcess]] = field(default_factory=list)  # killed replicas
+    kills: list[Kill] = field(default_factory=list)
     config: Config | None = None
     provider: Provider | None = None
     faults: Counter[str] = field(default_factory=Counter)
@@ -299,18 +335,20 @@ async def deployed(run: Run, tmp: Path) -> Any:
         run.dsn = await create_database(cluster.dsn, DATABASE)
         app = run.app = RecordingApp(run.clock, scenario.app_delay,
                                      close=scenario.fault_proxy is not None)
-        await app.start()
+        if not scenario.app_down:
+            await app.start()
         upstream = app.url
         if scenario.fault_proxy is not None:
             choose = scenario.fault_proxy(run)
             run.fault_proxy = await FaultProxy(app.port, choose).start()
             upstream = run.fault_proxy.url
-        config = proxy_config(upstream, run.dsn)
+        config = proxy_config(upstream, run.dsn, queue=scenario.queue)
         run.config = parse_config(config, env={})
-        path = write_config(tmp, config)
+        path = run.config_path = write_config(tmp, config)
         await migrate(path)
-        run.replicas = list(await asyncio.gather(ProxyProcess(path).start(),
-                                                 ProxyProcess(path).start()))
+        run.replicas = [ProxyProcess(path), ProxyProcess(path)]
+        await asyncio.gather(*(replica.start() for replica in run.replicas))
+        run.urls = [replica.url for replica in run.replicas]
         yield run
     finally:
         for replica in run.replicas:
@@ -351,12 +389,38 @@ async def load(run: Run) -> None:
                  duplicate=run.rng.random() < settings.duplicate_share)
 
 
+async def kill_replica(run: Run, index: int) -> None:
+    """SIGKILL replica ``index`` (no cleanup: forwards in flight and unwritten results die with
+    it), then start a replacement on the same config, as a supervisor would; the provider
+    reaches the new one at its new address. Its logs stay in ``run.retired``."""
+    assert run.config_path is not None and run.app is not None
+    at = run.clock()
+    run.faults["app requests in flight at the kills"] += run.app.in_flight()
+    old = run.replicas[index]
+    run.kills.append(Kill(index, at))
+    await old.kill()
+    run.faults["replicas killed"] += 1
+    run.retired.append((index, old))
+    fresh = run.replicas[index] = ProxyProcess(run.config_path)  # stopped on the way out
+    await fresh.start()
+    run.urls[index] = fresh.url
+    run.kills[-1] = Kill(index, at, run.clock())
+
+
 async def quiesce(run: Run) -> list[Row]:
-    """After the provider stopped: wait (bounded) until no lease is live, then read the rows."""
+    """After the provider stopped: wait (bounded) until no lease is live — in queue mode, until
+    the queue is delivered, within the provider's give-up time — then read the rows."""
     assert run.config is not None
     lease = max(p.lease for p in run.config.providers)
     conn = await run.connect("chaos-checker")
     try:
+        for _ in range(int((lease + run.settings.give_up) / 0.25) if run.scenario.queue
+                       else 0):
+            waiting = await conn.fetchval("SELECT count(*) FROM webhook_event "
+                                          "WHERE state IN ('queued', 'processing')")
+            if not waiting:
+                break
+            await asyncio.sleep(0.25)
         for _ in range(int((lease + 2) / 0.25)):
             live = await conn.fetchval("SELECT count(*) FROM webhook_event WHERE state = "
                                        "'processing' AND lease_until > clock_timestamp()")
@@ -371,25 +435,34 @@ async def quiesce(run: Run) -> list[Row]:
     return [Row(r["event_id"], r["state"], r["attempt"], r["expired"]) for r in records]
 
 
-def from_logs(replicas: Sequence[ProxyProcess]) -> tuple[list[ForwardLog], list[str], list[str]]:
-    """Per forward, what the replicas logged (delivery lines that forwarded, failed result
-    writes, superseded results); the log lines of unexpected errors; other notes."""
+# Queue mode: a delivery worker's line per try, and its settlement that could not be written.
+QUEUE_TRIES = ("queue_delivery", "queue_dead")
+QUEUE_UNWRITTEN = "queue_record_failed"
+
+
+def from_logs(replicas: Sequence[tuple[int, ProxyProcess]],
+              ) -> tuple[list[ForwardLog], list[str], list[str]]:
+    """Per forward, what the replicas (each with its index; a killed replica and its
+    replacement share one) logged: delivery lines that forwarded, failed result writes,
+    superseded results, queue workers' tries; the log lines of unexpected errors; other
+    notes."""
     forwards: list[ForwardLog] = []
     errors: list[str] = []
     notes: list[str] = []
-    for index, replica in enumerate(replicas):
+    for index, replica in replicas:
         for entry in replica.logs:
             event, event_id, attempt = (entry.get("event"), entry.get("event_id"),
                                         entry.get("attempt"))
             if event == "sabotage":
                 notes.append(f"replica {index}: sabotaged build ({entry.get('name')})")
             unexpected = entry.get("result") == "error" or (
-                entry.get("level") in ("error", "critical") and event != "record_failed")
+                entry.get("level") in ("error", "critical")
+                and event not in ("record_failed", QUEUE_UNWRITTEN))
             if unexpected:
                 cause = str(entry.get("exception") or entry.get("error") or "").strip()
                 cause = cause.splitlines()[-1] if cause else ""
                 errors.append(f"replica {index}: {event} {event_id or ''} {cause}".strip())
-                if isinstance(event_id, str) and event == "delivery":
+                if isinstance(event_id, str) and event in ("delivery", "queue_delivery_crashed"):
                     forwards.append(ForwardLog(event_id, attempt or 0, index,
                                                entry.get("status"), error=cause or "error"))
                     continue
@@ -406,6 +479,17 @@ def from_logs(replicas: Sequence[ProxyProcess]) -> tuple[list[ForwardLog], list[
                                            record_error=str(entry.get("error"))))
             elif event == "attempt_superseded":
                 forwards.append(ForwardLog(event_id, attempt, index, superseded=True))
+            elif event in QUEUE_TRIES and entry.get("result") != "unreachable":
+                # (an unreachable try is no attempt: the app was not connected to, and the
+                # attempt number is given back for the next try)
+                answered = entry.get("app_status_class") not in (None, "none")
+                forwards.append(ForwardLog(
+                    event_id, attempt, index,
+                    upstream_error=None if answered else entry.get("upstream_error"),
+                    superseded=entry.get("result") == "superseded"))
+            elif event == QUEUE_UNWRITTEN:
+                forwards.append(ForwardLog(event_id, attempt, index,
+                                           record_error="settlement not written"))
         stray = [line for line in replica.raw_logs if not line.startswith("{")]
         if stray:
             notes.append(f"replica {index}: {len(stray)} non-JSON stderr lines, e.g. "
@@ -425,8 +509,7 @@ async def run_once(scenario: Scenario, settings: Settings, number: int,
             timeout = aiohttp.ClientTimeout(total=bound + 5)
             connector = aiohttp.TCPConnector(limit=0)
             async with aiohttp.ClientSession(timeout=timeout, connector=connector) as client:
-                run.provider = Provider(client, [r.url for r in run.replicas], run.clock,
-                                        settings, run.rng)
+                run.provider = Provider(client, run.urls, run.clock, settings, run.rng)
                 run.t0 = time.monotonic()
                 fault = asyncio.create_task(scenario.inject(run))
                 try:
@@ -445,7 +528,7 @@ async def run_once(scenario: Scenario, settings: Settings, number: int,
         if run.fault_proxy is not None:
             run.faults.update({str(k): v for k, v in run.fault_proxy.counts.items()
                                if k is not Fault.PASS})
-        forwards, errors, notes = from_logs(run.replicas)
+        forwards, errors, notes = from_logs([*run.retired, *enumerate(run.replicas)])
         for index, replica in enumerate(run.replicas):
             code = replica.proc.returncode if replica.proc is not None else None
             if code not in (0, None):
@@ -454,7 +537,16 @@ async def run_once(scenario: Scenario, settings: Settings, number: int,
     history = History(kinds=run.provider.kinds, deliveries=run.provider.deliveries,
                       receipts=run.app.receipts, forwards=forwards, rows=rows, bound=bound,
                       faults=dict(run.faults), expect_fault=scenario.expect_fault,
-                      proxy_errors=errors, replica_deaths=deaths)
+                      proxy_errors=errors, replica_deaths=deaths, kills=run.kills,
+                      queued=scenario.queue)
+    if scenario.queue:
+        first: dict[str, Receipt] = {}
+        for receipt in sorted(run.app.receipts, key=lambda r: r.arrived):
+            first.setdefault(receipt.event_id, receipt)
+        numbers = Counter(r.attempt for r in first.values())
+        notes.append("attempt number of each event's first request at the app: "
+                     + ", ".join(f"{n}: {count}" for n, count in sorted(numbers.items()))
+                     + " (above 1: a killed worker had taken it)")
     return Outcome(scenario.name, number, time.monotonic() - started, history,
                    check(history), tally(history), notes)
 
@@ -572,6 +664,37 @@ async def gzip_flood(run: Run) -> None:
             run.faults["gzip events"] += 1
 
 
+KILL_EVERY = (1.0, 2.0)  # seconds between SIGKILLs in queue-kill-accept
+KILL_EVERY_FORWARDING = (1.5, 3.0)  # in queue-kill-forward
+APP_DOWN_SHARE = 0.6  # queue-kill-accept: the app is down for this share of the sending time
+
+
+async def queue_kill_accept(run: Run) -> None:
+    """The app is down for the first 60 % of the sending time while a random replica is
+    SIGKILLed (and restarted) every 1 to 2 s: kills land on deliveries being accepted and on
+    events waiting in the queue (their workers probing the app, rows taken then given back).
+    Then the app comes up and the queue drains, without further kills."""
+    assert run.app is not None
+    up_at = run.settings.seconds * APP_DOWN_SHARE
+    await run.at(1.0)
+    while run.clock() + KILL_EVERY[1] < up_at:
+        await asyncio.sleep(run.rng.uniform(*KILL_EVERY))
+        await kill_replica(run, run.rng.randrange(len(run.replicas)))
+    await run.at(up_at)
+    await run.app.start()
+    run.faults["seconds the app was down"] = round(up_at)
+
+
+async def queue_kill_forward(run: Run) -> None:
+    """The app works 0.3 to 1 s per request, so a few forwards are always in flight; from 2 s
+    until 3 s before the end a random replica is SIGKILLed (and restarted) every 1.5 to 3 s,
+    mid-forward: its events are taken again after the lease, as attempt + 1."""
+    await run.at(2.0)
+    while run.clock() + KILL_EVERY_FORWARDING[1] < run.settings.seconds - 3:
+        await asyncio.sleep(run.rng.uniform(*KILL_EVERY_FORWARDING))
+        await kill_replica(run, run.rng.randrange(len(run.replicas)))
+
+
 async def no_fault(run: Run) -> None:
     """A control run: the same load with nothing injected; every invariant must hold."""
 
@@ -585,6 +708,8 @@ class Scenario:
     fsync: bool = False  # only a cluster that is crashed needs it
     fault_proxy: Callable[[Run], Callable[[], Fault]] | None = None
     expect_fault: bool = True
+    queue: bool = False  # the provider in queue mode
+    app_down: bool = False  # the app listens only when the scenario starts it
 
 
 # The app works longer where the fault must catch attempts in flight (claimed, forwarded, not
@@ -604,6 +729,11 @@ SCENARIOS = {s.name: s for s in (
              upstream_faults, fault_proxy=upstream_chooser),
     Scenario("gzip-flood", "gzip bodies at 8/s and three 1 MB gzip bombs beside the load",
              gzip_flood),
+    Scenario("queue-kill-accept", "queue mode, app down at first: SIGKILL a replica every "
+             "1–2 s while events are accepted and wait", queue_kill_accept, queue=True,
+             app_down=True),
+    Scenario("queue-kill-forward", "queue mode: SIGKILL a replica every 1.5–3 s while its "
+             "forwards are in flight", queue_kill_forward, app_delay=(0.3, 1.0), queue=True),
 )}
 CONTROL = Scenario("control", "no fault: the same load as a baseline", no_fault,
                    expect_fault=False)
@@ -617,7 +747,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                      description=(__doc__ or "").split("\n\n")[0])
     names = [*SCENARIOS, CONTROL.name]
     parser.add_argument("--scenario", action="append", choices=names,
-                        help="run only these (repeatable; default: all six)")
+                        help=f"run only these (repeatable; default: all {len(SCENARIOS)})")
     parser.add_argument("--runs", type=int, default=1, help="runs of each scenario")
     parser.add_argument("--break", dest="break_", metavar="NAME[,NAME]",
                         help="run the replicas as a deliberately broken build: "

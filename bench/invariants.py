@@ -8,6 +8,12 @@ Nothing here does I/O, so the checker is tested on synthetic histories
 (``tests/unit/test_chaos_invariants.py``) and its verdicts can be trusted on real ones.
 
 Times are seconds on one monotonic clock (the harness's), relative to the start of the run.
+
+Queue mode (``History.queued``): the provider's 2xx means "stored", not "the app answered", so
+``no-2xx-without-app`` does not apply; everything else does, and ``lost-zero`` is then the
+queue's promise: every event accepted is delivered. Replicas killed on purpose (``kills``)
+excuse the deliveries they cut off and justify a repeat of an attempt they may have been
+forwarding when they died.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from typing import TypeVar
 # A provider redelivers on these and on any 5xx or missing answer; any other non-2xx is final.
 RETRYABLE_4XX = frozenset({408, 409, 425, 429})
 EVIDENCE_LINES = 5  # examples quoted per violated invariant
+# A request a replica wrote just before it was killed may be read by the app just after: the
+# kernel still delivers what the process had sent.
+KILL_SLACK = 0.25
 
 
 class Kind(enum.StrEnum):
@@ -39,6 +48,7 @@ class Invariant(enum.StrEnum):
     NO_2XX_WITHOUT_APP = "no-2xx-without-app"
     LOST_ZERO = "lost-zero"
     REPEATS_JUSTIFIED = "repeats-justified"
+    ATTEMPTS_DISTINCT = "attempts-distinct"
     NO_500 = "no-500"
     NO_STUCK_ROWS = "no-stuck-rows"
     WITHIN_BOUND = "within-bound"
@@ -50,11 +60,13 @@ MEANING: Mapping[Invariant, str] = {
     Invariant.EVENTUALLY_2XX: "every event is eventually answered 2xx (the provider keeps "
                               "redelivering, within its bound)",
     Invariant.NO_2XX_WITHOUT_APP: "the provider gets a 2xx for an event only after the app "
-                                  "answered 2xx for it",
+                                  "answered 2xx for it (forward mode)",
     Invariant.LOST_ZERO: "every event the provider was told 2xx for is `done` and reached the "
-                         "app",
+                         "app (in queue mode: every accepted event is delivered)",
     Invariant.REPEATS_JUSTIFIED: "the app sees an event again only with a higher attempt number, "
                                  "and only after an attempt whose outcome was unknown",
+    Invariant.ATTEMPTS_DISTINCT: "the app never sees two requests of an event with the same "
+                                 "attempt number",
     Invariant.NO_500: "no delivery is answered 500",
     Invariant.NO_STUCK_ROWS: "after quiescence no row is left `processing` with an expired lease",
     Invariant.WITHIN_BOUND: "every delivery is answered, within the bound derived from the "
@@ -105,6 +117,20 @@ class ForwardLog:
 
 
 @dataclass(frozen=True, slots=True)
+class Kill:
+    """A replica SIGKILLed by the harness at ``at``, and when its replacement listened again
+    (None: not restarted). Deliveries to it in between get no answer."""
+
+    replica: int
+    at: float
+    back: float | None = None
+
+    def covers(self, start: float, end: float) -> bool:
+        """Whether the replica was dead (or dying) at some time in [start, end]."""
+        return self.at <= end and (self.back is None or start <= self.back)
+
+
+@dataclass(frozen=True, slots=True)
 class Row:
     """An event row after quiescence."""
 
@@ -128,6 +154,8 @@ class History:
     expect_fault: bool = True  # False for a control run (no fault, every other check holds)
     proxy_errors: Sequence[str] = ()  # the replicas' log lines for unexpected errors
     replica_deaths: Sequence[str] = ()  # replicas that exited while the run went on
+    kills: Sequence[Kill] = ()  # replicas the harness SIGKILLed (and restarted) on purpose
+    queued: bool = False  # queue mode: a 2xx means stored; workers deliver it afterwards
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +234,8 @@ def eventually_2xx(h: History) -> list[Violation]:
 
 
 def no_2xx_without_app(h: History) -> list[Violation]:
+    if h.queued:  # the 2xx acknowledges the stored event; lost-zero holds the delivery
+        return []
     app = _by_event(h.receipts)
     bad = []
     for d in h.deliveries:
@@ -254,19 +284,20 @@ def repeats(h: History) -> list[Repeat]:
         if len(seen) > 1:
             seen = sorted(seen, key=lambda r: r.arrived)
             found.append(Repeat(event_id, tuple(r.attempt for r in seen),
-                                _justify(seen, logs.get(event_id, []), h.replica_deaths)))
+                                _justify(seen, logs.get(event_id, []), h.replica_deaths,
+                                         h.kills)))
     return found
 
 
 def _justify(seen: Sequence[Receipt], logs: Sequence[ForwardLog],
-             deaths: Sequence[str]) -> str | None:
+             deaths: Sequence[str], kills: Sequence[Kill] = ()) -> str | None:
     """Why each copy after the first was allowed: it carries a higher attempt number than the
     copy before it, whose outcome was unknown. None when some copy is not justified."""
     reasons = []
     for earlier, later in itertools.pairwise(seen):
         if later.attempt <= max(earlier.attempt, 1):
             return None  # attempt 1 twice, or a number that did not increase
-        reason = _unknown_outcome(earlier, logs, deaths)
+        reason = _unknown_outcome(earlier, logs, deaths, kills, later.arrived)
         if reason is None:
             return None
         reasons.append(reason)
@@ -274,9 +305,11 @@ def _justify(seen: Sequence[Receipt], logs: Sequence[ForwardLog],
 
 
 def _unknown_outcome(receipt: Receipt, logs: Sequence[ForwardLog],
-                     deaths: Sequence[str]) -> str | None:
-    """Why the outcome of ``receipt``'s attempt was unknown to whoever forwarded again, from
-    the app's own answer and the proxies' logs; None when it was known."""
+                     deaths: Sequence[str], kills: Sequence[Kill] = (),
+                     until: float | None = None) -> str | None:
+    """Why the outcome of ``receipt``'s attempt was unknown to whoever forwarded again (before
+    ``until``), from the app's own answer, the proxies' logs and the harness's kills; None when
+    it was known."""
     n = receipt.attempt
     if receipt.status is None:
         return f"attempt {n}: the app never answered"
@@ -285,8 +318,18 @@ def _unknown_outcome(receipt: Receipt, logs: Sequence[ForwardLog],
     logged = logged_outcome(logs, n)
     if logged is not None:
         return logged
-    if not any(f.attempt == n for f in logs) and deaths:
+    if any(f.attempt == n for f in logs):
+        return None  # a replica logged the outcome: whoever forwarded again knew it
+    if deaths:
         return f"attempt {n}: no outcome logged; a replica died ({deaths[0]})"
+    # Its forwarder may have been killed with the request at the app (or its answer on the
+    # way back, or the result unwritten): a kill after the request arrived, before the repeat.
+    end = until if until is not None else float("inf")
+    killed = [k for k in kills if receipt.arrived - KILL_SLACK <= k.at <= end]
+    if killed:
+        k = killed[0]
+        return (f"attempt {n}: no outcome logged; replica {k.replica} was SIGKILLed at "
+                f"{k.at:.2f}s, after it reached the app at {receipt.arrived:.2f}s")
     return None
 
 
@@ -318,6 +361,18 @@ def repeats_justified(h: History) -> list[Violation]:
                       "the attempt number did not increase")
 
 
+def attempts_distinct(h: History) -> list[Violation]:
+    bad = []
+    for event_id, seen in sorted(_by_event(h.receipts).items()):
+        twice = sorted(n for n, count in Counter(r.attempt for r in seen).items() if count > 1)
+        if twice:
+            bad.append(f"{event_id}: attempt {', '.join(map(str, twice))} reached the app more "
+                       f"than once (attempts in arrival order: "
+                       f"{[r.attempt for r in sorted(seen, key=lambda r: r.arrived)]})")
+    return _violation(Invariant.ATTEMPTS_DISTINCT, bad,
+                      "{n} events reached the app twice with the same attempt number")
+
+
 def no_500(h: History) -> list[Violation]:
     bad = [f"{d.event_id}: 500 after {d.elapsed or 0:.2f}s from replica {d.replica}"
            for d in h.deliveries if d.status == 500]
@@ -339,6 +394,8 @@ def no_stuck_rows(h: History) -> list[Violation]:
 def within_bound(h: History) -> list[Violation]:
     slow = []
     for d in h.deliveries:
+        if d.status is None and _cut_by_kill(d, h.kills):
+            continue  # its replica was killed (or not yet back) while it was outstanding
         if d.status is None:
             slow.append(f"{d.event_id}: no answer from replica {d.replica} "
                         f"({d.error or 'unfinished'}) after {d.elapsed or 0:.2f}s")
@@ -347,6 +404,11 @@ def within_bound(h: History) -> list[Violation]:
                         f"{d.replica}")
     return _violation(Invariant.WITHIN_BOUND, slow,
                       f"{{n}} deliveries unanswered or answered after the {h.bound:g}s bound")
+
+
+def _cut_by_kill(d: Delivery, kills: Sequence[Kill]) -> bool:
+    end = d.sent + (d.elapsed if d.elapsed is not None else 0.0)
+    return any(k.replica == d.replica and k.covers(d.sent, end) for k in kills)
 
 
 def bomb_refused(h: History) -> list[Violation]:
@@ -367,8 +429,8 @@ def fault_injected(h: History) -> list[Violation]:
                       "the scenario's fault was not injected")
 
 
-CHECKS = (eventually_2xx, no_2xx_without_app, lost_zero, repeats_justified, no_500,
-          no_stuck_rows, within_bound, bomb_refused, fault_injected)
+CHECKS = (eventually_2xx, no_2xx_without_app, lost_zero, repeats_justified, attempts_distinct,
+          no_500, no_stuck_rows, within_bound, bomb_refused, fault_injected)
 
 
 def check(h: History) -> list[Violation]:

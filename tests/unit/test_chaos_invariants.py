@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from bench.chaos import from_logs
 from bench.invariants import (
     Delivery,
     ForwardLog,
     History,
     Invariant,
+    Kill,
     Kind,
     Receipt,
     Row,
@@ -22,6 +25,7 @@ from bench.invariants import (
     retryable,
     tally,
 )
+from tests.support import ProxyProcess
 
 BOUND = 10.0
 
@@ -281,3 +285,130 @@ def test_tally_counts_by_code() -> None:
     assert (t.events, t.deliveries, t.ok_2xx, t.status_409, t.status_503) == (2, 7, 1, 1, 1)
     assert t.five_xx() == "500:1 502:1" and t.others() == "415:1 none:1"
     assert (t.app_requests, t.repeats, t.unjustified, t.max_latency) == (2, 1, 0, 2.5)
+
+
+# -- queue mode and killed replicas ----------------------------------------------------------
+
+
+def queued(h: History, kills: Sequence[Kill] = ()) -> History:
+    return replace(h, queued=True, kills=kills)
+
+
+def test_queue_mode_answers_2xx_before_the_app_and_that_is_no_violation() -> None:
+    # Accepted at 0.1 s; the app got it at 5 s (it was down): stored first, delivered later.
+    h = history([ok("evt_1", elapsed=0.01)], [app("evt_1", at=5.0)], [done("evt_1")])
+    assert violated(h) == {Invariant.NO_2XX_WITHOUT_APP}
+    assert check(queued(h)) == []
+
+
+@pytest.mark.parametrize(("rows", "receipts", "evidence"), [
+    ([Row("evt_1", "queued", 0, lease_expired=True)], [],
+     "row queued at attempt 0; app 2xx: no"),
+    ([], [], "no row; app 2xx: no"),
+    ([Row("evt_1", "dead", 3, lease_expired=True)], [app("evt_1", 3, status=500)],
+     "row dead at attempt 3; app 2xx: no"),
+])
+def test_an_accepted_event_not_delivered_is_lost_in_queue_mode(
+        rows: list[Row], receipts: list[Receipt], evidence: str) -> None:
+    h = queued(history([ok("evt_1", elapsed=0.01)], receipts, rows))
+    found = {v.invariant: v for v in check(h)}
+    assert set(found) == {Invariant.LOST_ZERO}
+    assert evidence in found[Invariant.LOST_ZERO].evidence[0]
+
+
+@pytest.mark.parametrize("attempts", [[1, 1], [2, 1, 2], [1, 2, 2]])
+def test_the_same_attempt_number_twice_at_the_app_is_named(attempts: list[int]) -> None:
+    logs = [ForwardLog("evt_1", n, 0, record_error="x") for n in set(attempts)]
+    found = {v.invariant: v for v in check(repeated(attempts, logs))}
+    assert Invariant.ATTEMPTS_DISTINCT in found
+    assert "reached the app more than once" in found[Invariant.ATTEMPTS_DISTINCT].evidence[0]
+
+
+def test_distinct_attempt_numbers_pass() -> None:
+    logs = [ForwardLog("evt_1", 1, 0, upstream_error="timeout")]
+    assert check(repeated([1, 2], logs)) == []
+
+
+# ``repeated([1, 2])``: attempt 1 arrives at 0.05 s (answered 200), attempt 2 at 1.05 s.
+@pytest.mark.parametrize(("kill_at", "justified"), [
+    (0.5, True),  # killed while attempt 1 was at the app or unrecorded
+    (0.05, True),  # killed as it arrived
+    (-0.1, True),  # just before the app read it (within KILL_SLACK): the kernel delivered it
+    (-0.5, False),  # killed well before attempt 1 arrived: it cannot have sent it
+    (1.5, False),  # killed after the repeat arrived: justifies nothing
+])
+def test_a_repeat_after_a_replica_was_killed_is_justified_only_by_a_kill_in_between(
+        kill_at: float, justified: bool) -> None:
+    h = queued(repeated([1, 2]), kills=[Kill(0, kill_at, kill_at + 1.0)])
+    [r] = repeats(h)
+    assert (r.why is not None) is justified, r.why
+    if justified:
+        assert r.why is not None and "replica 0 was SIGKILLed" in r.why
+    assert (Invariant.REPEATS_JUSTIFIED in violated(h)) is not justified
+
+
+def test_a_kill_does_not_excuse_a_repeat_of_an_attempt_whose_success_was_logged() -> None:
+    # The surviving replica logged attempt 1's outcome: whoever forwarded again knew it.
+    h = queued(repeated([1, 2], [ForwardLog("evt_1", 1, 1)]), kills=[Kill(0, 0.5, 1.5)])
+    assert violated(h) == {Invariant.REPEATS_JUSTIFIED}
+
+
+def test_a_kill_does_not_excuse_attempt_1_twice() -> None:
+    h = queued(repeated([1, 1]), kills=[Kill(0, 0.5, 1.5)])
+    assert violated(h) == {Invariant.REPEATS_JUSTIFIED, Invariant.ATTEMPTS_DISTINCT}
+
+
+@pytest.mark.parametrize(("replica", "sent", "elapsed", "excused"), [
+    (0, 1.0, 0.5, True),  # cut off by the kill at 1.2 s
+    (0, 2.0, 0.01, True),  # refused while the replica was down (back at 3 s)
+    (0, 3.5, 0.01, False),  # refused after it was back: the replacement failed to answer
+    (0, 0.2, 0.5, False),  # finished unanswered before the kill
+    (1, 1.0, 0.5, False),  # the other replica was not killed
+])
+def test_a_delivery_unanswered_because_its_replica_was_killed_is_excused(
+        replica: int, sent: float, elapsed: float, excused: bool) -> None:
+    cut = Delivery("evt_1", Kind.NORMAL, replica, sent, elapsed, None, "ServerDisconnectedError")
+    h = queued(replace(clean(), deliveries=[ok("evt_1"), cut]), kills=[Kill(0, 1.2, 3.0)])
+    assert (Invariant.WITHIN_BOUND in violated(h)) is not excused
+
+
+def test_a_kill_never_restarted_covers_the_rest_of_the_run() -> None:
+    assert Kill(0, 5.0).covers(100.0, 101.0)
+    assert not Kill(0, 5.0).covers(1.0, 4.9)
+    assert Kill(0, 5.0, 6.0).covers(4.0, 5.0) and not Kill(0, 5.0, 6.0).covers(6.1, 7.0)
+
+
+def test_a_killed_replica_counts_as_a_fault() -> None:
+    assert check(replace(clean(), faults={"replicas killed": 3})) == []
+
+
+def test_queue_workers_log_lines_become_forwards() -> None:
+    """``bench.chaos.from_logs`` on the queue workers' lines (``sidecar/queueworker.py``): an
+    unreachable try is no attempt; a try without an answer, a superseded one and an unwritten
+    settlement are unknown outcomes; a replaced replica keeps its index."""
+    def line(event: str, attempt: int, result: str, status_class: str = "2xx",
+             **extra: object) -> dict[str, object]:
+        return {"event": event, "event_id": "evt_1", "attempt": attempt, "result": result,
+                "app_status_class": status_class, "upstream_ms": 1.0, **extra}
+
+    killed = ProxyProcess(Path("unused"), logs=[
+        line("queue_delivery", 1, "unreachable", "none", upstream_error="connect refused"),
+        line("queue_delivery", 1, "retry", "5xx", upstream_error="the app answered 500"),
+    ])
+    replacement = ProxyProcess(Path("unused"), logs=[
+        line("queue_delivery", 2, "retry", "none", upstream_error="timeout"),
+        line("queue_delivery", 3, "superseded"),
+        {**line("queue_record_failed", 4, "done"), "level": "error"},
+        line("queue_dead", 5, "dead", "5xx"),
+        line("queue_delivery", 6, "done"),
+    ])
+    forwards, errors, _ = from_logs([(0, killed), (0, replacement)])
+    assert errors == []
+    assert forwards == [
+        ForwardLog("evt_1", 1, 0),  # the app answered: the error is its status, not unknown
+        ForwardLog("evt_1", 2, 0, upstream_error="timeout"),
+        ForwardLog("evt_1", 3, 0, superseded=True),
+        ForwardLog("evt_1", 4, 0, record_error="settlement not written"),
+        ForwardLog("evt_1", 5, 0),
+        ForwardLog("evt_1", 6, 0),
+    ]
