@@ -73,26 +73,11 @@ async def memory_store() -> AsyncIterator[MemoryStore]:
         await store.close()
 
 
-@pytest.fixture
-async def pg_queue_store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
-    """A ``PostgresStore`` on the session's database with no events and no queue entries."""
-    conn = await asyncpg.connect(pg_dsn)
-    try:
-        await conn.execute("TRUNCATE webhook_event, webhook_queue")
-    finally:
-        await conn.close()
-    store = await PostgresStore.connect(pg_dsn, min_size=2, max_size=8)
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
 @pytest.fixture(
     params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
 )
 def store(request: pytest.FixtureRequest) -> Store:
-    fixture = {"sqlite": "sqlite_store", "postgres": "pg_queue_store",
+    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store",
                "memory": "memory_store"}
     backend: Store = request.getfixturevalue(fixture[request.param])
     return backend
@@ -689,12 +674,12 @@ async def _listen_backends(conn: asyncpg.Connection) -> list[int]:
 
 @pytest.mark.postgres
 async def test_postgres_listen_is_woken_by_another_store_and_survives_a_killed_backend(
-    pg_queue_store: PostgresStore, pg_dsn: str,
+    pg_store: PostgresStore, pg_dsn: str,
 ) -> None:
     woken: asyncio.Queue[str] = asyncio.Queue()
     other = await PostgresStore.connect(pg_dsn, min_size=1, max_size=2)
     admin = await asyncpg.connect(pg_dsn)
-    listening = asyncio.create_task(pg_queue_store.listen_queue(woken.put_nowait))
+    listening = asyncio.create_task(pg_store.listen_queue(woken.put_nowait))
     try:
         with capture_logs() as logs:
             pids: list[int] = []
@@ -759,7 +744,7 @@ async def eater(pg_dsn: str) -> AsyncIterator[ReplyEater]:
 @pytest.mark.postgres
 @pytest.mark.parametrize("verb", ["enqueue", "take_queued", "settle_queued"])
 async def test_postgres_a_queue_write_whose_answer_was_lost_is_recognised_when_repeated(
-    pg_queue_store: PostgresStore, pg_dsn: str, eater: ReplyEater, verb: str,
+    pg_store: PostgresStore, pg_dsn: str, eater: ReplyEater, verb: str,
 ) -> None:
     relayed = pg_dsn.replace(f":{eater.target_port}/", f":{eater.port}/")
     store = await PostgresStore.connect(relayed, min_size=1, max_size=2, statement_cache_size=0)
@@ -783,8 +768,8 @@ async def test_postgres_a_queue_write_whose_answer_was_lost_is_recognised_when_r
         assert eater.fired.is_set(), "the first run's answer was swallowed"
     finally:
         await store.close()
-    row = await _row(pg_queue_store, "stripe", "evt_1")
-    entry = await pg_queue_store.queue_entry("stripe", "evt_1")
+    row = await _row(pg_store, "stripe", "evt_1")
+    entry = await pg_store.queue_entry("stripe", "evt_1")
     assert entry is not None
     expected = {"enqueue": (EventState.QUEUED, 0, 0), "take_queued": (EventState.PROCESSING, 1, 1),
                 "settle_queued": (EventState.QUEUED, 1, 1)}[verb]
@@ -793,16 +778,16 @@ async def test_postgres_a_queue_write_whose_answer_was_lost_is_recognised_when_r
 
 @pytest.mark.postgres
 async def test_postgres_take_skips_rows_another_session_holds(
-    pg_queue_store: PostgresStore, pg_dsn: str,
+    pg_store: PostgresStore, pg_dsn: str,
 ) -> None:
-    await _queued(pg_queue_store, "evt_1", "evt_2")
+    await _queued(pg_store, "evt_1", "evt_2")
     conn = await asyncpg.connect(pg_dsn)
     try:
         async with conn.transaction():
             await conn.execute("SELECT 1 FROM webhook_event WHERE provider = 'stripe'"
                                " AND event_id = 'evt_1' FOR UPDATE")
-            assert _ids(await _take(pg_queue_store)) == ["evt_2"], "never waits"
-        assert _ids(await _take(pg_queue_store)) == ["evt_1"]
+            assert _ids(await _take(pg_store)) == ["evt_2"], "never waits"
+        assert _ids(await _take(pg_store)) == ["evt_1"]
     finally:
         await conn.close()
 
