@@ -337,3 +337,12 @@ async def test_an_event_failed_in_forward_mode_finishes_in_forward_mode_after_a_
     assert again.status == 200 and again.result is Result.TAKEOVER
     assert q.attempts() == ["1", "2"]
     assert await q.store.queue_entry("stripe", "evt_1") is None
+
+
+async def test_store_trouble_is_answered_503_and_the_provider_keeps_the_event() -> None:
+    q = Queue()
+    await q.store.close()  # every verb now raises StoreError, as a store that is down
+    answer = await q.send("evt_1")
+    assert answer.status == 503 and answer.result is Result.STORE_ERROR
+    assert dict(answer.headers)["Retry-After"] == "5"
+    assert q.upstream.requests == []
