@@ -23,6 +23,11 @@ refuses to start with a message saying so, rather than run unbroken.
   with ``relay-unrecorded`` too (``--break no-record-retry,relay-unrecorded``, the build
   before both fixes) it loses events even in ``row-locks --lock-hold 1.5``.
 
+- ``drop-settles``: queue mode: every 10th settle of a worker's try is skipped but reported as
+  written (caught by ``repeats-justified`` in queue-kill-accept and queue-kill-forward: the
+  event is taken again after its lease and reaches the app a second time although its outcome
+  was known).
+
 Several breaks combine: ``--break a,b``.
 """
 
@@ -131,12 +136,31 @@ def _no_record_retry() -> None:
     _wrap_complete(wrap)
 
 
+def _drop_settles() -> None:
+    """Queue mode: every 10th settle of a delivery worker's try is skipped but reported as
+    written, so a delivered event stays in flight until its lease ends and is taken again."""
+    from sidecar.store.postgres import PostgresStore
+
+    settle = _original(PostgresStore, "settle_queued")
+    calls = 0
+
+    async def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls % 10 == 0:
+            return True  # "written"
+        return await settle(self, *args, **kwargs)
+
+    PostgresStore.settle_queued = broken  # type: ignore[method-assign]
+
+
 BREAKS: dict[str, Callable[[], None]] = {
     "store-error-500": _store_error_500,
     "double-forward": _double_forward,
     "drop-results": _drop_results,
     "no-record-retry": _no_record_retry,
     "relay-unrecorded": _relay_unrecorded,
+    "drop-settles": _drop_settles,
 }
 
 
