@@ -106,6 +106,9 @@ class QueueWorker:
         except StoreError as exc:
             log.warning("queue_take_failed", provider=self.provider, error=str(exc))
             return None
+        except Exception:  # a bug must not end delivery for the life of the process
+            log.exception("queue_take_crashed", provider=self.provider)
+            return None
 
     async def _sleep(self, seconds: float, *, wakeable: bool) -> None:
         if self._stopping:
@@ -235,6 +238,12 @@ def _holds(row: EventRow | None, work: QueuedWork, ends: Settlement) -> bool:
             and row.latency_ms == ends.result.latency_ms)
 
 
+def _report_listen_end(task: asyncio.Task[None]) -> None:
+    """The listener runs until cancelled; if it ends otherwise, workers still poll."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("queue_listen_crashed", exc_info=task.exception())
+
+
 class QueueWorkers:
     """This process's delivery workers, one per queue-mode provider, and the store's wake-ups
     from other processes."""
@@ -262,8 +271,10 @@ class QueueWorkers:
             self._tasks.append(asyncio.create_task(worker.run(),
                                                    name=f"queue-worker:{worker.provider}"))
         if self._workers and self._notify:
-            self._tasks.append(asyncio.create_task(self._store.listen_queue(self.wake),
-                                                   name="queue-listen"))
+            listen = asyncio.create_task(self._store.listen_queue(self.wake),
+                                         name="queue-listen")
+            listen.add_done_callback(_report_listen_end)
+            self._tasks.append(listen)
 
     def stop(self) -> None:
         for worker in self._workers.values():
