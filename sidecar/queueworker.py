@@ -21,10 +21,17 @@ from sidecar.config.model import Mode, ProviderConfig
 from sidecar.core.answers import header
 from sidecar.core.decision import status_class
 from sidecar.core.errors import StoreError
-from sidecar.core.events import EventRow, EventState, QueuedWork, Settlement
+from sidecar.core.events import (
+    AttemptResult,
+    EventRow,
+    EventState,
+    Outcome,
+    QueuedWork,
+    Settlement,
+)
 from sidecar.core.ports import Store
 from sidecar.core.queueing import RetryPolicy, settlement, unreachable_pause
-from sidecar.forwarding import LEASE_MARGIN, Forwarder, write_until
+from sidecar.forwarding import LEASE_MARGIN, Forwarder, Sent, write_until
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 
@@ -85,24 +92,27 @@ class QueueWorker:
             wait = self._provider.queue.poll_interval
             paused = self._paused_until - loop.time()
             free = concurrency - len(self._in_flight)
+            probing = self._unreachable > 0  # the app is down: one probe at a time
             if paused > 0:
                 wait = paused  # woken early only to stop
-            elif free > 0:
-                limit = 1 if self._unreachable else free  # a probe, while the app is down
+            elif free > 0 and not (probing and self._in_flight):
+                limit = 1 if probing else free
+                leased_from = loop.time()  # the take's lease starts no earlier than this
                 taken = await self._take(limit)
                 if taken is None:
                     wait = STORE_RETRY_PAUSE
                 else:
                     for work in taken:
-                        self._start(work)
-                    if len(taken) == limit and not self._unreachable:
+                        self._start(work, leased_from)
+                    if len(taken) == limit and not probing:
                         continue  # more may be due: take again while slots are free
             await self._sleep(wait, wakeable=paused <= 0)
 
     async def _take(self, limit: int) -> Sequence[QueuedWork] | None:
         try:
-            return await self._store.take_queued(self.provider, limit, self._provider.lease,
-                                                 self._owner)
+            return await self._store.take_queued(
+                self.provider, limit, self._provider.lease, self._owner,
+                ordered=self._provider.queue.order_key is not None)
         except StoreError as exc:
             log.warning("queue_take_failed", provider=self.provider, error=str(exc))
             return None
@@ -123,8 +133,9 @@ class QueueWorker:
         except TimeoutError:
             return
 
-    def _start(self, work: QueuedWork) -> None:
-        task = asyncio.create_task(self._deliver(work), name=f"queue:{work.event_id}")
+    def _start(self, work: QueuedWork, leased_from: float) -> None:
+        task = asyncio.create_task(self._deliver(work, leased_from),
+                                   name=f"queue:{work.event_id}")
         self._in_flight.add(task)
 
         def done(finished: asyncio.Task[None]) -> None:
@@ -151,15 +162,14 @@ class QueueWorker:
             log.warning("queue_forwards_cancelled", provider=self.provider, count=len(late))
             await asyncio.wait(late, timeout=1.0)
 
-    async def _deliver(self, work: QueuedWork) -> None:
-        loop = asyncio.get_running_loop()
+    async def _deliver(self, work: QueuedWork, leased_from: float) -> None:
         provider = self._provider
-        lease_ends = loop.time() + provider.lease  # the take set the lease just before
+        # The database set the lease during the take, after ``leased_from``: counting from
+        # there ends the result write's retries before the real lease does, however slow the
+        # take's answer was.
+        lease_ends = leased_from + provider.lease
         took = self._clock()
-        request = work.request
-        sent = await self._forwarder.send(provider, [work.event_id], work.attempt,
-                                          request.method, request.path, request.headers,
-                                          request.body)
+        sent = await self._send(work)
         error = sent.error
         if error is None and sent.response is not None and sent.result.state is not \
                 EventState.DONE:
@@ -189,6 +199,22 @@ class QueueWorker:
             log.warning("queue_dead", **fields)
         else:
             log.info("queue_delivery", **fields)
+
+    async def _send(self, work: QueuedWork) -> Sent:
+        """The forward; a bug in it counts as an attempt whose outcome is unknown (the request
+        may have gone out), so the event is retried, and dies by its budget, as any other."""
+        request = work.request
+        started = time.monotonic()
+        try:
+            return await self._forwarder.send(self._provider, [work.event_id], work.attempt,
+                                              request.method, request.path, request.headers,
+                                              request.body)
+        except Exception as exc:
+            log.exception("queue_forward_crashed", provider=self.provider,
+                          event_id=work.event_id, attempt=work.attempt)
+            elapsed_ms = (time.monotonic() - started) * 1000
+            return Sent(AttemptResult(EventState.FAILED, Outcome.DISCONNECTED, None, elapsed_ms),
+                        None, f"internal error: {type(exc).__name__}")
 
     def _pace(self, ends: Settlement) -> None:
         """Pause the provider while the app cannot be connected to; resume on any answer."""
@@ -256,7 +282,8 @@ class QueueWorkers:
                          for p in providers if p.mode is Mode.QUEUE}
         self._store = store
         self._notify = notify
-        self._tasks: list[asyncio.Task[None]] = []
+        self._runs: list[asyncio.Task[None]] = []
+        self._listen: asyncio.Task[None] | None = None
 
     def __bool__(self) -> bool:
         return bool(self._workers)
@@ -268,22 +295,27 @@ class QueueWorkers:
 
     def start(self) -> None:
         for worker in self._workers.values():
-            self._tasks.append(asyncio.create_task(worker.run(),
-                                                   name=f"queue-worker:{worker.provider}"))
+            self._runs.append(asyncio.create_task(worker.run(),
+                                                  name=f"queue-worker:{worker.provider}"))
         if self._workers and self._notify:
-            listen = asyncio.create_task(self._store.listen_queue(self.wake),
-                                         name="queue-listen")
-            listen.add_done_callback(_report_listen_end)
-            self._tasks.append(listen)
+            self._listen = asyncio.create_task(self._store.listen_queue(self.wake),
+                                               name="queue-listen")
+            self._listen.add_done_callback(_report_listen_end)
 
     def stop(self) -> None:
         for worker in self._workers.values():
             worker.stop()
 
     async def finish(self, deadline: float) -> None:
-        """Stop taking work; let forwards in flight end until ``deadline`` (loop time)."""
+        """Stop taking work; let forwards in flight end until ``deadline`` (loop time). A take
+        still in progress is waited for first (its events start, and are drained like the
+        others), so no forward starts after the drain; the listener is cancelled last."""
         self.stop()
+        if self._runs:
+            left = max(0.0, deadline - asyncio.get_running_loop().time())
+            await asyncio.wait(self._runs, timeout=left)
         await asyncio.gather(*(w.finish(deadline) for w in self._workers.values()))
-        for task in self._tasks:
+        tasks = [*self._runs, *([self._listen] if self._listen is not None else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)

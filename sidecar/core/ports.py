@@ -137,14 +137,16 @@ class Store(Protocol):
         ...
 
     async def take_queued(self, provider: str, limit: int, lease_seconds: float,
-                          owner: str) -> list[QueuedWork]:
+                          owner: str, *, ordered: bool = False) -> list[QueuedWork]:
         """Take up to ``limit`` due entries of ``provider`` for delivery, in one committed
         statement: due first, then in order of acceptance. Due: waiting with ``due_at`` passed,
         or in flight with an expired lease (a crashed worker's). An entry with an
         ``order_key`` is not due while an earlier-accepted entry with the same key is waiting
         or in flight. Each taken row goes to ``processing`` with attempt + 1 and a lease; its
         entry's take counter goes up (the fence) and it is due again when the lease ends.
-        Concurrent takers (any process) never take the same entry: ``SKIP LOCKED``."""
+        Concurrent takers (any process) never take the same entry: ``SKIP LOCKED``. With
+        ``ordered`` (the provider has an order key) takes of the provider run one at a time,
+        each seeing the previous one's commit, so a key's ordering check cannot be raced."""
         ...
 
     async def settle_queued(self, provider: str, event_id: str, tries: int,

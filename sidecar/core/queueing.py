@@ -72,7 +72,9 @@ def settlement(result: AttemptResult, *, round_attempts: int, age: float,
     if not reached:  # not an attempt: due again at once; the provider's pause paces it
         return Settlement(EventState.QUEUED, result, retry_in=0.0, reached=False, error=error)
     asked = retry_after(retry_after_value, now)
-    delay = (min(asked, policy.max_retry_delay) if asked is not None
+    # The app's Retry-After, within [first_retry, max_retry_delay]: "0" would otherwise spend
+    # the whole budget in a burst while the app sheds load.
+    delay = (min(max(asked, policy.first_retry), policy.max_retry_delay) if asked is not None
              else backoff(round_attempts, policy, rand))
     return Settlement(EventState.QUEUED, result, retry_in=delay, error=error)
 

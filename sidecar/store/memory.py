@@ -343,7 +343,7 @@ class MemoryStore:
         return False
 
     async def take_queued(self, provider: str, limit: int, lease_seconds: float,
-                          owner: str) -> list[QueuedWork]:
+                          owner: str, *, ordered: bool = False) -> list[QueuedWork]:
         now = await self._now("take_queued")
         due = sorted(
             ((k, e) for k, e in self._queue.items()

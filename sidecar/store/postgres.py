@@ -360,8 +360,16 @@ class PostgresStore(SQLStore):
         key = f"{params['provider']}:{params['event_id']}"
         raise StoreError(f"enqueue of {key} did not settle after 3 tries")
 
-    async def _take_queued(self, params: Params) -> list[asyncpg.Record]:
-        return await self._rows("take_queued", params)
+    async def _take_queued(self, params: Params, *, ordered: bool = False
+                           ) -> list[asyncpg.Record]:
+        # With an order key, takes of one provider go one at a time across processes: a take's
+        # ordering check sees only what was committed when it began, so two takes running
+        # together could each let one event of a key through (a re-driven dead event beside a
+        # later one being taken; two enqueues that committed out of seq order). The lock is
+        # taken in the transaction before the take, so the take's snapshot includes the
+        # previous taker's commit.
+        lock = f"webhook_sidecar_queue:{params['provider']}" if ordered else None
+        return await self._rows("take_queued", params, lock=lock)
 
     async def _settle_queued(self, params: Params) -> list[asyncpg.Record]:
         return await self._rows("settle_queued", params)
@@ -487,18 +495,21 @@ class PostgresStore(SQLStore):
 
     # -- one call: a statement on a pooled connection, within the deadline -------------------
 
-    async def _rows(self, name: str, params: Params) -> list[asyncpg.Record]:
+    async def _rows(self, name: str, params: Params, *, lock: str | None = None
+                    ) -> list[asyncpg.Record]:
         """``_call``, its outcome reported to the outage log."""
         try:
-            records = await self._call(name, params)
+            records = await self._call(name, params, lock=lock)
         except StoreError as exc:
             self._outage.failed(exc)
             raise
         self._outage.succeeded()
         return records
 
-    async def _call(self, name: str, params: Params) -> list[asyncpg.Record]:
+    async def _call(self, name: str, params: Params, *, lock: str | None = None
+                    ) -> list[asyncpg.Record]:
         """Run ``sql/postgres/<name>.sql``; on a failed connection, repeat it per ``_AGAIN``.
+        With ``lock``, in a transaction that first takes that advisory lock (held to its end).
         Raises ``StoreError`` (``RowLocked``, ``StoreClosed``) and nothing else from the driver;
         a cancellation of the caller goes on as such."""
         if self._pool.is_closing():
@@ -506,12 +517,12 @@ class PostgresStore(SQLStore):
         try:
             async with asyncio.timeout(self._deadline):
                 try:
-                    return await self._run(name, (name,), params, self._pooled)
+                    return await self._run(name, (name,), params, self._pooled, lock)
                 except _ConnectionLost:
                     again = _AGAIN.get(name)
                     if again is None:
                         raise
-                    return await self._run(name, again, params, self._answering)
+                    return await self._run(name, again, params, self._answering, lock)
         except _ConnectionLost as lost:
             raise StoreError(f"{name}: connection lost: {lost}") from lost.__cause__
         except TimeoutError as exc:  # only the deadline's: _run raises nothing else untranslated
@@ -520,18 +531,27 @@ class PostgresStore(SQLStore):
 
     async def _run(self, name: str, names: tuple[str, ...], params: Params,
                    connection: Callable[[str], Awaitable[asyncpg.Connection]],
-                   ) -> list[asyncpg.Record]:
-        """The statements ``names`` in order on one connection, until one returns rows."""
+                   lock: str | None = None) -> list[asyncpg.Record]:
+        """The statements ``names`` in order on one connection, until one returns rows; with
+        ``lock``, in one transaction after taking that advisory lock."""
         statements = [(stmt.sql, stmt.positional(params))
                       for stmt in (statement(DIALECT, each) for each in names)]
 
-        async def run(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+        async def fetch(conn: asyncpg.Connection) -> list[asyncpg.Record]:
             records: list[asyncpg.Record] = []
             for sql, args in statements:
                 records = await conn.fetch(sql, *args)
                 if records:
                     break
             return records
+
+        async def run(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+            if lock is None:
+                return await fetch(conn)
+            take_lock = statement(DIALECT, "advisory_lock")
+            async with conn.transaction():
+                await conn.execute(take_lock.sql, *take_lock.positional({"lock_name": lock}))
+                return await fetch(conn)
 
         return await self._using(name, connection, run)
 

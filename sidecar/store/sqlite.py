@@ -187,7 +187,9 @@ class SQLiteStore(SQLStore):
             return Enqueued(accepted=False, row=event_row(existing[0]))
         return Enqueued(accepted=False, row=None, full=True)
 
-    async def _take_queued(self, params: Params) -> list[dict[str, Any]]:
+    async def _take_queued(self, params: Params, *, ordered: bool = False
+                           ) -> list[dict[str, Any]]:
+        # One writer at a time (BEGIN IMMEDIATE): takes never run together, ordered or not.
         return await self._call("take_queued", self._take_queued_sync, params)
 
     def _take_queued_sync(self, params: Params) -> list[dict[str, Any]]:

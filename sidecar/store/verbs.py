@@ -64,9 +64,10 @@ class SQLStore(abc.ABC):
         row, or ``full`` (nothing written), settled against the races of the database."""
 
     @abc.abstractmethod
-    async def _take_queued(self, params: Params) -> Sequence[Record]:
+    async def _take_queued(self, params: Params, *, ordered: bool = False) -> Sequence[Record]:
         """The take, committed at once: one record per entry taken (``take_queued`` columns),
-        due first, then in order of acceptance."""
+        due first, then in order of acceptance. ``ordered``: the provider has an order key, so
+        its takes must not run together (each must see the previous one's commit)."""
 
     @abc.abstractmethod
     async def _settle_queued(self, params: Params) -> Sequence[Record]:
@@ -200,7 +201,7 @@ class SQLStore(abc.ABC):
         })
 
     async def take_queued(self, provider: str, limit: int, lease_seconds: float,
-                          owner: str) -> list[QueuedWork]:
+                          owner: str, *, ordered: bool = False) -> list[QueuedWork]:
         if limit <= 0:  # SQLite reads a negative LIMIT as none at all
             return []
         records = await self._take_queued({
@@ -208,7 +209,7 @@ class SQLStore(abc.ABC):
             "limit": int(limit),
             "lease_seconds": float(lease_seconds),
             "owner": _call_owner(owner),
-        })
+        }, ordered=ordered)
         return [rows.queued_work(r, provider) for r in records]
 
     async def settle_queued(self, provider: str, event_id: str, tries: int,

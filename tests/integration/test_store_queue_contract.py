@@ -37,6 +37,7 @@ from sidecar.core.events import (
 from sidecar.core.ports import Store
 from sidecar.store.memory import MemoryStore
 from sidecar.store.postgres import PostgresStore
+from sidecar.store.sqlfiles import statement
 from sidecar.store.sqlite import SQLiteStore
 from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
 from tests.integration.test_store_contract import MemoryBackdoor
@@ -807,3 +808,47 @@ async def test_sqlite_queue_survives_reopening_the_file(tmp_path: Path) -> None:
         assert (await _one(store, "evt_1")).request == REQUEST
     finally:
         await store.close()
+
+
+@pytest.mark.postgres
+async def test_ordered_takes_see_a_concurrent_take_of_the_same_key(
+    pg_store: PostgresStore, pg_dsn: str,
+) -> None:
+    """A re-driven dead event must not overtake a later event of its key whose take (in
+    another process) has not committed yet: ordered takes of a provider run one at a time, so
+    the second sees the first's lease. Without the lock, it takes A beside B."""
+    await _queued(pg_store, "A", "B", order_key="k")
+    (first,) = await _take(pg_store)
+    assert first.event_id == "A"
+    assert await pg_store.settle_queued("stripe", "A", first.tries, DEAD)
+    other = await asyncpg.connect(pg_dsn)  # another process, mid-take of B
+    try:
+        async with other.transaction():
+            lock = statement("postgres", "advisory_lock")
+            await other.execute(lock.sql, *lock.positional(
+                {"lock_name": "webhook_sidecar_queue:stripe"}))
+            take = statement("postgres", "take_queued")
+            taken = await other.fetch(take.sql, *take.positional(
+                {"provider": "stripe", "limit": 10, "lease_seconds": LEASE, "owner": "P2#1"}))
+            assert [r["event_id"] for r in taken] == ["B"]
+            assert await pg_store.requeue_dead("stripe", "A") == ["A"]
+            ours = asyncio.create_task(pg_store.take_queued("stripe", 10, LEASE, "P1",
+                                                            ordered=True))
+            await _until_waiting_on_a_lock(other, urlsplit(pg_dsn).path.lstrip("/"))
+            assert not ours.done()
+        assert _ids(await asyncio.wait_for(ours, 10)) == []  # B is in flight: A waits
+    finally:
+        await other.close()
+    assert (await _row(pg_store, "stripe", "A")).state is EventState.QUEUED
+
+
+async def _until_waiting_on_a_lock(conn: asyncpg.Connection, database: str) -> None:
+    """Until another session of ``database`` waits for a lock (bounded)."""
+    for _ in range(500):
+        waiting = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> "
+            "pg_backend_pid() AND wait_event_type = 'Lock'", database)
+        if waiting:
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail("no session of the test database came to wait for the advisory lock")

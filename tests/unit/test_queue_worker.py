@@ -22,7 +22,7 @@ from sidecar.core.answers import Answer, Result
 from sidecar.core.events import EventState, Outcome, RecordedResponse
 from sidecar.forwarding import Forwarder
 from sidecar.obs.metrics import Metrics
-from sidecar.queueworker import QueueWorker
+from sidecar.queueworker import QueueWorker, QueueWorkers
 from sidecar.testing import FakeUpstream, MemoryStore, SentRequest, inbound, pipeline_for
 from tests.support import base_config, stripe_event, stripe_headers
 
@@ -346,3 +346,82 @@ async def test_store_trouble_is_answered_503_and_the_provider_keeps_the_event() 
     assert answer.status == 503 and answer.result is Result.STORE_ERROR
     assert dict(answer.headers)["Retry-After"] == "5"
     assert q.upstream.requests == []
+
+
+async def test_while_the_app_is_unreachable_one_probe_at_a_time() -> None:
+    q = Queue(config=config(first_retry="50ms", max_retry_delay="50ms", concurrency=4))
+    q.upstream.reply = lambda _: Outcome.CONNECT_ERROR
+    async with q:
+        for n in range(3):
+            await q.send(f"evt_{n}")
+        await eventually(lambda: _tried(q, 3))  # the first take: every free slot
+        q.upstream.arrived.clear()
+        q.upstream.gate.clear()  # the probe hangs (an app that drops connections)
+        await asyncio.wait_for(q.upstream.arrived.wait(), 2)
+        assert len(q.upstream.requests) == 4
+        for _ in range(5):  # new work and polls find a probe in flight: no second one
+            await q.send(f"more_{_}")
+            await settle()
+        assert len(q.upstream.requests) == 4
+        q.upstream.gate.set()
+
+
+async def test_a_bug_in_the_forward_is_an_attempt_retried_not_a_stuck_event() -> None:
+    q = Queue()
+
+    def broken(_: SentRequest) -> RecordedResponse:
+        raise RuntimeError("a bug")
+
+    q.upstream.reply = broken
+    async with q:
+        await q.send("evt_1")
+        await eventually(lambda: _is(q, "evt_1", EventState.QUEUED, attempts=1))
+    entry = await q.store.queue_entry("stripe", "evt_1")
+    assert entry is not None and entry.last_error == "internal error: RuntimeError"
+    row = await q.store.get("stripe", "evt_1")
+    assert row is not None and row.attempt == 1 and row.outcome is Outcome.DISCONNECTED
+
+
+class HeldTakes(MemoryStore):
+    """Takes wait at ``gate`` once ``hold`` is set: a take in progress at shutdown."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hold = False
+        self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def take_queued(self, *args: Any, **kwargs: Any) -> Any:
+        if self.hold:
+            self.waiting.set()
+            await self.gate.wait()
+        return await super().take_queued(*args, **kwargs)
+
+
+async def test_shutdown_drains_forwards_of_a_take_that_was_in_progress() -> None:
+    cfg = config()
+    store = HeldTakes()
+    upstream = FakeUpstream()
+    metrics = Metrics()
+    forwarder = Forwarder(store, upstream, metrics, set())
+    workers = QueueWorkers(cfg.providers, store, forwarder, metrics, "w1", set(),
+                           notify=False)
+    pipeline = pipeline_for(cfg, store=store, upstream=upstream, metrics=metrics)
+    workers.start()
+    store.hold = True
+    body = stripe_event("evt_1")
+    provider = cfg.provider("stripe")
+    assert provider is not None
+    await pipeline.deliver(provider, inbound(body, stripe_headers(body)))
+    workers.wake("stripe")
+    await asyncio.wait_for(store.waiting.wait(), 2)
+    upstream.gate.clear()  # its forward will be in flight when the drain begins
+    finishing = asyncio.create_task(workers.finish(asyncio.get_running_loop().time() + 5))
+    await settle()
+    store.gate.set()  # the take answers after the stop
+    await asyncio.wait_for(upstream.arrived.wait(), 2)
+    assert not finishing.done()  # waiting for that forward
+    upstream.gate.set()
+    await asyncio.wait_for(finishing, 5)
+    row = await store.get("stripe", "evt_1")
+    assert row is not None and row.state is EventState.DONE

@@ -58,6 +58,8 @@ CASES = [
      (EventState.QUEUED, 7.0, True)),
     ("Retry-After past max_retry_delay", result(EventState.FAILED, status=503), 1, 0.0, "600",
      (EventState.QUEUED, 60.0, True)),
+    ("Retry-After 0: not sooner than first_retry", result(EventState.FAILED, status=503), 1,
+     0.0, "0", (EventState.QUEUED, 2.0, True)),
     ("unreadable Retry-After: backoff", result(EventState.FAILED, status=503), 1, 0.0, "soon",
      (EventState.QUEUED, 1.5, True)),
     # the budget

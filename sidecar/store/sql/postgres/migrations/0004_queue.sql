@@ -8,6 +8,11 @@
 -- columns indexed, and its state transitions stay HOT updates (see 0001_init.sql). The queue
 -- holds only entries waiting, in flight or dead: an entry is deleted when its event is done.
 
+-- Give up rather than queue: while this ALTER waits for its lock (behind a long transaction,
+-- a dump, a report on the table), every proxy statement on the table would queue behind it.
+-- Past 10 s the migration fails and says so; run it again when the table is quiet.
+SET LOCAL lock_timeout = '10s';
+
 -- The event table admits the two new states, and attempt 0 (queued, never tried yet).
 -- NOT VALID: no scan of the table here, so the ACCESS EXCLUSIVE lock these ALTERs take lasts
 -- only as long as the catalog change (this whole file is one transaction). The new checks admit
