@@ -195,7 +195,8 @@ class QueueConfig:
                              "failed try.", yaml_default="3d")
     first_retry: float = setting(Duration(positive=True), "Backoff: the delay before the second "
                                  "attempt; each next one doubles, with jitter (half to all of "
-                                 "it).", yaml_default="1s")
+                                 "it). Also the shortest wait an app's Retry-After gets.",
+                                 yaml_default="1s")
     max_retry_delay: float = setting(Duration(positive=True), "Backoff: the longest delay "
                                      "between attempts; also bounds an app's Retry-After.",
                                      yaml_default="1h")
