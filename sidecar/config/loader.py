@@ -475,6 +475,15 @@ def _provider_or_none(key: object, raw: object, path: str, routes: dict[str, str
 
 
 def _warn_retention(provider: ProviderConfig, path: str, load: _Load) -> None:
+    timeout, deadline = load.known("upstream.timeout"), load.known("store.statement_timeout")
+    if (provider.mode is Mode.QUEUE and timeout is not None and deadline is not None
+            and provider.lease < timeout + deadline):
+        load.warnings.append(
+            f"{path}.lease ({format_duration(provider.lease)}) is shorter than upstream.timeout "
+            f"+ store.statement_timeout ({format_duration(timeout + deadline)}): in queue mode "
+            "a take's lease starts before its answer arrives, so a slow store leaves a forward "
+            "less than upstream.timeout before another worker may take the event again "
+            "(attempt + 1)")
     if provider.mode is Mode.QUEUE and provider.retention < provider.queue.max_age:
         load.warnings.append(
             f"{path}.retention ({format_duration(provider.retention)}) is shorter than "

@@ -350,3 +350,13 @@ def test_a_batch_provider_cannot_queue() -> None:
 def test_a_retention_shorter_than_max_age_is_warned_about() -> None:
     config = parse_config(minimal(mode="queue", retention="2d"), env={})
     assert any("shorter than queue.max_age" in w for w in config.warnings)
+
+
+def test_a_queue_lease_without_room_for_a_slow_take_is_warned_about() -> None:
+    tight = parse_config(minimal(mode="queue", lease="12s"), env={})  # 10s + 5s by default
+    assert any("shorter than upstream.timeout + store.statement_timeout" in w
+               for w in tight.warnings)
+    assert not any("statement_timeout" in w for w in parse_config(
+        minimal(mode="queue"), env={}).warnings)
+    assert not any("statement_timeout" in w for w in parse_config(
+        minimal(lease="12s"), env={}).warnings)  # forward mode: the claim is the lease's start
