@@ -10,6 +10,7 @@ from sidecar.core.answers import failure_status
 from sidecar.core.decision import (
     FIRST_POLL,
     MAX_POLL,
+    QUEUE_ROW_RETRY_AFTER,
     AnswerRecorded,
     Busy,
     MirrorFailure,
@@ -43,6 +44,15 @@ def test_failed_is_taken_over_on_arrival_but_mirrored_after_waiting() -> None:
     failed = row(EventState.FAILED, outcome=Outcome.TIMEOUT)
     assert decide(failed, waits=0, wait_left=1) == TakeOver()
     assert decide(failed, waits=1, wait_left=1) == MirrorFailure(failed)
+
+
+@pytest.mark.parametrize("state", [EventState.QUEUED, EventState.DEAD])
+def test_a_queue_row_under_forward_mode_is_busy_never_taken_over(state: EventState) -> None:
+    """A provider switched back to forward mode before its queue drained: the row belongs to
+    the delivery workers (or an operator's re-drive), so the provider is told to come back."""
+    queued = row(state, attempt=0)
+    assert decide(queued, waits=0, wait_left=1) == Busy(retry_after=QUEUE_ROW_RETRY_AFTER)
+    assert decide(queued, waits=3, wait_left=0) == Busy(retry_after=QUEUE_ROW_RETRY_AFTER)
 
 
 def test_live_lease_waits_then_is_busy() -> None:
