@@ -32,6 +32,7 @@ from sidecar.core.batch import batch_answer, claim_digest, filtered_body
 from sidecar.core.body import Body, NotJson
 from sidecar.core.bodyreplay import guard_key, ids_digest
 from sidecar.core.decision import (
+    QUEUE_ROW_RETRY_AFTER,
     AnswerRecorded,
     Busy,
     MirrorFailure,
@@ -355,7 +356,12 @@ class Pipeline:
                         return _Settled(refuse("in_flight", "row_locked", lease=1), row.attempt)
                     if attempt is not None:
                         return _Ours(item, attempt, Result.TAKEOVER, digest)
-                    row = await self._store.get(provider.key, event_id)  # another one won it
+                    before, row = row, await self._store.get(provider.key, event_id)
+                    if _untakeable(before, row):
+                        # Nobody took it and it is as it was: a queue-mode row (its delivery
+                        # workers own it, after a switch back to forward mode).
+                        return _Settled(refuse("in_flight", "queued",
+                                               lease=QUEUE_ROW_RETRY_AFTER), before.attempt)
                 case Wait(pause):
                     await asyncio.sleep(pause)
                     waits += 1
@@ -440,6 +446,13 @@ class Pipeline:
         for outcome in await asyncio.gather(*writes, return_exceptions=True):
             if isinstance(outcome, BaseException) and not isinstance(outcome, StoreError):
                 raise outcome
+
+
+def _untakeable(before: EventRow, after: EventRow | None) -> bool:
+    """A take-over that found nothing to take, of a row nobody changed meanwhile: the store
+    refuses it (``take_over`` leaves queue rows alone), so asking again would loop."""
+    return (after is not None and after.state is before.state is EventState.PROCESSING
+            and after.attempt == before.attempt and not after.lease_live)
 
 
 def order_key_of(provider: ProviderConfig, body: Body) -> str | None:

@@ -7,6 +7,7 @@ schedule is checked exactly, without waiting for it."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import time
@@ -19,7 +20,7 @@ import pytest
 from sidecar.config.loader import parse_config
 from sidecar.config.model import Config, ProviderConfig
 from sidecar.core.answers import Answer, Result
-from sidecar.core.events import EventState, Outcome, RecordedResponse
+from sidecar.core.events import EventState, Outcome, RecordedResponse, StoredRequest
 from sidecar.forwarding import Forwarder
 from sidecar.obs.metrics import Metrics
 from sidecar.queueworker import QueueWorker, QueueWorkers
@@ -425,3 +426,24 @@ async def test_shutdown_drains_forwards_of_a_take_that_was_in_progress() -> None
     await asyncio.wait_for(finishing, 5)
     row = await store.get("stripe", "evt_1")
     assert row is not None and row.state is EventState.DONE
+
+
+async def test_a_queue_row_in_flight_under_forward_mode_is_answered_409_not_looped() -> None:
+    """Switched back to forward mode with an event still taken by a (crashed) worker: its
+    lease has ended, but take_over leaves queue rows alone, so the delivery answers 409 at
+    once instead of asking again and again."""
+    q = Queue()
+    body = stripe_event("evt_1")
+    request = StoredRequest("POST", "/webhooks/stripe", (), body)
+    assert (await q.store.enqueue("stripe", "evt_1", hashlib.sha256(body).digest(),
+                                  request)).accepted
+    assert len(await q.store.take_queued("stripe", 1, 4.0, "crashed")) == 1
+    q.now += 5  # its lease has ended
+    forward_config = parse_config(base_config("http://127.0.0.1:9", "sqlite:///u.db"), env={})
+    forward = pipeline_for(forward_config, store=q.store, upstream=q.upstream, clock=q.clock)
+    answer = await forward.deliver(forward_config.providers[0],
+                                   inbound(body, stripe_headers(body)))
+    assert (answer.status, answer.reason) == (409, "queued")
+    assert q.upstream.requests == []
+    row = await q.store.get("stripe", "evt_1")
+    assert row is not None and row.state is EventState.PROCESSING and row.attempt == 1
