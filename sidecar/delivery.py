@@ -258,12 +258,20 @@ class Pipeline:
 
     def _accepted_again(self, provider: ProviderConfig, event_id: str, stored: bytes,
                         digest: bytes, trace: _Trace) -> Answer:
-        if stored != digest:
-            self._observer.payload_mismatch(provider.key, event_id)
-            trace.fields["payload_mismatch"] = True
-            if provider.on_payload_mismatch == "reject":
-                return refuse("payload_mismatch")
+        if self._refuses_other_body(provider, event_id, stored, digest, trace):
+            return refuse("payload_mismatch")
         return accepted(event_id, first=False)
+
+    def _refuses_other_body(self, provider: ProviderConfig, event_id: str, seen: bytes,
+                            digest: bytes, trace: _Trace) -> bool:
+        """A known event arriving with another body: counted and noted; whether the
+        provider's policy refuses it (``core.decision.rejects_other_body``)."""
+        rejected = rejects_other_body(seen, digest, provider.on_payload_mismatch)
+        if rejected is None:
+            return False
+        self._observer.payload_mismatch(provider.key, event_id)
+        trace.fields["payload_mismatch"] = True
+        return rejected
 
     async def _check_nonce(self, provider: str, spec: EventIdSpec, inbound: Inbound,
                            body: Body) -> Answer | None:
@@ -330,12 +338,8 @@ class Pipeline:
             row = await self._claim(provider, event_id, digest, payload, trace)
             if row is None:
                 return _Ours(item, 1, Result.NEW, digest)
-        rejected = rejects_other_body(row, digest, provider.on_payload_mismatch)
-        if rejected is not None:
-            self._observer.payload_mismatch(provider.key, event_id)
-            trace.fields["payload_mismatch"] = True
-            if rejected:
-                return _Settled(refuse("payload_mismatch"), row.attempt)
+        if self._refuses_other_body(provider, event_id, row.body_sha256, digest, trace):
+            return _Settled(refuse("payload_mismatch"), row.attempt)
 
         waits = 0
         for _ in range(MAX_DECISION_STEPS):

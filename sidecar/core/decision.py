@@ -86,11 +86,12 @@ def decide(row: EventRow, *, waits: int, wait_left: float) -> Decision:
     return Wait(pause=min(backoff, wait_left, remaining))
 
 
-def rejects_other_body(row: EventRow, body_sha256: bytes, policy: str) -> bool | None:
-    """A claim found the event already seen: ``None`` when with the same body; else whether
-    the provider's ``on_payload_mismatch`` policy refuses this delivery (``reject``: 422)
-    rather than treating it as the duplicate it claims to be (``duplicate``)."""
-    if row.body_sha256 == body_sha256:
+def rejects_other_body(seen_sha256: bytes, body_sha256: bytes, policy: str) -> bool | None:
+    """A claim (or an enqueue) found the event already seen, with the body hash
+    ``seen_sha256``: ``None`` when with the same body; else whether the provider's
+    ``on_payload_mismatch`` policy refuses this delivery (``reject``: 422) rather than treating
+    it as the duplicate it claims to be (``duplicate``)."""
+    if seen_sha256 == body_sha256:
         return None
     return policy == "reject"
 

@@ -15,7 +15,6 @@ test polls the store's own clock, bounded.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -40,11 +39,9 @@ from sidecar.store.postgres import PostgresStore
 from sidecar.store.sqlfiles import statement
 from sidecar.store.sqlite import SQLiteStore
 from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
-from tests.integration.test_store_contract import MemoryBackdoor
+from tests.integration.test_store_contract import BODY, LEASE, MemoryBackdoor
 from tests.integration.test_store_faults import ReplyEater
 
-LEASE = 30.0
-BODY = hashlib.sha256(b'{"id": "evt_1"}').digest()
 REQUEST = StoredRequest(method="POST", path="/webhooks/stripe?x=1",
                         headers=(("Content-Type", "application/json"), ("X-A", "1")),
                         body=b'{"id": "evt_1"}')

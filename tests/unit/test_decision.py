@@ -91,7 +91,7 @@ def test_expired_lease_is_taken_over_even_after_waiting() -> None:
     (b"other", "reject", True),  # counted and refused (422)
 ])
 def test_payload_mismatch_policy(seen_body: bytes, policy: str, verdict: bool | None) -> None:
-    assert rejects_other_body(row(EventState.DONE), seen_body, policy) is verdict
+    assert rejects_other_body(row(EventState.DONE).body_sha256, seen_body, policy) is verdict
 
 
 @pytest.mark.parametrize(("status", "final", "state"), [
