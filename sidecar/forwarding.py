@@ -108,7 +108,8 @@ class Forwarder:
         keys = self._signing_keys()
         if keys:
             # Signed at each forward, so a re-drive hours later still verifies; replaces any
-            # webhook-* headers of a Standard Webhooks provider (the app verifies the proxy).
+            # webhook-* headers of a Standard Webhooks provider, in every spelling (the app
+            # verifies the proxy; see forwardable_headers).
             added.update(forward_signature(keys, added[IDEMPOTENCY_HEADER], body,
                                            self._clock()))
         started = time.monotonic()

@@ -12,7 +12,7 @@ from sidecar.config.model import UpstreamConfig
 from sidecar.core.errors import UpstreamError
 from sidecar.core.events import Outcome, RecordedResponse
 from sidecar.core.forwarded import is_forwarding
-from sidecar.core.headers import IDEMPOTENCY_HEADER, OWN_PREFIX
+from sidecar.core.headers import is_plain, set_by_proxy
 
 # RFC 9110 §7.6.1 plus the older RFC 7230 list: never forwarded by a proxy.
 HOP_BY_HOP = frozenset({
@@ -30,8 +30,16 @@ def forwardable_headers(
     headers: Iterable[tuple[str, str]], added: dict[str, str]
 ) -> list[tuple[str, str]]:
     """Request headers for the upstream hop: hop-by-hop ones and any named in ``Connection``
-    removed, and every incoming ``X-Webhook-Sidecar-*`` and ``Idempotency-Key`` dropped, so a
-    sender cannot spoof what only the proxy says (event id, attempt, replay, batch size)."""
+    removed, then ``added`` (the proxy's own) appended. So that a sender cannot spoof what only
+    the proxy says (event id, attempt, key, forward signature), one rule: an incoming header
+    whose CGI name (``core.headers.cgi_name``) is a header the proxy sets is dropped — every
+    ``X-Webhook-Sidecar-*``, ``Idempotency-Key``, each of ``added``, and a forwarding header
+    spelt otherwise than ``core.forwarded`` sets it (``X_Forwarded_For``). A CGI/WSGI app would
+    read ``Idempotency_Key`` as ``Idempotency-Key``, its value joined with ours.
+
+    ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature`` are the proxy's only when
+    forward authentication is on (they are then in ``added``); otherwise a Standard Webhooks
+    provider's own reach the app as sent, for the app to verify."""
     pairs = list(headers)
     # A sender's Connection header may not strip the forwarding headers the proxy set itself
     # (``core.forwarded`` has already decided which of them the app gets).
@@ -40,10 +48,12 @@ def forwardable_headers(
         for name, value in pairs if name.lower() == "connection"
         for token in value.split(",") if not is_forwarding(token.strip())
     }
-    ours = {name.lower() for name in added}
-    dropped = _REQUEST_DROP | named | ours | {IDEMPOTENCY_HEADER.lower()}
+    dropped = _REQUEST_DROP | named
+    # ``headers`` hold the forwarding headers core.forwarded chose, plainly spelt; another
+    # spelling can only be in a request stored before that rule dropped it.
     kept = [(n, v) for n, v in pairs
-            if n.lower() not in dropped and not n.lower().startswith(OWN_PREFIX)]
+            if n.lower() not in dropped and not set_by_proxy(n, added)
+            and not (is_forwarding(n) and not is_plain(n))]
     return kept + list(added.items())
 
 

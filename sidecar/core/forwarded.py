@@ -7,7 +7,9 @@ One pure function of the headers as received, the TCP peer, the listener's schem
 trusted networks; the pipeline applies it to the headers it forwards and stores for re-drive,
 never to the headers a signature is verified on.
 
-Forwarding headers are ``X-Forwarded-*`` (any suffix), ``Forwarded`` and ``X-Real-IP``.
+Forwarding headers are ``X-Forwarded-*`` (any suffix), ``Forwarded`` and ``X-Real-IP``, in any
+spelling a CGI or WSGI server reads as one of them (``X_Forwarded_For``: see
+``core.headers.cgi_name``; the server would join its value with the real header's).
 
 =========================  ================================  ==================================
 header                     from an untrusted peer            from a trusted peer
@@ -19,6 +21,8 @@ header                     from an untrusted peer            from a trusted peer
 other ``X-Forwarded-*``    dropped                           the peer's
 ``Forwarded``              dropped                           the peer's, then ``for=<peer>``
 ``X-Real-IP``              dropped                           the peer's
+``X_Forwarded_For`` and    dropped                           dropped
+other such spellings
 any other header           as received, in order             as received, in order
 =========================  ================================  ==================================
 
@@ -41,6 +45,9 @@ Precisely:
   are passed as the peer wrote them.
 - ``X-Forwarded-Host`` is the ``Host`` header as received (the first, if several); the app
   itself gets the upstream's ``Host``. Without a ``Host`` (HTTP/1.0) none is set.
+- A trusted peer's forwarding headers are kept only as hops write them, in letters, digits
+  and dashes: another spelling (``X_Forwarded_For``) came from a client behind the peer, and
+  is dropped from any peer.
 - Headers the proxy sets come after the ones it keeps; the names of kept headers are not
   changed.
 """
@@ -51,6 +58,8 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from typing import Final, TypeAlias
 
+from sidecar.core.headers import cgi_name, is_plain
+
 Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -60,15 +69,15 @@ FORWARDED_HOST: Final = "X-Forwarded-Host"
 FORWARDED: Final = "Forwarded"  # RFC 7239
 REAL_IP: Final = "X-Real-IP"
 
-_X_FORWARDED_PREFIX: Final = "x-forwarded-"
-_OTHERS: Final = (FORWARDED.lower(), REAL_IP.lower())
+_X_FORWARDED_CGI_PREFIX: Final = cgi_name("X-Forwarded-")
+_OTHERS_CGI: Final = (cgi_name(FORWARDED), cgi_name(REAL_IP))
 
 
 def is_forwarding(name: str) -> bool:
     """``X-Forwarded-*``, ``Forwarded`` or ``X-Real-IP``, in any case, also spelt with
-    underscores (``X_Forwarded_For``): WSGI/CGI servers map both spellings to one variable."""
-    lower = name.lower().replace("_", "-")
-    return lower.startswith(_X_FORWARDED_PREFIX) or lower in _OTHERS
+    underscores (``X_Forwarded_For``): CGI/WSGI servers map both spellings to one variable."""
+    cgi = cgi_name(name)
+    return cgi.startswith(_X_FORWARDED_CGI_PREFIX) or cgi in _OTHERS_CGI
 
 
 def peer_address(peer: str | None) -> Address | None:
@@ -111,7 +120,8 @@ def forwarding_headers(headers: Iterable[tuple[str, str]], peer: str | None, sch
 def _from_trusted(pairs: list[tuple[str, str]], address: Address,
                   scheme: str) -> tuple[tuple[str, str], ...]:
     chains = {FORWARDED_FOR.lower(): FORWARDED_FOR, FORWARDED.lower(): FORWARDED}
-    kept = [(n, v) for n, v in pairs if n.lower() not in chains]
+    kept = [(n, v) for n, v in pairs
+            if n.lower() not in chains and not (is_forwarding(n) and not is_plain(n))]
     names = {n.lower() for n, _ in kept}
     for_chain = [*_elements(pairs, FORWARDED_FOR), str(address)]
     kept.append((FORWARDED_FOR, ", ".join(for_chain)))

@@ -1,8 +1,10 @@
 """The headers the proxy itself sets: on forwards to the app, and on answers to providers.
-A sender's copies of any of them are dropped before forwarding (see ``forwardable_headers``)."""
+A sender's copies of any of them are dropped before forwarding (see ``forwardable_headers``),
+in every spelling the app could read as the proxy's: see ``cgi_name``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 OWN_PREFIX: Final = "x-webhook-sidecar-"  # headers only the proxy sets
@@ -17,3 +19,32 @@ BATCH_SIZE_HEADER: Final = "X-Webhook-Sidecar-Batch-Size"  # batch forwards
 # on answers to providers
 REPLAY_HEADER: Final = "X-Webhook-Sidecar-Replay"  # "true": answered from the recorded row
 QUEUED_HEADER: Final = "X-Webhook-Sidecar-Queued"  # "true": accepted in queue mode
+
+
+def cgi_name(name: str) -> str:
+    """The variable a CGI or WSGI server (wsgiref, gunicorn, uWSGI, PHP-FPM) gives a request
+    header: ``HTTP_``, then the name upper-cased with ``-`` as ``_`` (RFC 3875 §4.1.18). PHP also
+    turns ``.`` into ``_``, so here every character but an ASCII letter or digit is ``_``.
+    Names with one CGI name are one header to such an app: the server joins their values
+    (``Idempotency-Key`` and ``Idempotency_Key`` arrive as ``HTTP_IDEMPOTENCY_KEY: a,b``)."""
+    return "HTTP_" + "".join(c.upper() if c.isascii() and c.isalnum() else "_" for c in name)
+
+
+def is_plain(name: str) -> bool:
+    """Spelt only with ASCII letters, digits and ``-``: how every header is named by the
+    proxy, by providers and by the hops in front of the proxy."""
+    return bool(name) and all(c.isascii() and (c.isalnum() or c == "-") for c in name)
+
+
+_OWN_CGI_PREFIX: Final = cgi_name(OWN_PREFIX)  # HTTP_X_WEBHOOK_SIDECAR_
+_IDEMPOTENCY_CGI: Final = cgi_name(IDEMPOTENCY_HEADER)
+
+
+def set_by_proxy(name: str, added: Iterable[str]) -> bool:
+    """Whether an inbound header is, to a CGI/WSGI app, one the proxy sets on a forward: any
+    ``X-Webhook-Sidecar-*`` (also those not set on this forward), ``Idempotency-Key``, or one of
+    ``added`` (the names of the headers this forward adds, such as forward authentication's
+    ``webhook-*``), in any spelling with the same CGI name."""
+    cgi = cgi_name(name)
+    return (cgi.startswith(_OWN_CGI_PREFIX) or cgi == _IDEMPOTENCY_CGI
+            or any(cgi == cgi_name(ours) for ours in added))

@@ -4,6 +4,7 @@ and as properties over arbitrary headers; and the ``trusted_proxies`` key that f
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 
 import jsonschema
@@ -121,6 +122,26 @@ CASES = [
          (("X-Forwarded-Proto", "https"), ("X-Forwarded-For", "10.1.2.3"))),
     Case("just outside the trusted network: untrusted", FORGED, "11.0.0.1",
          (("X-Forwarded-For", "11.0.0.1"), ("X-Forwarded-Proto", "http"))),
+
+    # -- spellings a CGI/WSGI server reads as a forwarding header (it joins their values) ----
+    Case("untrusted peer: every spelling of a forwarding header is dropped",
+         (("X_Forwarded_For", "6.6.6.6"), ("x_forwarded_proto", "gopher"),
+          ("X.Real.IP", "6.6.6.7"), ("Forwarded_", "for=6.6.6.6"), SIG), "203.0.113.9",
+         (("Forwarded_", "for=6.6.6.6"), SIG, ("X-Forwarded-For", "203.0.113.9"),
+          ("X-Forwarded-Proto", "http"))),
+    Case("trusted peer: a hop writes dashes; other spellings came from behind it, dropped",
+         (("X-Forwarded-For", "198.51.100.7"), ("X_Forwarded_For", "6.6.6.6"),
+          ("X-Forwarded-Proto", "https"), ("X_Forwarded_Proto", "gopher"),
+          ("x-forwarded-port", "443"), ("X_Forwarded_Port", "1"), ("X_Real_IP", "6.6.6.6"),
+          ("Forwarded", "for=198.51.100.7"), ("X.Real.IP", "6.6.6.6"), SIG), "10.1.2.3",
+         (("X-Forwarded-Proto", "https"), ("x-forwarded-port", "443"), SIG,
+          ("X-Forwarded-For", "198.51.100.7, 10.1.2.3"),
+          ("Forwarded", "for=198.51.100.7, for=10.1.2.3"))),
+    Case("trusted peer with only an underscore X_Forwarded_Proto: the proxy's is set",
+         (("X_Forwarded_Proto", "gopher"), ("X_Forwarded_Host", "bank.example"), HOST),
+         "10.1.2.3",
+         (HOST, ("X-Forwarded-For", "10.1.2.3"), ("X-Forwarded-Proto", "http"),
+          ("X-Forwarded-Host", "hooks.example.com"))),
 ]
 
 
@@ -134,6 +155,8 @@ def test_rule(case: Case) -> None:
     ("X-Forwarded-For", True), ("x-forwarded-anything", True), ("Forwarded", True),
     ("X-REAL-IP", True), ("X-Forwarded", False), ("Forwarded-For", False),
     ("X-Real-IP-Extra", False), ("Host", False), ("X-Webhook-Sidecar-Attempt", False),
+    ("X_Forwarded_For", True), ("x.real.ip", True), ("X-Forwarded_Host", True),
+    ("Forwarded_", False), ("X_Forwarded", False),
 ])
 def test_which_headers_are_forwarding_headers(name: str, forwarding: bool) -> None:
     assert is_forwarding(name) is forwarding
@@ -186,7 +209,9 @@ def test_a_trusted_peer_is_appended_to_and_nothing_else_changes(
         headers: list[tuple[str, str]], peer: str) -> None:
     out = forwarding_headers(headers, peer, "http", TRUSTED)
     chains = ("x-forwarded-for", "forwarded")
-    kept = [(n, v) for n, v in headers if n.lower() not in chains]
+    # A forwarding header spelt other than with dashes is never a hop's own: dropped.
+    kept = [(n, v) for n, v in headers if n.lower() not in chains
+            and not (is_forwarding(n) and not re.fullmatch(r"[A-Za-z0-9-]+", n))]
     assert [(n, v) for n, v in out if n.lower() not in chains][:len(kept)] == kept
     sent = [v.strip() for n, v in headers if n.lower() == "x-forwarded-for" and v.strip()]
     assert [v for n, v in out if n.lower() == "x-forwarded-for"] == [", ".join([*sent, peer])]
