@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from sidecar import __version__
-from sidecar.config.loader import load_config_file
+from sidecar.config.loader import Secrets, load_config_file
 from sidecar.config.model import Config
 from sidecar.config.problems import ConfigProblems
 from sidecar.core.durations import format_duration
@@ -84,10 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace) -> Config:
+def _load(args: argparse.Namespace, secrets: Secrets = Secrets.ALL) -> Config:
     if not args.config:
         raise ConfigError("", f"no config file: pass --config PATH or set ${CONFIG_ENV}")
-    return load_config_file(args.config)
+    return load_config_file(args.config, secrets=secrets)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -157,9 +157,9 @@ def _print_problems(error: ConfigError, source: str | None) -> None:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from sidecar.events_cli import run
+    from sidecar.events_cli import run, secrets_needed
 
-    config = _load(args)
+    config = _load(args, secrets_needed(args))
     configure_logging("warning", config.log_format)
     return run(config, args)
 
