@@ -19,9 +19,24 @@ from sidecar.obs.logs import configure_logging
 CONFIG_ENV = "WEBHOOK_SIDECAR_CONFIG"
 EXIT_CONFIG = 2
 EXIT_STORE = 1
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a process SIGPIPE ended
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a reader that went away is handled below
+    except BrokenPipeError:
+        # Whoever read our output is gone (`events list --json | head`): stop quietly, as
+        # Python's documentation of SIGPIPE advises. Output still buffered goes to devnull, so
+        # the flush at exit cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

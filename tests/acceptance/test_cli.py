@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from sidecar import __version__
-from tests.acceptance.conftest import Deployment, run_cli
+from tests.acceptance.conftest import Deployment, deploy, run_cli
 from tests.support import (
     REPO,
     STRIPE_SECRET,
@@ -145,3 +145,41 @@ async def test_send_names_the_event_it_delivered(deployment: Deployment) -> None
     code, out, err = await run_cli("send", "--preset", "stripe", "--secret", STRIPE_SECRET,
                                    "--url", url, "--file", str(payload), "--quiet")
     assert (code, out, err) == (0, "evt_sent\n", "")
+
+
+async def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """``events list --json | head`` once ``head`` has gone: every command that prints stops
+    without a traceback, exiting 141 as a process killed by SIGPIPE does."""
+    async with deploy("sqlite", tmp_path, None) as dep:
+        await dep.start(1)
+        assert dep.client is not None
+        body = stripe_event("evt_piped")
+        assert (await post(dep.client, dep.url(0, "/webhooks/stripe"), body,
+                           stripe_headers(body)))[0] == 200
+        await dep.stop()
+        config = str(write_config(tmp_path, dep.config))
+        payload = tmp_path / "event.json"
+        payload.write_bytes(body)
+        # Output printed at once (send), and buffered until the command ends (the others).
+        commands = [
+            ("events", "list", "--config", config, "--json"),
+            ("events", "show", "stripe", "evt_piped", "--config", config),
+            ("check-config", "--config", config),
+            ("send", "--preset", "stripe", "--secret", STRIPE_SECRET, "--file", str(payload),
+             "--url", "http://127.0.0.1:9/webhooks/stripe", "--timeout", "1"),
+        ]
+        for command in commands:
+            code, err = await asyncio.to_thread(run_into_closed_pipe, *command)
+            assert (code, err) == (141, ""), command
+
+
+def run_into_closed_pipe(*args: str) -> tuple[int, str]:
+    """The CLI with its stdout a pipe nobody reads any more: its exit code and stderr."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "sidecar", *args], cwd=REPO, stdout=write,
+                              stderr=subprocess.PIPE, timeout=60, check=False)
+    finally:
+        os.close(write)
+    return done.returncode, done.stderr.decode()
