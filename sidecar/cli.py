@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from sidecar import __version__
-from sidecar.config.loader import load_config_file
+from sidecar.config.loader import Secrets, load_config_file
 from sidecar.config.model import Config
 from sidecar.config.problems import ConfigProblems
 from sidecar.core.durations import format_duration
@@ -19,9 +19,24 @@ from sidecar.obs.logs import configure_logging
 CONFIG_ENV = "WEBHOOK_SIDECAR_CONFIG"
 EXIT_CONFIG = 2
 EXIT_STORE = 1
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a process SIGPIPE ended
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a reader that went away is handled below
+    except BrokenPipeError:
+        # Whoever read our output is gone (`events list --json | head`): stop quietly, as
+        # Python's documentation of SIGPIPE advises. Output still buffered goes to devnull, so
+        # the flush at exit cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -84,10 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace) -> Config:
+def _load(args: argparse.Namespace, secrets: Secrets = Secrets.ALL) -> Config:
     if not args.config:
         raise ConfigError("", f"no config file: pass --config PATH or set ${CONFIG_ENV}")
-    return load_config_file(args.config)
+    return load_config_file(args.config, secrets=secrets)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -157,9 +172,9 @@ def _print_problems(error: ConfigError, source: str | None) -> None:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from sidecar.events_cli import run
+    from sidecar.events_cli import run, secrets_needed
 
-    config = _load(args)
+    config = _load(args, secrets_needed(args))
     configure_logging("warning", config.log_format)
     return run(config, args)
 

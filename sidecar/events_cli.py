@@ -14,6 +14,7 @@ from typing import Any
 from sidecar import operations
 from sidecar.app import open_store
 from sidecar.config.keyring import Keyring
+from sidecar.config.loader import Secrets
 from sidecar.config.model import Config
 from sidecar.core.durations import parse_duration
 from sidecar.forwarding import Forwarder
@@ -65,6 +66,15 @@ def configure_parser(parser: argparse.ArgumentParser,
 
 
 EXIT_USAGE = 2  # as argparse's own usage errors
+
+
+def secrets_needed(args: argparse.Namespace) -> Secrets:
+    """The secrets the command reads from the config: none, so that an operator can inspect
+    and repair events wherever the store is reachable (the provider secrets stay with the
+    proxies), except the forward-signing keys for a re-drive, which forwards to the app."""
+    if args.events_command == "redrive" and not args.dead:
+        return Secrets.SIGNING
+    return Secrets.NONE
 
 
 def run(config: Config, args: argparse.Namespace) -> int:

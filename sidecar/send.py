@@ -11,13 +11,16 @@ SendGrid: base64 DER PKCS#8; Standard Webhooks: ``whsk_`` + base64 seed).
 
 It prints the event id(s) the delivery carries (every copy carries the same; a batch carries
 several), and sets the provider's event-type header where it has one (``X-GitHub-Event: ping``),
-as the provider would: apps route on it. ``--quiet`` prints only the event ids, one a line.
+as the provider would: apps route on it. A non-2xx answer's line says why: the ``reason`` of the
+proxy's JSON error, or the start of the app's answer. ``--quiet`` prints only the event ids, one
+a line.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 import uuid
@@ -76,6 +79,7 @@ class Outcome:
     attempt: str
     latency_ms: float
     error: str = ""
+    why: str = ""  # for a non-2xx answer: what its body says about it (``refusal``)
 
     @property
     def ok(self) -> bool:
@@ -202,20 +206,49 @@ async def _deliver(
     try:
         async with session.request(args.method.upper(), args.url, data=signed.body,
                                    headers={**headers, **signed.headers}) as response:
-            await response.read()
+            answer = await response.read()
             return Outcome(index, response.status, response.headers.get(REPLAY_HEADER, "-"),
                            response.headers.get(ATTEMPT_HEADER, "-"),
-                           (time.monotonic() - started) * 1000)
+                           (time.monotonic() - started) * 1000,
+                           why="" if 200 <= response.status < 300 else refusal(answer))
     except (aiohttp.ClientError, TimeoutError) as exc:
         return Outcome(index, None, "-", "-", (time.monotonic() - started) * 1000,
                        f"{type(exc).__name__}: {exc}".rstrip(": "))
 
 
-def _line(outcome: Outcome, ids: list[str]) -> str:
+# How much of an answer without a proxy reason (the app's own) a result line shows.
+ANSWER_EXCERPT = 200
+
+
+def refusal(body: bytes) -> str:
+    """What a non-2xx answer says about itself: ``reason=R: message`` from the proxy's JSON
+    error (``{"error": …, "reason": …}``), else ``answer=`` and the start of the body (the app's
+    answer, relayed); control characters escaped. Empty for an empty body."""
+    try:
+        error = json.loads(body)
+    except ValueError:
+        error = None
+    if isinstance(error, dict) and isinstance(error.get("reason"), str):
+        message = error.get("error")
+        text = f"reason={error['reason']}" + (f": {message}" if isinstance(message, str) else "")
+    elif body:
+        cut = body[:ANSWER_EXCERPT].decode("utf-8", errors="replace")
+        text = f"answer={cut}" + ("…" if len(body) > ANSWER_EXCERPT else "")
+    else:
+        return ""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _line(outcome: Outcome, ids: list[str] | None) -> str:
+    """One result line; ``ids`` None leaves out the event part (``--quiet`` printed them)."""
     status = str(outcome.status) if outcome.status is not None else f"error ({outcome.error})"
-    return (f"#{outcome.index} status={status} replay={outcome.replay} "
-            f"attempt={outcome.attempt} latency={outcome.latency_ms:.1f}ms "
-            f"event={','.join(ids) or '-'}")
+    parts = [f"#{outcome.index} status={status} replay={outcome.replay} "
+             f"attempt={outcome.attempt} latency={outcome.latency_ms:.1f}ms"]
+    if ids is not None:
+        parts.append(f"event={','.join(ids) or '-'}")
+    if outcome.why:
+        parts.append(outcome.why)
+    return " ".join(parts)
 
 
 def event_ids(scheme: Scheme, body: bytes, headers: Mapping[str, str]) -> list[str]:
@@ -300,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quiet:
         for outcome in outcomes:
             if not outcome.ok:
-                print(_line(outcome, []).removesuffix(" event=-"), file=sys.stderr)
+                print(_line(outcome, None), file=sys.stderr)
         return 0 if ok == len(outcomes) else 1
     print(f"sent {len(outcomes)}: {ok} 2xx, {len(outcomes) - ok - errors} other, "
           f"{errors} errors, {replays} replays")

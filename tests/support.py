@@ -25,6 +25,7 @@ from aiohttp import web
 
 REPO = Path(__file__).resolve().parent.parent
 STRIPE_SECRET = "whsec_test_acceptance_secret_0123456789"
+GITHUB_SECRET = "It's a Secret to Everybody"  # GitHub's documented example
 
 
 @dataclass
@@ -126,7 +127,7 @@ def base_config(upstream_url: str, store_url: str, **overrides: Any) -> dict[str
             "stripe": {"path": "/webhooks/stripe", "preset": "stripe",
                        "secrets": [STRIPE_SECRET], "lease": "4s", "inflight_wait": "1s"},
             "github": {"path": "/webhooks/github", "preset": "github",
-                       "secrets": ["It's a Secret to Everybody"], "lease": "4s",
+                       "secrets": [GITHUB_SECRET], "lease": "4s",
                        "inflight_wait": "1s"},
             "slack": {"path": "/webhooks/slack", "preset": "slack",
                       "secrets": ["8f742231b10e8888abcd99yyyzzz85a5"], "lease": "4s",

@@ -28,6 +28,11 @@ def interpolate(value: object, env: Mapping[str, str], path: str = "") -> object
     return value
 
 
+def references(text: str) -> list[tuple[str, str | None]]:
+    """The variables ``text`` refers to, in order: (name, default or None)."""
+    return [(m.group(1), m.group(2)) for m in _PATTERN.finditer(text) if m.group(1)]
+
+
 def _interpolate_str(text: str, env: Mapping[str, str], path: str) -> str:
     def replace(match: re.Match[str]) -> str:
         if match.group(0) == "$$":

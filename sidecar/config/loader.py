@@ -16,16 +16,17 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import enum
 import ipaddress
 import os
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from sidecar.config.declarations import NO_DEFAULT, Block, Nested, Setting, block_of
-from sidecar.config.interpolate import interpolate
+from sidecar.config.interpolate import interpolate, references
 from sidecar.config.keyring import read_secret_file
 from sidecar.config.model import (
     PROVIDER_KEY_PATTERN,
@@ -107,9 +108,36 @@ BLOCKS: Final[dict[str, Block]] = {**_by_path(TOP), **_by_path(PROVIDER, "provid
 _PROVIDER_KEY_RE = re.compile(PROVIDER_KEY_PATTERN)
 
 
-def load_config_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+class Secrets(enum.Enum):
+    """Which secrets a load reads. A secret it does not read is neither interpolated nor
+    checked, and is left empty in the config (no keys, no admin token): a command that only
+    touches the store (``events list``) then runs where the secrets are not in the
+    environment, e.g. on a bastion host. Such a config must not serve."""
+
+    ALL = "all"  # run, check-config, send
+    SIGNING = "signing"  # upstream.signing_secrets only: a re-drive signs the forward it makes
+    NONE = "none"  # the store settings (and the providers' other keys) are all it needs
+
+
+# The keys each ``Secrets`` leaves unread, with the value they take instead.
+_UNREAD: Final[Mapping[Secrets, Mapping[str, object]]] = {
+    Secrets.ALL: {},
+    Secrets.SIGNING: {"admin_token": None, "providers.<key>.secrets": ()},
+    Secrets.NONE: {"admin_token": None, "upstream.signing_secrets": (),
+                   "providers.<key>.secrets": ()},
+}
+
+# Keys whose step interpolates their values itself: the provider blocks (each read by
+# ``_providers``), and the secrets, item by item (so an empty one can name its variable).
+_OWN_INTERPOLATION: Final = frozenset({"providers", "upstream.signing_secrets",
+                                       "providers.<key>.secrets"})
+
+
+def load_config_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *,
+                     secrets: Secrets = Secrets.ALL) -> Config:
     """Read, interpolate and validate a YAML config file. Every problem found is reported at
-    once (``ConfigProblems``), each with the file, line and column of its key."""
+    once (``ConfigProblems``), each with the file, line and column of its key. ``secrets``
+    says which secrets to read (all of them unless told otherwise)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -118,30 +146,31 @@ def load_config_file(path: str | os.PathLike[str], env: Mapping[str, str] | None
     except UnicodeDecodeError as exc:
         raise ConfigProblems([Problem("", f"config file {path} is not UTF-8 text")]) from exc
     return load_config_text(text, env=env, base_dir=Path(path).resolve().parent,
-                            source=os.fspath(path))
+                            source=os.fspath(path), secrets=secrets)
 
 
 def load_config_text(
     text: str, env: Mapping[str, str] | None = None, base_dir: Path | None = None,
-    source: str = "",
+    source: str = "", *, secrets: Secrets = Secrets.ALL,
 ) -> Config:
     """As ``load_config_file``, for YAML text; ``source`` names it in messages."""
     document = read_yaml(text, source)
     return _parse(document.data, os.environ if env is None else env, base_dir,
-                  document.marks, source)
+                  document.marks, source, secrets)
 
 
 def parse_config(
-    data: object, env: Mapping[str, str], base_dir: Path | None = None
+    data: object, env: Mapping[str, str], base_dir: Path | None = None, *,
+    secrets: Secrets = Secrets.ALL,
 ) -> Config:
     """The config for ``data`` as the YAML loader produces it; ``ConfigProblems`` lists every
     mistake, in the order written."""
-    return _parse(data, env, base_dir, {}, "")
+    return _parse(data, env, base_dir, {}, "", secrets)
 
 
 def _parse(data: object, env: Mapping[str, str], base_dir: Path | None,
-           marks: Mapping[str, Mark], source: str) -> Config:
-    load = _Load(env=env, base=base_dir or Path.cwd())
+           marks: Mapping[str, Mark], source: str, secrets: Secrets) -> Config:
+    load = _Load(env=env, base=base_dir or Path.cwd(), unread=_UNREAD[secrets])
     try:
         config = _config(data, load)
     except ConfigError as exc:  # the file is not a mapping: nothing else can be read
@@ -154,13 +183,14 @@ def _parse(data: object, env: Mapping[str, str], base_dir: Path | None,
 
 def _config(data: object, load: _Load) -> Config | None:
     """The config, or ``None`` when a problem was reported."""
-    values = _read(TOP, _interpolated(TOP, data, "", load, raw_keys={"providers"}), "", "", load)
+    values = _read(TOP, _interpolated(TOP, data, "", "", load), "", "", load)
     if load.problems:
         return None
     if values["store"].kind == StoreKind.SQLITE:
         load.warnings.append("the SQLite store is correct for one host only; use PostgreSQL "
                              "for several replicas")
-    if values["admin_token"] is None and not _is_loopback(values["admin_listen"].host):
+    if (values["admin_token"] is None and "admin_token" not in load.unread
+            and not _is_loopback(values["admin_listen"].host)):
         load.warnings.append(f"admin_listen ({values['admin_listen']}) is not loopback and "
                              "admin_token is unset: /admin/* answers only requests from "
                              "loopback (403 otherwise); /healthz, /readyz and /metrics answer "
@@ -217,11 +247,13 @@ class _Values(dict[str, Any]):
 
 @dataclass
 class _Load:
-    """What the steps read besides the value: the environment, the config file's folder, and
-    every value read so far by key path; what the load found: warnings and problems."""
+    """What the steps read besides the value: the environment, the config file's folder, the
+    keys left unread (``Secrets``) and every value read so far by key path; what the load
+    found: warnings and problems."""
 
     env: Mapping[str, str]
     base: Path
+    unread: Mapping[str, object] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     read: dict[str, Any] = field(default_factory=dict)
@@ -253,7 +285,11 @@ def _read(block: Block, raw: object, path: str, rule: str, load: _Load,
     for name, key in block.keys.items():
         where, key_rule = _join(path, name), _join(rule, name)
         try:
-            values[name] = _value(key, data, name, where, key_rule, values, load, defaults)
+            if key_rule in load.unread:  # a secret this load does not read (``Secrets``)
+                values[name] = load.unread[key_rule]
+            else:
+                values[name] = _value(key, data, name, where, key_rule, values, load,
+                                      defaults)
         except ConfigError as exc:
             load.report(exc)
             values[name] = _FAILED
@@ -338,20 +374,20 @@ REPLACED_KEYS: Final[Mapping[str, str]] = {
 }
 
 
-def _interpolated(block: Block, raw: object, path: str, load: _Load,
-                  raw_keys: Collection[str] = ()) -> object:
+def _interpolated(block: Block, raw: object, path: str, rule: str, load: _Load) -> object:
     """``raw`` with ``${VAR}`` interpolated in the values of the block's keys, key by key (an
     unset variable is reported and its key ``_FAILED``). Unknown keys are left as they are
-    (they are reported, never read); so are ``raw_keys``, whose step reads their blocks."""
+    (they are reported, never read); so are keys this load leaves unread, and those whose step
+    interpolates them (``_OWN_INTERPOLATION``)."""
     if not isinstance(raw, dict):
         return raw
     out: dict[Any, Any] = {}
     for name, value in raw.items():
-        key, where = block.keys.get(name), _join(path, str(name))
-        if key is None or name in raw_keys:
+        key, where, key_rule = block.keys.get(name), _join(path, str(name)), _join(rule, str(name))
+        if key is None or key_rule in _OWN_INTERPOLATION or key_rule in load.unread:
             out[name] = value
         elif isinstance(key.kind, Nested):
-            out[name] = _interpolated(key.kind.block, value, where, load)
+            out[name] = _interpolated(key.kind.block, value, where, key_rule, load)
         else:
             try:
                 out[name] = interpolate(value, load.env, where)
@@ -508,7 +544,8 @@ def _provider_key(key: object, path: str) -> str:
 
 def _provider(raw: object, path: str, load: _Load) -> _Values:
     """The provider block's values (``_FAILED`` where wrong), its preset merged under it."""
-    data = _interpolated(PROVIDER, _mapping(raw, path, PROVIDER.names, load), path, load)
+    data = _interpolated(PROVIDER, _mapping(raw, path, PROVIDER.names, load), path,
+                         "providers.<key>", load)
     assert isinstance(data, dict)
     preset_name = data.get("preset")
     if preset_name is _FAILED:  # the preset is unknown: so is what the block is merged over
@@ -594,10 +631,13 @@ _SECRET_SHAPE: Final = "a secret is a string, {env: NAME} or {file: PATH}"
 
 
 def _secret_value(item: object, path: str, load: _Load) -> tuple[str, str]:
-    """(its source, the secret) for one item of ``secrets``. Messages name a variable or a file,
-    never a value, nor an unknown key (it might be the secret, written as a key)."""
+    """(its source, the secret) for one item of ``secrets``, interpolated. Messages name a
+    variable or a file, never a value, nor an unknown key (it might be the secret, written as a
+    key)."""
     if isinstance(item, str):
-        source, value = "inline", item
+        source, value = "inline", _interpolated_text(item, path, load)
+        if not value and references(item):
+            raise ConfigError(path, f"secret from {item} is empty: {_why_empty(item, load)}")
     elif not isinstance(item, dict):
         raise ConfigError(path, "must be a string, {env: NAME} or {file: PATH}")
     elif unknown := [key for key in item if key not in ("env", "file")]:
@@ -608,12 +648,35 @@ def _secret_value(item: object, path: str, load: _Load) -> tuple[str, str]:
     elif len(item) != 1:
         raise ConfigError(path, "give exactly one of env or file")
     elif "env" in item:
-        source, value = _secret_from_env(item["env"], f"{path}.env", load)
+        where = f"{path}.env"
+        source, value = _secret_from_env(_interpolated_text(item["env"], where, load), where,
+                                         load)
     else:
-        source, value = _secret_from_file(item["file"], f"{path}.file", load)
+        where = f"{path}.file"
+        source, value = _secret_from_file(_interpolated_text(item["file"], where, load), where,
+                                          load)
     if not value:
         raise ConfigError(path, f"secret from {source} is empty")
     return source, value
+
+
+def _interpolated_text(value: object, path: str, load: _Load) -> Any:
+    """``value`` interpolated when it is a string; as it is otherwise (its check says why)."""
+    return interpolate(value, load.env, path) if isinstance(value, str) else value
+
+
+def _why_empty(text: str, load: _Load) -> str:
+    """Why ``text``, made of ``${VAR}`` references only, interpolated to nothing: each
+    variable's state (text that became empty has no literal part and no non-empty default)."""
+    why = []
+    for name, default in references(text):
+        if name not in load.env:
+            why.append(f"{name} is not set, and its default is empty")
+        elif not load.env[name] and default is not None:
+            why.append(f"{name} is empty, and so is its default")
+        else:
+            why.append(f"{name} is set but empty")
+    return "; ".join(why)
 
 
 def _secret_from_env(name: object, path: str, load: _Load) -> tuple[str, str]:

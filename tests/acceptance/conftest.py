@@ -73,10 +73,12 @@ async def drop_database(admin_dsn: str, dsn: str) -> None:
         await conn.close()
 
 
-async def run_cli(*args: str) -> tuple[int, str, str]:
+async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``python -m sidecar ARGS``: its exit code, stdout and stderr (``env``: its whole
+    environment, instead of ours)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "sidecar", *args, cwd=str(REPO),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import shlex
 import subprocess
 import sys
 import venv
@@ -14,8 +16,10 @@ import aiohttp
 import pytest
 
 from sidecar import __version__
-from tests.acceptance.conftest import Deployment, run_cli
+from tests.acceptance.conftest import Deployment, deploy, run_cli
+from tests.deploy.chart_support import CHART, notes, values_of
 from tests.support import (
+    GITHUB_SECRET,
     REPO,
     STRIPE_SECRET,
     base_config,
@@ -145,3 +149,112 @@ async def test_send_names_the_event_it_delivered(deployment: Deployment) -> None
     code, out, err = await run_cli("send", "--preset", "stripe", "--secret", STRIPE_SECRET,
                                    "--url", url, "--file", str(payload), "--quiet")
     assert (code, out, err) == (0, "evt_sent\n", "")
+
+
+async def test_a_refused_send_prints_the_proxys_reason(tmp_path: Path) -> None:
+    """GitHub: the copies of one run are one delivery (the second is answered from the row);
+    another run sends the same body under a new X-GitHub-Delivery, which the proxy refuses as
+    a replayed body — and send says why, as it does for a wrong secret (--quiet: on stderr)."""
+    async with deploy("sqlite", tmp_path, None) as dep:
+        await dep.start(1)
+        payload = tmp_path / "event.json"
+        payload.write_text('{"zen": "Keep it logically awesome.", "hook_id": 1}')
+        send = ("send", "--preset", "github", "--url", dep.url(0, "/webhooks/github"),
+                "--file", str(payload))
+        code, out, err = await run_cli(*send, "--secret", GITHUB_SECRET, "--count", "2")
+        assert code == 0, out + err
+        assert [line.split()[:3] for line in out.splitlines() if line.startswith("#")] == [
+            ["#1", "status=200", "replay=-"], ["#2", "status=200", "replay=true"]]
+
+        code, out, err = await run_cli(*send, "--secret", GITHUB_SECRET)
+        assert code == 1, out + err
+        [line] = [line for line in out.splitlines() if line.startswith("#")]
+        assert line.startswith("#1 status=401 ")
+        assert line.endswith(" reason=replayed_body: this signed body was already delivered "
+                             "under another event id (a replay); see on_body_replay"), line
+
+        code, out, err = await run_cli(*send, "--secret", "not the secret", "--quiet")
+        assert code == 1 and out.count("\n") == 1, out + err  # the event id, and only it
+        assert err.startswith("#1 status=401 ") and "reason=bad_signature: signature " \
+            "verification failed" in err, err
+        assert dep.stub.count() == 1
+
+
+async def test_the_install_notes_send_commands_show_a_duplicate(tmp_path: Path) -> None:
+    """The chart's NOTES, for a first provider of each kind (event id in a header GitHub does
+    not sign, at $.id, at $.event_id): the send commands they print, run as printed against a
+    real proxy, show the second copy answered from the store while the app sees one request."""
+    secrets = {"github": GITHUB_SECRET, "stripe": STRIPE_SECRET,
+               "slack": "8f742231b10e8888abcd99yyyzzz85a5"}
+    async with deploy("sqlite", tmp_path, None) as dep:
+        await dep.start(1)
+        config = str(write_config(tmp_path, dep.config))
+        for run, (preset, secret) in enumerate(secrets.items()):
+            text = notes(CHART, values_of("standalone", providers={preset: {
+                "path": f"/webhooks/{preset}", "preset": preset,
+                "secrets": [{"secretKeyRef": {"name": preset, "key": "secret"}}]}}))
+            payload, from_machine, from_pod = notes_commands(text)
+            for where, command in enumerate((from_machine, from_pod)):
+                event = tmp_path / f"event-{run}-{where}.json"  # each run a new event
+                event.write_text(payload.replace("evt_chart_check_1", f"evt_{preset}_{where}"))
+                args = [arg.replace("<its signing secret>", secret)
+                        .replace("/etc/webhook-sidecar/config/config.yaml", config)
+                        .replace("http://127.0.0.1:8080", dep.procs[0].url)
+                        .replace("event.json", str(event)) for arg in command]
+                code, out, err = await run_cli(*args[1:])
+                assert code == 0, (preset, out, err)
+                assert [line.split()[:3] for line in out.splitlines() if line.startswith("#")] \
+                    == [["#1", "status=200", "replay=-"], ["#2", "status=200", "replay=true"]], (
+                        preset, out)
+                assert "1 replays" in out
+        assert len(dep.stub.seen) == 2 * len(secrets)  # each event reached the app once
+
+
+def notes_commands(text: str) -> tuple[str, list[str], list[str]]:
+    """From the NOTES' "Verify the first delivery": the payload written to event.json, and the
+    two send commands (from your machine; from the pod, its stdin event.json)."""
+    section = text.split("Verify the first delivery", 1)[1].replace("\\\n", " ")
+    payload = re.search(r"echo '(.*)' > event.json", section)
+    assert payload is not None, section
+    sends = [shlex.split(line[line.index("webhook-sidecar send"):].replace("< event.json", ""))
+             for line in section.splitlines() if "webhook-sidecar send" in line]
+    assert len(sends) == 2, section
+    return payload.group(1), sends[0], [*sends[1][:-1], "event.json"]
+
+
+async def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """``events list --json | head`` once ``head`` has gone: every command that prints stops
+    without a traceback, exiting 141 as a process killed by SIGPIPE does."""
+    async with deploy("sqlite", tmp_path, None) as dep:
+        await dep.start(1)
+        assert dep.client is not None
+        body = stripe_event("evt_piped")
+        assert (await post(dep.client, dep.url(0, "/webhooks/stripe"), body,
+                           stripe_headers(body)))[0] == 200
+        await dep.stop()
+        config = str(write_config(tmp_path, dep.config))
+        payload = tmp_path / "event.json"
+        payload.write_bytes(body)
+        # Output printed at once (send), and buffered until the command ends (the others).
+        commands = [
+            ("events", "list", "--config", config, "--json"),
+            ("events", "show", "stripe", "evt_piped", "--config", config),
+            ("check-config", "--config", config),
+            ("send", "--preset", "stripe", "--secret", STRIPE_SECRET, "--file", str(payload),
+             "--url", "http://127.0.0.1:9/webhooks/stripe", "--timeout", "1"),
+        ]
+        for command in commands:
+            code, err = await asyncio.to_thread(run_into_closed_pipe, *command)
+            assert (code, err) == (141, ""), command
+
+
+def run_into_closed_pipe(*args: str) -> tuple[int, str]:
+    """The CLI with its stdout a pipe nobody reads any more: its exit code and stderr."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "sidecar", *args], cwd=REPO, stdout=write,
+                              stderr=subprocess.PIPE, timeout=60, check=False)
+    finally:
+        os.close(write)
+    return done.returncode, done.stderr.decode()

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import json
+import os
 import re
 import time
+from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
+from standardwebhooks import Webhook
 
-from tests.acceptance.conftest import Deployment, run_cli
+from tests.acceptance.conftest import Deployment, deploy, run_cli
 from tests.support import STRIPE_SECRET, Seen, post, stripe_event, stripe_headers, write_config
 
 STRIPE = "/webhooks/stripe"
@@ -182,6 +186,57 @@ async def test_failed_event_redriven_from_its_stored_payload(deployment: Deploym
 
     status, headers, _ = await post(client, deployment.url(0, STRIPE), body, stripe_headers(body))
     assert status == 200 and headers["X-Webhook-Sidecar-Replay"] == "true"
+
+
+async def test_events_commands_need_only_the_store_settings(tmp_path: Path) -> None:
+    """On a bastion host with the deployment's config but none of its secrets (provider
+    secrets, the forward-signing secret, the admin token): list, show and release read the
+    store; a re-drive signs its forward, so it needs the signing secret, and only that."""
+    signing = "whsec_" + base64.b64encode(bytes(range(32))).decode()
+
+    async def down_then_up(seen: Seen) -> web.StreamResponse:
+        return web.json_response({}, status=503 if seen.attempt == 1 else 200)
+
+    async with deploy("sqlite", tmp_path, None) as dep:
+        dep.stub.behaviour = down_then_up
+        dep.config["providers"]["stripe"]["store_payload"] = True
+        dep.config["upstream"]["signing_secrets"] = [signing]
+        await dep.start(1)
+        assert dep.client is not None
+        body = stripe_event("evt_bastion")
+        assert (await post(dep.client, dep.url(0, STRIPE), body, stripe_headers(body)))[0] == 503
+
+        bastion = copy.deepcopy(dep.config)  # every secret as the chart renders it: elsewhere
+        bastion["admin_token"] = "${BASTION_ADMIN_TOKEN}"
+        bastion["upstream"]["signing_secrets"] = ["${BASTION_SIGNING_SECRET}"]
+        bastion["providers"]["stripe"]["secrets"] = ["${BASTION_STRIPE_SECRET}"]
+        bastion["providers"]["github"]["secrets"] = [{"env": "BASTION_GITHUB_SECRET"}]
+        bastion["providers"]["slack"]["secrets"] = [{"file": str(tmp_path / "not-mounted")}]
+        path = str(write_config(tmp_path, bastion, "bastion.yaml"))
+        env = {name: value for name, value in os.environ.items()
+               if not name.startswith("BASTION_")}
+
+        code, out, err = await run_cli("events", "list", "--config", path, "--json", env=env)
+        assert code == 0, err
+        assert [(e["event_id"], e["state"]) for e in map(json.loads, out.splitlines())] == [
+            ("evt_bastion", "failed")]
+        code, out, err = await run_cli("events", "show", "stripe", "evt_bastion", "--config",
+                                       path, "--json", env=env)
+        assert code == 0 and json.loads(out)["state"] == "failed", err
+        code, out, err = await run_cli("events", "release", "stripe", "evt_bastion",
+                                       "--config", path, env=env)
+        assert code == 0 and "released stripe:evt_bastion" in out, err
+
+        code, out, err = await run_cli("events", "redrive", "stripe", "evt_bastion",
+                                       "--config", path, env=env)
+        assert code == 2 and "upstream.signing_secrets[0]" in err, out + err
+        assert "BASTION_SIGNING_SECRET" in err and "providers." not in err
+        code, out, err = await run_cli("events", "redrive", "stripe", "evt_bastion",
+                                       "--config", path,
+                                       env={**env, "BASTION_SIGNING_SECRET": signing})
+        assert code == 0 and "as attempt 2" in out and "HTTP 200" in out, out + err
+        forward = dep.stub.seen[-1]
+        Webhook(signing).verify(forward.body, {k.lower(): v for k, v in forward.headers.items()})
 
 
 async def test_show_gives_times_bodies_and_the_stored_request(deployment: Deployment) -> None:

@@ -22,7 +22,7 @@ from sidecar.config.declarations import (
 )
 from sidecar.config.interpolate import interpolate
 from sidecar.config.kinds import Duration, Integer
-from sidecar.config.loader import BLOCKS, load_config_file, parse_config
+from sidecar.config.loader import BLOCKS, Secrets, load_config_file, parse_config
 from sidecar.config.model import LogFormat, LogLevel, PayloadMismatch, StoreKind
 from sidecar.config.problems import ConfigProblems
 from sidecar.core.durations import format_duration, parse_duration
@@ -120,6 +120,32 @@ def test_secrets_from_env_and_files_several_at_once(tmp_path: Path) -> None:
     assert "whsec" not in repr(config)  # secrets are redacted in every repr
     assert error_path(minimal(secrets=[{"file": "missing"}])) == "providers.stripe.secrets[0].file"
     assert error_path(minimal(secrets=[{"env": "UNSET"}])) == "providers.stripe.secrets[0].env"
+
+
+def test_a_load_without_secrets_neither_reads_nor_checks_them() -> None:
+    data = minimal(secrets=["${STRIPE_SECRET}", {"env": "UNSET"}, {"file": "missing"}, ""])
+    data.update(admin_token="${ADMIN_TOKEN}", admin_listen="0.0.0.0:9090")
+    data["upstream"]["signing_secrets"] = ["${SIGNING_SECRET}", "not-a-whsec"]
+    config = parse_config(data, env={}, secrets=Secrets.NONE)
+    assert config.providers[0].secrets == () and config.upstream.signing_secrets == ()
+    assert config.admin_token is None
+    assert not [w for w in config.warnings if "admin_token" in w]  # unread, not unset
+    assert config.providers[0].lease == 60  # everything else is read as usual …
+    with pytest.raises(ConfigError) as info:  # … and checked
+        parse_config({**data, "listen": "nowhere"}, env={}, secrets=Secrets.NONE)
+    assert info.value.path == "listen"
+
+
+def test_a_load_of_the_signing_secrets_reads_only_them() -> None:
+    data = minimal(secrets=["${STRIPE_SECRET}"])
+    data.update(admin_token="${ADMIN_TOKEN}")
+    data["upstream"]["signing_secrets"] = ["${SIGNING_SECRET}"]
+    with pytest.raises(ConfigProblems) as info:
+        parse_config(data, env={}, secrets=Secrets.SIGNING)
+    assert [p.path for p in info.value.problems] == ["upstream.signing_secrets[0]"]
+    signing = "whsec_" + "A" * 32
+    config = parse_config(data, env={"SIGNING_SECRET": signing}, secrets=Secrets.SIGNING)
+    assert len(config.upstream.signing_secrets) == 1 and config.providers[0].secrets == ()
 
 
 def test_standard_webhooks_secret_is_base64_decoded() -> None:

@@ -132,6 +132,22 @@ def test_unset_variables_are_reported_key_by_key_and_never_for_unknown_keys() ->
     ]
 
 
+def test_an_empty_secret_from_a_variable_names_the_variable() -> None:
+    data = minimal(secrets=["${STRIPE_SECRET}", "${SPARE_SECRET:-}", {"env": "OTHER"}])
+    data["upstream"]["signing_secrets"] = ["${SIGNING_SECRET}"]
+    env = {"STRIPE_SECRET": "", "SIGNING_SECRET": "", "OTHER": ""}
+    assert [(p.path, p.message) for p in problems(data, env).problems] == [
+        ("upstream.signing_secrets[0]",
+         "secret from ${SIGNING_SECRET} is empty: SIGNING_SECRET is set but empty"),
+        ("providers.stripe.secrets[0]",
+         "secret from ${STRIPE_SECRET} is empty: STRIPE_SECRET is set but empty"),
+        ("providers.stripe.secrets[1]",
+         "secret from ${SPARE_SECRET:-} is empty: SPARE_SECRET is not set, and its default "
+         "is empty"),
+        ("providers.stripe.secrets[2]", "secret from env:OTHER is empty"),
+    ]
+
+
 def test_a_path_used_twice_is_named_with_the_other_mistakes() -> None:
     data = minimal()
     data["providers"]["copy"] = {**data["providers"]["stripe"], "lease": "1s"}

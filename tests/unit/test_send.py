@@ -23,6 +23,7 @@ from sidecar.config.presets import load_preset
 from sidecar.core.errors import VerificationError
 from sidecar.core.eventid import delivery_items, parse_event_id_spec
 from sidecar.core.signing import decode_secret, parse_signature_spec, verify
+from sidecar.send import refusal
 
 PAYLOAD = b'{"id":"evt_send_1","type":"invoice.paid","event_id":"Ev1","data":{}}'
 
@@ -245,6 +246,7 @@ def test_failures_exit_1_and_usage_errors_exit_2(
     assert receiver.rejected == ["bad_signature"]
     out = capsys.readouterr().out
     assert "status=401" in out and "sent 1: 0 2xx, 1 other, 0 errors" in out
+    assert "reason=bad_signature" in out
 
     closed = receiver.url.replace(str(receiver.port), "1")
     assert main(["send", "--preset", "github", "--secret", "s", "--url", closed,
@@ -340,3 +342,15 @@ def test_quiet_prints_only_the_event_ids(
     captured = capsys.readouterr()
     assert captured.out == "evt_send_1\n"
     assert "#1 status=401" in captured.err, "a failure is still told, on stderr"
+
+
+def test_a_non_2xx_answer_says_why() -> None:
+    assert refusal(b'{"error": "signature verification failed", "reason": "bad_signature"}') \
+        == "reason=bad_signature: signature verification failed"
+    assert refusal(b'{"reason": "missing_nonce"}') == "reason=missing_nonce"
+    # The app's own answer, relayed: its start, escaped for the terminal.
+    assert refusal(b"no such order\x1b[2J") == "answer=no such order\\x1b[2J"
+    assert refusal(b"x" * 500) == "answer=" + "x" * 200 + "\u2026"
+    assert refusal(b'{"reason": 3}') == 'answer={"reason": 3}'
+    assert refusal(b"\xff\xfe") == "answer=\ufffd\ufffd"
+    assert refusal(b"") == ""
