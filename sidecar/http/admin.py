@@ -40,7 +40,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         return web.json_response({"status": "ready"})
 
     async def metrics(_: web.Request) -> web.Response:
-        body = proxy_app[METRICS].render()
+        body = await proxy_app[METRICS].scrape()
         return web.Response(body=body, headers={"Content-Type": proxy_app[METRICS].content_type})
 
     def guarded(handler: AdminHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
