@@ -87,13 +87,12 @@ async def test_the_bearer_scheme_in_any_case_and_the_bare_token_are_accepted(
     async with deploy("sqlite", tmp_path, None) as dep:
         dep.config["admin_token"] = token
         await dep.start(1)
-        assert dep.client is not None
-        proc = dep.procs[0]
+        client, proc = dep.client, dep.procs[0]
+        assert client is not None
 
         async def status(authorization: str | None) -> tuple[int, str | None]:
             headers = {} if authorization is None else {"Authorization": authorization}
-            async with dep.client.get(proc.admin_url + "/admin/events",  # type: ignore[union-attr]
-                                      headers=headers) as resp:
+            async with client.get(proc.admin_url + "/admin/events", headers=headers) as resp:
                 return resp.status, resp.headers.get("WWW-Authenticate")
 
         for accepted in (f"Bearer {token}", f"bearer {token}", f"BEARER {token}",
