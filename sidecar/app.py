@@ -137,6 +137,8 @@ def build_apps(
         upkeep = Maintenance(config, opened, metrics, keyring)
         background = ([asyncio.create_task(upkeep.run_store_upkeep(), name="store-upkeep")]
                       if store_upkeep else [])
+        if store_upkeep:  # the process that serves /metrics: its queue gauges are current
+            metrics.on_scrape = upkeep.refresh_queue_on_scrape
         if keyring.watches_files:
             background.append(asyncio.create_task(upkeep.run_secret_reloads(),
                                                   name="secret-reloads"))

@@ -1,5 +1,5 @@
 """Background upkeep in every proxy process: retention, the stuck-row and queue gauges, secret
-reloads.
+reloads; and the queue gauges' refresh when /metrics is scraped.
 
 Several replicas may run it at once: retention deletes in small batches that skip locked rows,
 and every step is safe to repeat.
@@ -8,6 +8,8 @@ and every step is safe to repeat.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -21,6 +23,16 @@ from sidecar.obs.metrics import Metrics
 
 log = get_logger("sidecar.maintenance")
 
+# A scrape of /metrics refreshes the queue gauges first, else they would be as old as
+# maintenance.interval (a minute by default) — an operator watching a backlog grow would see
+# none. Bounded: one store query at a time, shared by every scrape that comes while it runs; at
+# most one every SCRAPE_REFRESH_EVERY seconds (scrapes in between get the values it found); and
+# a scrape waits for it SCRAPE_REFRESH_WAIT seconds at most, then shows the last values, so a
+# slow store never hangs a scrape (the query goes on, within the store's own deadline). The
+# stuck-row gauge is left to the loop: its count scans the event table.
+SCRAPE_REFRESH_EVERY = 5.0
+SCRAPE_REFRESH_WAIT = 2.0
+
 
 class Maintenance:
     def __init__(self, config: Config, store: Store, metrics: Metrics, keyring: Keyring) -> None:
@@ -28,6 +40,9 @@ class Maintenance:
         self._store = store
         self._metrics = metrics
         self._keyring = keyring
+        self._queued = tuple(p.key for p in config.providers if p.mode is Mode.QUEUE)
+        self._scrape_refresh: asyncio.Task[None] | None = None  # the one in flight
+        self._scrape_refreshed_at = -math.inf  # when the last one started (monotonic)
 
     async def sweep_retention(self) -> dict[str, int]:
         """Delete every row past its provider's retention, batch by batch (each batch its own
@@ -57,15 +72,43 @@ class Maintenance:
     async def refresh_queue(self) -> None:
         """The queue gauges of queue-mode providers (waiting, oldest age, dead), over all
         replicas: one aggregate over the queue table."""
-        queued = [p.key for p in self._config.providers if p.mode is Mode.QUEUE]
-        if not queued:
+        if not self._queued:
             return
         stats = await self._store.queue_stats()
-        for key in queued:
+        for key in self._queued:
             found = stats.get(key, QueueStats(0, 0, 0.0))
             self._metrics.queue_depth.labels(key).set(found.pending)
             self._metrics.queue_oldest.labels(key).set(found.oldest_pending_seconds)
             self._metrics.queue_dead.labels(key).set(found.dead)
+
+    async def refresh_queue_on_scrape(self) -> None:
+        """Before /metrics renders: the queue gauges as the store has them now (or at most
+        ``SCRAPE_REFRESH_EVERY`` ago), if it answers within ``SCRAPE_REFRESH_WAIT``; else the
+        gauges keep their last values and a warning says why. Never raises."""
+        if not self._queued:
+            return
+        if self._scrape_refresh is None:
+            started = time.monotonic()
+            if started - self._scrape_refreshed_at < SCRAPE_REFRESH_EVERY:
+                return
+            self._scrape_refreshed_at = started
+            self._scrape_refresh = asyncio.create_task(self._refresh_for_scrape(),
+                                                       name="queue-gauges")
+        # asyncio.wait never cancels the refresh: a scrape that gives up leaves it running.
+        done, _ = await asyncio.wait([self._scrape_refresh], timeout=SCRAPE_REFRESH_WAIT)
+        if not done:
+            log.warning("queue_gauges_stale", reason="store_slow",
+                        waited_s=SCRAPE_REFRESH_WAIT)
+
+    async def _refresh_for_scrape(self) -> None:
+        try:
+            await self.refresh_queue()
+        except StoreError as exc:
+            log.warning("queue_gauges_stale", reason="store_error", error=str(exc))
+        except Exception:  # a bug must not break /metrics
+            log.exception("queue_gauges_refresh_crashed")
+        finally:
+            self._scrape_refresh = None
 
     def reload_secrets(self) -> tuple[str, ...]:
         result = self._keyring.reload()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -19,6 +19,7 @@ from sidecar.obs.logs import get_logger
 log = get_logger("sidecar.admin")
 
 AdminHandler = Callable[[web.Request], Awaitable[Any]]
+CHALLENGE = 'Bearer realm="webhook-sidecar admin"'  # with every 401 (RFC 9110 §11.6.1)
 
 
 def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
@@ -39,7 +40,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         return web.json_response({"status": "ready"})
 
     async def metrics(_: web.Request) -> web.Response:
-        body = proxy_app[METRICS].render()
+        body = await proxy_app[METRICS].scrape()
         return web.Response(body=body, headers={"Content-Type": proxy_app[METRICS].content_type})
 
     def guarded(handler: AdminHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -58,9 +59,14 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
                              "elsewhere",
                     "reason": "admin_token_required"}, status=403)
             if token is not None:
-                given = request.headers.get("Authorization", "").removeprefix("Bearer ")
-                if not hmac.compare_digest(given.encode(), token.encode()):
-                    return web.json_response({"error": "admin token required"}, status=401)
+                presented = _presents(request.headers.get("Authorization", ""), token)
+                if presented is None:
+                    return web.json_response({"error": "admin token required"}, status=401,
+                                             headers={"WWW-Authenticate": CHALLENGE})
+                if presented == "bare":
+                    log.warning("admin_token_without_scheme", path=request.path,
+                                message="send 'Authorization: Bearer <token>': the token "
+                                        "without a scheme is deprecated")
             try:
                 return web.json_response(await handler(request))
             except operations.OperationError as exc:
@@ -114,6 +120,22 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         web.post("/admin/events/{provider}/{event_id}/redrive", guarded(redrive)),
         web.post("/admin/queue/{provider}/redrive-dead", guarded(redrive_dead)),
     ]
+
+
+def _presents(authorization: str, token: str) -> Literal["bearer", "bare"] | None:
+    """How an ``Authorization`` value carries the admin token: ``bearer`` (the scheme in any
+    case, then one or more spaces: RFC 9110 §11.1), ``bare`` (the token alone, which earlier
+    versions accepted too: kept so deployments sending it keep working, but deprecated), or
+    None (it does not)."""
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() == "bearer" and _same(credentials.lstrip(" "), token):
+        return "bearer"
+    return "bare" if _same(authorization, token) else None
+
+
+def _same(given: str, token: str) -> bool:
+    # Header values are decoded with surrogateescape: encode them back the same way.
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode())
 
 
 def _from_loopback(request: web.Request) -> bool:

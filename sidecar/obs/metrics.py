@@ -6,11 +6,15 @@ environment before prometheus_client is imported: the supervisor sets it when it
 workers), and the worker serving ``/metrics`` renders the sum over all of them
 (``Metrics(multiprocess_dir=…)``). Counters and histograms are summed; the stuck-row gauge is
 set by one worker only and exported as its most recent value.
+
+``scrape()`` is what ``/metrics`` serves: ``on_scrape`` (set by the composition root) brings
+gauges up to date first, within its own bounds, then the registry is rendered.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import values as _values
@@ -33,6 +37,8 @@ class Metrics:
             raise RuntimeError(f"multiprocess metrics need ${MULTIPROC_ENV} set before "
                                "prometheus_client is imported")
         self.multiprocess_dir = multiprocess_dir
+        # Run before each scrape renders; it must not raise, and bounds its own time.
+        self.on_scrape: Callable[[], Awaitable[None]] | None = None
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.events = Counter(
             "webhook_events", "Deliveries by provider and result "
@@ -74,15 +80,16 @@ class Metrics:
         # queue mode
         self.queue_depth = Gauge(
             "webhook_queue_depth", "Queued events waiting or being delivered, per provider "
-            "(all replicas); refreshed by the maintenance loop.", ["provider"],
+            "(all replicas); refreshed by each scrape (at most every 5 s) and the maintenance "
+            "loop.", ["provider"],
             registry=self.registry, multiprocess_mode="mostrecent")
         self.queue_oldest = Gauge(
             "webhook_queue_oldest_age_seconds", "Age of the oldest queued event not yet "
-            "delivered (0 when none waits); refreshed by the maintenance loop.", ["provider"],
+            "delivered (0 when none waits); refreshed as webhook_queue_depth.", ["provider"],
             registry=self.registry, multiprocess_mode="mostrecent")
         self.queue_dead = Gauge(
             "webhook_queue_dead", "Dead (dead-lettered) events kept for re-drive; refreshed "
-            "by the maintenance loop.", ["provider"], registry=self.registry,
+            "as webhook_queue_depth.", ["provider"], registry=self.registry,
             multiprocess_mode="mostrecent")
         self.queue_attempts = Counter(
             "webhook_queue_attempts", "Tries of queued events by provider and how they ended "
@@ -91,6 +98,12 @@ class Metrics:
         self.dead_lettered = Counter(
             "webhook_dead_lettered", "Queued events that ran out of attempts or age and are "
             "now dead.", ["provider"], registry=self.registry)
+
+    async def scrape(self) -> bytes:
+        """What /metrics answers: the gauges refreshed by ``on_scrape``, then rendered."""
+        if self.on_scrape is not None:
+            await self.on_scrape()
+        return self.render()
 
     def render(self) -> bytes:
         if self.multiprocess_dir is None:

@@ -76,3 +76,35 @@ async def test_with_a_token_admin_answers_anywhere_that_presents_it(tmp_path: Pa
         assert (await statuses(dep.client, port, outside, bearer))["/admin/events"] == 200
         assert (await statuses(dep.client, port, outside))["/admin/events"] == 401
         assert (await statuses(dep.client, port, "127.0.0.1"))["/admin/events"] == 401
+
+
+async def test_the_bearer_scheme_in_any_case_and_the_bare_token_are_accepted(
+        tmp_path: Path) -> None:
+    """RFC 9110 §11.1: an auth scheme is case-insensitive, and one or more spaces separate it
+    from the token. The bare token (no scheme), which earlier releases accepted, still works
+    and logs a deprecation warning. Anything else is 401 with a Bearer challenge."""
+    token = "s3cr3t-admin-" + "t" * 20
+    async with deploy("sqlite", tmp_path, None) as dep:
+        dep.config["admin_token"] = token
+        await dep.start(1)
+        client, proc = dep.client, dep.procs[0]
+        assert client is not None
+
+        async def status(authorization: str | None) -> tuple[int, str | None]:
+            headers = {} if authorization is None else {"Authorization": authorization}
+            async with client.get(proc.admin_url + "/admin/events", headers=headers) as resp:
+                return resp.status, resp.headers.get("WWW-Authenticate")
+
+        for accepted in (f"Bearer {token}", f"bearer {token}", f"BEARER {token}",
+                         f"bEaReR {token}", f"Bearer   {token}"):
+            assert await status(accepted) == (200, None), accepted
+        assert not [e for e in proc.logs if e.get("event") == "admin_token_without_scheme"]
+
+        assert await status(token) == (200, None)
+        deprecated = await proc.wait_for_log("admin_token_without_scheme")
+        assert deprecated["level"] == "warning" and token not in str(deprecated)
+
+        for refused in (None, "", "Bearer", f"Basic {token}", f"Bearer {token}x",
+                        f"Bearer{token}", f"Bearer x{token}", "bearer " + "u" * len(token)):
+            assert await status(refused) == (401, 'Bearer realm="webhook-sidecar admin"'), (
+                refused)

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import re
 from pathlib import Path
 
 import aiohttp
@@ -12,6 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
+from sidecar.config.keyring import Keyring
+from sidecar.config.loader import parse_config
 from sidecar.config.schema import SCHEMA_FILE
 from tests.support import ProxyProcess
 
@@ -48,3 +53,21 @@ async def test_example_config_validates_and_starts_the_proxy(
         code = await proxy.terminate(timeout=30)
     assert code == 0, "\n".join(proxy.raw_logs)
     assert (tmp_path / "events.db").exists()
+
+
+def test_the_commented_forward_signing_block_is_valid_once_uncommented() -> None:
+    """config.example.yaml shows forward authentication commented out (the example must start
+    without a secret); uncommented as a user would, it validates and makes forwards signed."""
+    text = (REPO / "config.example.yaml").read_text(encoding="utf-8")
+    block = re.search(r"^  # signing_secrets:\n(?:  #   - .*\n)+", text, re.M)
+    assert block, "no commented signing_secrets block under upstream"
+    uncommented = text.replace(block.group(0), re.sub(r"^  # ", "  ", block.group(0), flags=re.M))
+    example = yaml.safe_load(uncommented)
+    schema = json.loads((REPO / SCHEMA_FILE).read_text(encoding="utf-8"))
+    jsonschema.validate(example, schema, cls=jsonschema.Draft202012Validator)
+    secret = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    config = parse_config(example, env={
+        "WEBHOOK_SIDECAR_SIGNING_SECRET": secret, "STRIPE_WEBHOOK_SECRET": "whsec_example",
+        "ACME_WEBHOOK_SECRET": "acme-example", "GITHUB_WEBHOOK_SECRET": "github-example"})
+    keyring = Keyring(config.providers, config.upstream.signing_secrets)
+    assert keyring.signing_keys() == (base64.b64decode(secret.removeprefix("whsec_")),)

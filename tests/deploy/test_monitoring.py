@@ -15,6 +15,7 @@ import jsonschema
 import promql_parser
 import pytest
 
+from sidecar.core.answers import RULES, Result
 from sidecar.core.durations import parse_duration
 from tests.deploy.chart_support import (
     CHART,
@@ -43,6 +44,9 @@ ALERTS = {
     "WebhookSidecarSecretReloadFailures": "warning", "WebhookSidecarPayloadMismatches": "info",
     "WebhookSidecarQueueAge": "warning", "WebhookSidecarDeadLetters": "warning",
 }
+# Every result whose refusal is a 401: what the signature alert and panel must count, read from
+# the code so that a new 401 refusal cannot be left out of them.
+REFUSED_401 = {rule.result.value for rule in RULES.values() if rule.status == 401}
 
 
 def selectors(node: Any) -> list[Any]:
@@ -115,7 +119,6 @@ def test_each_alert_watches_what_it_says(alert_sets: dict[str, dict[str, Manifes
     assert alerts["WebhookSidecarDown"]["expr"].startswith("up{")
     assert alerts["WebhookSidecarAbsent"]["expr"].startswith("absent(up{")
     assert "webhook_events_stuck" in alerts["WebhookSidecarEventsStuck"]["expr"]
-    assert 'result="invalid_signature"' in alerts["WebhookSidecarSignatureFailures"]["expr"]
     assert 'status_class!="2xx"' in alerts["WebhookSidecarAppFailures"]["expr"]
     store = alerts["WebhookSidecarStoreErrors"]["expr"]
     assert 'result="store_error"' in store
@@ -132,6 +135,34 @@ def test_each_alert_watches_what_it_says(alert_sets: dict[str, dict[str, Manifes
     assert re.search(r"increase\(webhook_dead_lettered_total\{[^}]*\}\[15m\]\)\) > 0", dead)
     assert re.search(r"max by \(namespace, job, provider\) \(webhook_queue_dead\{[^}]*\}\) > 0",
                      dead)
+
+
+def results_selected(expr: str) -> list[set[str]]:
+    """For each ``webhook_events_total`` selector of ``expr`` with a ``result`` matcher: the
+    results it selects (a regex matcher is anchored, as in Prometheus)."""
+    found = []
+    for selector in selectors(promql_parser.parse(expr)):
+        for matcher in selector.matchers.matchers:
+            if selector.name == "webhook_events_total" and matcher.name == "result":
+                op = str(matcher.op)
+                assert op in ("MatchOp.Equal", "MatchOp.Re"), (expr, op)
+                found.append({r.value for r in Result
+                              if (r.value == matcher.value if op == "MatchOp.Equal"
+                                  else re.fullmatch(matcher.value, r.value))})
+    return found
+
+
+def test_the_signature_alert_and_panel_count_every_401_refusal(
+        alert_sets: dict[str, dict[str, Manifest]]) -> None:
+    """invalid_signature and replayed_body (a signed body resent under a fresh event id: the
+    attack the replay guard exists for) page alike."""
+    assert {"invalid_signature", "replayed_body"} <= REFUSED_401
+    alert = results_selected(alert_sets["realistic"]["WebhookSidecarSignatureFailures"]["expr"])
+    assert alert and all(selected == REFUSED_401 for selected in alert), alert
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    [panel] = [p for p in dashboard["panels"] if p["title"].startswith("Signature failures")]
+    shown = [s for t in panel["targets"] for s in results_selected(substitute(t["expr"]))]
+    assert shown and all(selected == REFUSED_401 for selected in shown), shown
 
 
 def test_queue_alerts_are_configurable() -> None:

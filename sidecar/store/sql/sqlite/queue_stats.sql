@@ -1,6 +1,7 @@
 -- Per provider with entries: waiting or in flight (due_at set), dead, and the age of the
 -- oldest waiting or in-flight one from when it was queued or re-driven (0 when none). For the
--- metrics refresh, never the request path.
+-- metrics refresh (the maintenance loop, and /metrics at most every few seconds), never the
+-- request path.
 SELECT provider,
        count(due_at) AS pending,
        count(*) - count(due_at) AS dead,
