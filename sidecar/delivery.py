@@ -282,7 +282,7 @@ class Pipeline:
         except EventIdError:
             return refuse("invalid_signature", "missing_nonce")
         bound = await self._store.bind_nonce(provider, nonce, body.sha256)
-        if bound != body.sha256:
+        if bound.digest != body.sha256:
             return refuse("invalid_signature", "replayed_signature")
         return None
 
@@ -294,7 +294,7 @@ class Pipeline:
         guard = guard_key(body.sha256)
         bound = self._known.bound(provider.key, guard)
         if bound is None:
-            bound = await self._store.bind_nonce(provider.key, guard, ids)
+            bound = (await self._store.bind_nonce(provider.key, guard, ids)).digest
             self._known.remember_bound(provider.key, guard, bound, provider.retention)
         return bound != ids
 
