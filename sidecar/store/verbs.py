@@ -86,9 +86,10 @@ class SQLStore(abc.ABC):
         return await self._rows("complete", params)
 
     async def _bind_nonce(self, params: Params) -> Sequence[Record]:
-        """``bind_nonce.sql``: the binding (``binding.fragment.sql``), or no row when the nonce is bound
-        already by an insert the statement did not see (then ``get_nonce.sql`` reads it). An adapter may send
-        concurrent calls together, each answered as if it had run alone."""
+        """``bind_nonce.sql``: the binding (``binding.fragment.sql``), or no row when the
+        nonce is bound already by an insert the statement did not see (then ``get_nonce.sql``
+        reads it). An adapter may send concurrent calls together, each answered as if it had
+        run alone."""
         return await self._rows("bind_nonce", params)
 
     # -- the Store verbs -------------------------------------------------------------------
