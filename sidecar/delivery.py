@@ -341,8 +341,8 @@ class Pipeline:
         known = self._known.done(provider.key, event_id)
         if known is not None:
             # Answered without the database, as its done row would be (``decide``:
-            # AnswerRecorded). Nothing is learned, so nothing is remembered anew: the entry
-            # ends when it was set to end when first learned.
+            # AnswerRecorded). Nothing is learned, so nothing is remembered anew: the entry's
+            # end stays where it was fixed when the fact was first learned.
             trace.fields["known"] = True
             if self._refuses_other_body(provider, event_id, known.body_sha256, digest, trace):
                 return _Settled(refuse("payload_mismatch"), known.attempt)
