@@ -46,6 +46,7 @@ from sidecar.core.errors import EventIdError, RowLocked, StoreError, Verificatio
 from sidecar.core.eventid import BatchItem, EventIdSpec, delivery_items, extract_event_id
 from sidecar.core.events import (
     AttemptResult,
+    Claim,
     EventRow,
     EventState,
     Forwarded,
@@ -103,6 +104,7 @@ class _Ours:
     attempt: int
     result: Result  # NEW or TAKEOVER
     digest: bytes  # what the row holds as the body's hash (``claim_digest``)
+    until: float  # if it ends done: when retention deletes the row (``KnownAnswers.until``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +235,7 @@ class Pipeline:
         request = StoredRequest(inbound.method, inbound.path, self._app_headers(inbound),
                                 body.raw)
         started = time.monotonic()
+        asked = self._known.now()
         enqueued = await self._store.enqueue(
             provider.key, event_id, digest, request, order_key=order_key_of(provider, body),
             max_depth=provider.queue.max_queue_depth)
@@ -242,7 +245,8 @@ class Pipeline:
         if enqueued.full:
             return refuse("queue_full", limit=provider.queue.max_queue_depth)
         if enqueued.accepted:
-            self._known.remember_accepted(provider.key, event_id, digest, provider.retention)
+            self._known.remember_accepted(provider.key, event_id, digest,
+                                          self._known.until(asked, provider.retention))
             self._on_queued(provider.key)
             return accepted(event_id, first=True)
         row = enqueued.row
@@ -252,7 +256,7 @@ class Pipeline:
                 and await self._store.queue_entry(provider.key, event_id) is None):
             return None
         self._known.remember_accepted(provider.key, event_id, row.body_sha256,
-                                      provider.retention)
+                                      self._known.until(asked, provider.retention, row))
         trace.attempt = row.attempt
         return self._accepted_again(provider, event_id, row.body_sha256, digest, trace)
 
@@ -282,7 +286,7 @@ class Pipeline:
         except EventIdError:
             return refuse("invalid_signature", "missing_nonce")
         bound = await self._store.bind_nonce(provider, nonce, body.sha256)
-        if bound != body.sha256:
+        if bound.digest != body.sha256:
             return refuse("invalid_signature", "replayed_signature")
         return None
 
@@ -294,8 +298,11 @@ class Pipeline:
         guard = guard_key(body.sha256)
         bound = self._known.bound(provider.key, guard)
         if bound is None:
-            bound = await self._store.bind_nonce(provider.key, guard, ids)
-            self._known.remember_bound(provider.key, guard, bound, provider.retention)
+            asked = self._known.now()
+            binding = await self._store.bind_nonce(provider.key, guard, ids)
+            bound = binding.digest
+            self._known.remember_bound(provider.key, guard, bound,
+                                       self._known.until(asked, provider.retention, binding))
         return bound != ids
 
     async def _claim_all(self, provider: ProviderConfig, inbound: Inbound, body: Body,
@@ -331,35 +338,52 @@ class Pipeline:
         ``deadline`` (loop time)."""
         loop = asyncio.get_running_loop()
         event_id = item.event_id
-        row = self._known.done(provider.key, event_id)
-        if row is not None:
-            trace.fields["known"] = True  # answered without the database
-        else:
-            row = await self._claim(provider, event_id, digest, payload, trace)
-            if row is None:
-                return _Ours(item, 1, Result.NEW, digest)
-        if self._refuses_other_body(provider, event_id, row.body_sha256, digest, trace):
-            return _Settled(refuse("payload_mismatch"), row.attempt)
+        known = self._known.done(provider.key, event_id)
+        if known is not None:
+            # Answered without the database, as its done row would be (``decide``:
+            # AnswerRecorded). Nothing is learned, so nothing is remembered anew: the entry's
+            # end stays where it was fixed when the fact was first learned.
+            trace.fields["known"] = True
+            if self._refuses_other_body(provider, event_id, known.body_sha256, digest, trace):
+                return _Settled(refuse("payload_mismatch"), known.attempt)
+            return _recorded(known)
+
+        # ``asked``: the memory's clock before the store call that read ``row``, which dates
+        # what the memory learns from it (``KnownAnswers.until``).
+        asked = self._known.now()
+        claim = await self._claim(provider, event_id, digest, payload, trace)
+        if claim.won:
+            return _Ours(item, 1, Result.NEW, digest,
+                         self._known.until(asked, provider.retention, claim.row))
+        if self._refuses_other_body(provider, event_id, claim.row.body_sha256, digest, trace):
+            return _Settled(refuse("payload_mismatch"), claim.row.attempt)
+        row: EventRow | None = claim.row
 
         waits = 0
         for _ in range(MAX_DECISION_STEPS):
             if row is None:  # deleted meanwhile (operator or retention): claim afresh
-                row = await self._claim(provider, event_id, digest, payload, trace)
-                if row is None:
-                    return _Ours(item, 1, Result.NEW, digest)
+                asked = self._known.now()
+                claim = await self._claim(provider, event_id, digest, payload, trace)
+                if claim.won:
+                    return _Ours(item, 1, Result.NEW, digest,
+                                 self._known.until(asked, provider.retention, claim.row))
+                row = claim.row
             match decide(row, waits=waits, wait_left=deadline - loop.time()):
                 case AnswerRecorded(recorded):
-                    self._known.remember_done(recorded, provider.retention)
-                    return _Settled(replayed(recorded.response, recorded.attempt),
-                                    recorded.attempt)
+                    self._known.remember_done(
+                        recorded, self._known.until(asked, provider.retention, recorded))
+                    return _recorded(recorded)
                 case TakeOver():
+                    # A take-over keeps the row's first receipt: so does its answer's memory.
+                    until = self._known.until(asked, provider.retention, row)
                     try:
                         attempt = await self._store.take_over(provider.key, event_id,
                                                               provider.lease, self._owner)
                     except RowLocked:  # another session holds the row: as good as in flight
                         return _Settled(refuse("in_flight", "row_locked", lease=1), row.attempt)
                     if attempt is not None:
-                        return _Ours(item, attempt, Result.TAKEOVER, digest)
+                        return _Ours(item, attempt, Result.TAKEOVER, digest, until)
+                    asked = self._known.now()
                     before, row = row, await self._store.get(provider.key, event_id)
                     if _untakeable(before, row):
                         # Nobody took it and it is as it was: a queue-mode row (its delivery
@@ -369,6 +393,7 @@ class Pipeline:
                 case Wait(pause):
                     await asyncio.sleep(pause)
                     waits += 1
+                    asked = self._known.now()
                     row = await self._store.get(provider.key, event_id)
                 case Busy(retry_after):
                     return _Settled(refuse("in_flight", lease=retry_after), row.attempt)
@@ -377,15 +402,15 @@ class Pipeline:
         raise StoreError("event row kept changing; giving up this delivery")
 
     async def _claim(self, provider: ProviderConfig, event_id: str, digest: bytes,
-                     payload: StoredRequest | None, trace: _Trace) -> EventRow | None:
-        """The row another delivery holds, or None when this delivery inserted it."""
+                     payload: StoredRequest | None, trace: _Trace) -> Claim:
+        """The claim: won (this delivery inserted the row), or the row another one holds."""
         started = time.monotonic()
         claim = await self._store.claim(provider.key, event_id, digest, provider.lease,
                                         self._owner, payload)
         seconds = time.monotonic() - started
         self._observer.claimed(provider.key, seconds)
         trace.fields.setdefault("claim_ms", round(seconds * 1000, 2))
-        return None if claim.won else claim.row
+        return claim
 
     async def _forward(self, provider: ProviderConfig, inbound: Inbound, body: Body,
                        items: list[BatchItem], ours: list[_Ours],
@@ -424,14 +449,16 @@ class Pipeline:
 
     def _remember_done(self, provider: ProviderConfig, ours: Sequence[_Ours],
                        result: AttemptResult) -> None:
-        """The rows this forward just recorded as done, as the store now holds them."""
+        """The rows this forward just recorded as done, as the store now holds them (what a
+        duplicate is answered with; their times are not the store's and are not read), each
+        until retention deletes it: fixed when its claim or take-over read it (``until``)."""
         now = self._clock()
         for o in ours:
             self._known.remember_done(EventRow(
                 provider.key, o.item.event_id, EventState.DONE, o.attempt, o.digest,
                 received_at=now, updated_at=now, lease_until=None, outcome=result.outcome,
                 response=result.response, latency_ms=result.latency_ms, now=now,
-            ), provider.retention)
+            ), o.until)
 
     def _app_headers(self, inbound: Inbound) -> tuple[tuple[str, str], ...]:
         """The headers the app gets, now and on a re-drive: forwarding headers by the
@@ -450,6 +477,11 @@ class Pipeline:
         for outcome in await asyncio.gather(*writes, return_exceptions=True):
             if isinstance(outcome, BaseException) and not isinstance(outcome, StoreError):
                 raise outcome
+
+
+def _recorded(row: EventRow) -> _Settled:
+    """A done row's answer: the recorded response, replayed."""
+    return _Settled(replayed(row.response, row.attempt), row.attempt)
 
 
 def _untakeable(before: EventRow, after: EventRow | None) -> bool:

@@ -103,14 +103,15 @@ def pipeline_for(config: Config, *, store: Store | None = None,
                  metrics: Metrics | None = None,
                  owner: str = "test") -> Pipeline:
     """The delivery pipeline wired as in production (``config.trusted_proxies`` included),
-    with test doubles by default."""
+    with test doubles by default. ``clock`` is the one clock of the test: signatures, the
+    in-memory store and the memory of known answers (``answer_cache``) all read it."""
     metrics = metrics or Metrics()
     store = store or MemoryStore(clock=clock)
     keyring = Keyring(config.providers, config.upstream.signing_secrets)
     forwarder = Forwarder(store, upstream or FakeUpstream(), metrics, set(),
                           signing_keys=keyring.signing_keys, clock=clock)
     return Pipeline(store=store, forwarder=forwarder, keyring=keyring,
-                    known=KnownAnswers(config.answer_cache),
+                    known=KnownAnswers(config.answer_cache, clock),
                     owner=owner, observer=DeliveryTelemetry(metrics), clock=clock,
                     trusted_proxies=config.trusted_proxies)
 

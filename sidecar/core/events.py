@@ -111,6 +111,17 @@ class EventRow:
 
 
 @dataclass(frozen=True, slots=True)
+class NonceBinding:
+    """A nonce (or the replay guard's body key) as bound in the store: the hash it is bound to,
+    when it was first bound, and the database clock at the answer (epoch seconds, as in
+    ``EventRow``). Its age, ``now - received_at``, tells how long retention still keeps it."""
+
+    digest: bytes  # the body hash (Mailgun) or the event ids' digest (the replay guard)
+    received_at: float
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
 class StoredRequest:
     """The first delivery's request, kept for providers with ``store_payload: true`` so that an
     operator can re-drive a failed event."""

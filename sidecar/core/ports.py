@@ -11,6 +11,7 @@ from sidecar.core.events import (
     Enqueued,
     EventRow,
     EventState,
+    NonceBinding,
     QueuedWork,
     QueueEntry,
     QueueStats,
@@ -99,10 +100,12 @@ class Store(Protocol):
         ``older_than_seconds`` ago, never a ``processing`` row with a live lease."""
         ...
 
-    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
+    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> NonceBinding:
         """Bind a signature nonce to the body hash first seen with it (atomically, across
-        processes) and return the bound hash: a different one means the signed nonce was
-        replayed with another body."""
+        processes) and return the binding: its hash (a different one means the signed nonce was
+        replayed with another body), when it was first bound, and the database clock now. A
+        later bind never moves ``received_at``: retention (``purge_nonces``) deletes the binding
+        by it, so its age tells how long the binding is still kept."""
         ...
 
     async def purge_nonces(self, provider: str, older_than_seconds: float,

@@ -23,6 +23,7 @@ from sidecar.core.events import (
     Enqueued,
     EventRow,
     EventState,
+    NonceBinding,
     Outcome,
     QueuedWork,
     QueueEntry,
@@ -272,10 +273,11 @@ class MemoryStore:
             self._queue.pop((e.provider, e.event_id), None)
         return len(doomed)
 
-    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
+    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> NonceBinding:
         now = await self._now("bind_nonce")
-        bound, _ = self._nonces.setdefault((provider, nonce), (bytes(body_sha256), now))
-        return bound
+        bound, received_at = self._nonces.setdefault((provider, nonce),
+                                                     (bytes(body_sha256), now))
+        return NonceBinding(bound, received_at, now)
 
     async def purge_nonces(self, provider: str, older_than_seconds: float,
                            batch_size: int) -> int:

@@ -11,6 +11,7 @@ from sidecar.core.events import (
     AttemptResult,
     EventRow,
     EventState,
+    NonceBinding,
     Outcome,
     QueuedWork,
     QueueEntry,
@@ -61,6 +62,12 @@ def event_row(record: Record) -> EventRow:
         latency_ms=_float(record["latency_ms"]),
         now=float(record["now"]),
     )
+
+
+def nonce_binding(record: Record) -> NonceBinding:
+    """A ``NonceBinding`` from a record with the columns of ``binding.fragment.sql``."""
+    return NonceBinding(digest=bytes(record["body_sha256"]),
+                        received_at=float(record["received_at"]), now=float(record["now"]))
 
 
 def stored_request(record: Record) -> StoredRequest | None:

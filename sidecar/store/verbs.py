@@ -30,6 +30,7 @@ from sidecar.core.events import (
     Enqueued,
     EventRow,
     EventState,
+    NonceBinding,
     QueuedWork,
     QueueEntry,
     QueueStats,
@@ -85,9 +86,10 @@ class SQLStore(abc.ABC):
         return await self._rows("complete", params)
 
     async def _bind_nonce(self, params: Params) -> Sequence[Record]:
-        """``bind_nonce.sql``: the bound hash, or no row when the nonce is bound already by an
-        insert the statement did not see (then ``get_nonce.sql`` reads it). An adapter may send
-        concurrent calls together, each answered as if it had run alone."""
+        """``bind_nonce.sql``: the binding (``binding.fragment.sql``), or no row when the
+        nonce is bound already by an insert the statement did not see (then ``get_nonce.sql``
+        reads it). An adapter may send concurrent calls together, each answered as if it had
+        run alone."""
         return await self._rows("bind_nonce", params)
 
     # -- the Store verbs -------------------------------------------------------------------
@@ -162,14 +164,14 @@ class SQLStore(abc.ABC):
     async def purge(self, provider: str, older_than_seconds: float, batch_size: int) -> int:
         return await self._purge("purge", provider, older_than_seconds, batch_size)
 
-    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> bytes:
+    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> NonceBinding:
         params = {"provider": provider, "nonce": nonce, "body_sha256": body_sha256}
         for _ in range(3):
             # No row from bind_nonce.sql: the nonce was bound already, by an insert its snapshot
             # did not see (PostgreSQL) or at all (SQLite's INSERT answers only what it inserted).
-            rows = await self._bind_nonce(params) or await self._rows("get_nonce", params)
-            if rows:
-                return bytes(rows[0]["body_sha256"])
+            found = await self._bind_nonce(params) or await self._rows("get_nonce", params)
+            if found:
+                return rows.nonce_binding(found[0])
             # Purged between the two statements: bind it again.
         raise StoreError(f"nonce of {provider} did not settle after 3 tries")
 

@@ -34,6 +34,7 @@ import asyncpg
 import pytest
 
 from sidecar.core.errors import StoreError
+from sidecar.core.events import NonceBinding
 from sidecar.store.postgres import PostgresStore
 from sidecar.store.sqlite import SQLiteStore
 from tests.integration.test_coalesced_writes import (
@@ -54,6 +55,11 @@ PROVIDER = "github"  # never "mailgun" or "other": the contract suite counts tho
 
 def _digest(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()
+
+
+def digests(bindings: Sequence[NonceBinding]) -> list[bytes]:
+    """The hash each bind answered (what these tests compare; when is the contract's)."""
+    return [binding.digest for binding in bindings]
 
 
 def _nonces(count: int) -> list[str]:
@@ -81,8 +87,8 @@ async def _bind_all(stores: Sequence[Any], nonces: list[str], copies: int,
     the hashes offered and the hashes answered, per nonce."""
     calls = [(nonce, stores[(n + i) % len(stores)], _digest(f"{nonce}/{n}"))
              for n in range(copies) for i, nonce in enumerate(nonces)]
-    bound = await asyncio.gather(*(store.bind_nonce(PROVIDER, nonce, sha)
-                                   for nonce, store, sha in calls))
+    bound = digests(await asyncio.gather(*(store.bind_nonce(PROVIDER, nonce, sha)
+                                           for nonce, store, sha in calls)))
     offered: dict[str, set[bytes]] = defaultdict(set)
     answered: dict[str, list[bytes]] = defaultdict(list)
     for (nonce, _, sha), got in zip(calls, bound, strict=True):
@@ -183,15 +189,15 @@ async def test_binds_of_one_nonce_inside_one_batch_behave_like_concurrent_binds(
 ) -> None:
     first, x, y, old = _nonces(4)
     old_sha = _digest("bound before")
-    assert await store.bind_nonce(PROVIDER, old, old_sha) == old_sha
+    assert (await store.bind_nonce(PROVIDER, old, old_sha)).digest == old_sha
     # The first call goes alone; the ones behind it go out as one batch holding x and y five
     # times each (every call with a body of its own), and the nonce bound before, twice.
     keys = [first] + [x, y] * 5 + [old, old]
     offered = [_digest(f"body {n}") for n in range(len(keys))]
     offered[-1] = old_sha  # a redelivery of the old nonce's body; the one before it, a replay
     singles = store._binds.singles
-    bound = await asyncio.gather(*(store.bind_nonce(PROVIDER, k, sha)
-                                   for k, sha in zip(keys, offered, strict=True)))
+    bound = digests(await asyncio.gather(*(store.bind_nonce(PROVIDER, k, sha)
+                                           for k, sha in zip(keys, offered, strict=True))))
     assert (store._binds.singles - singles, store._binds.batches, store._binds.batched) == \
         (1, 1, len(keys) - 1)
     assert bound[0] == offered[0]
@@ -201,8 +207,8 @@ async def test_binds_of_one_nonce_inside_one_batch_behave_like_concurrent_binds(
     assert [b for k, b in zip(keys, bound, strict=True) if k == y] == [offered[2]] * 5
     assert bound[-2:] == [old_sha, old_sha]
     # Repeats of either body, later and alone, answer the same.
-    assert await store.bind_nonce(PROVIDER, x, offered[3]) == offered[1]
-    assert await store.bind_nonce(PROVIDER, y, offered[2]) == offered[2]
+    assert (await store.bind_nonce(PROVIDER, x, offered[3])).digest == offered[1]
+    assert (await store.bind_nonce(PROVIDER, y, offered[2])).digest == offered[2]
 
 
 # == (d) a competitor that commits after the batch's snapshot =================================
@@ -257,9 +263,9 @@ async def test_an_item_whose_competitor_commits_after_the_snapshot_reads_the_has
                     and await _waiting_backends(watcher) == 1)
 
         await until(batch_waits, "the batch inserted its nonces and waits for holder b")
-        assert await first == _digest("first")
+        assert (await first).digest == _digest("first")
         await holders[1].execute("COMMIT")  # ...after its snapshot was taken
-        bound = await asyncio.gather(*batch)
+        bound = digests(await asyncio.gather(*batch))
     finally:
         for conn in (*holders, watcher):
             conn.terminate()
@@ -300,8 +306,8 @@ async def test_a_bind_batch_whose_answer_was_lost_answers_each_item_its_hash(
                                             statement_cache_size=0)
         stack.push_async_callback(store.close)
         eater.arm(b"unnest(")  # the batch statement (the first call goes alone)
-        bound = await asyncio.gather(*(store.bind_nonce(PROVIDER, k, sha)
-                                       for k, sha in zip(keys, offered, strict=True)))
+        bound = digests(await asyncio.gather(*(store.bind_nonce(PROVIDER, k, sha)
+                                               for k, sha in zip(keys, offered, strict=True))))
         assert eater.fired.is_set(), "the batch committed and its answer was swallowed"
         assert (store._binds.singles, store._binds.batches) == (1, 1)
     # Each item's repeat found what the batch bound: the first of each nonce its own hash, the
@@ -336,9 +342,9 @@ async def test_an_idle_bind_goes_out_alone_as_the_single_statement(
     (nonce,) = _nonces(1)
     one, other = _digest("one"), _digest("other")
     # One after the other: nothing is ever in flight at a call's start.
-    assert await store.bind_nonce(PROVIDER, nonce, one) == one  # new
-    assert await store.bind_nonce(PROVIDER, nonce, one) == one  # a redelivery
-    assert await store.bind_nonce(PROVIDER, nonce, other) == one  # a replay
+    assert (await store.bind_nonce(PROVIDER, nonce, one)).digest == one  # new
+    assert (await store.bind_nonce(PROVIDER, nonce, one)).digest == one  # a redelivery
+    assert (await store.bind_nonce(PROVIDER, nonce, other)).digest == one  # a replay
     assert (store._binds.singles, store._binds.batches) == (3, 0)
     if isinstance(store, PostgresStore):
         assert sent == ["bind_nonce"] * 3, "bind_nonce.sql, never a batch"

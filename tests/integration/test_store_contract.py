@@ -101,6 +101,11 @@ class MemoryBackdoor(Backdoor):
     def hold_write_lock(self, provider: str, event_id: str) -> AbstractAsyncContextManager[None]:
         return self.store.hold_row(provider, event_id)
 
+    async def backdate_nonces(self, provider: str, seconds: float) -> None:
+        for key, (bound, received_at) in list(self.store._nonces.items()):
+            if key[0] == provider:
+                self.store._nonces[key] = (bound, received_at - seconds)
+
     async def impatient_store(self) -> Store:
         return _Unclosed(self.store)  # the same rows, as a second process would see them
 
@@ -780,18 +785,47 @@ async def test_a_nonce_is_bound_to_the_first_body_seen_with_it(
     store: Store, backdoor: Backdoor
 ) -> None:
     first, other = hashlib.sha256(b"first").digest(), hashlib.sha256(b"other").digest()
-    assert await store.bind_nonce("mailgun", "tok_1", first) == first
-    assert await store.bind_nonce("mailgun", "tok_1", other) == first  # a replay: refused
-    assert await store.bind_nonce("mailgun", "tok_1", first) == first  # a redelivery: fine
-    assert await store.bind_nonce("other", "tok_1", other) == other  # per provider
+    assert (await store.bind_nonce("mailgun", "tok_1", first)).digest == first
+    assert (await store.bind_nonce("mailgun", "tok_1", other)).digest == first  # a replay
+    assert (await store.bind_nonce("mailgun", "tok_1", first)).digest == first  # a redelivery
+    assert (await store.bind_nonce("other", "tok_1", other)).digest == other  # per provider
     # Concurrent first sightings with different bodies: exactly one body wins, for everyone.
     bodies = [hashlib.sha256(f"b{i}".encode()).digest() for i in range(20)]
-    bound = await asyncio.gather(*(store.bind_nonce("mailgun", "tok_2", b) for b in bodies))
+    bound = [b.digest for b in await asyncio.gather(
+        *(store.bind_nonce("mailgun", "tok_2", b) for b in bodies))]
     assert len(set(bound)) == 1 and bound[0] in bodies
     assert await store.purge_nonces("mailgun", 3600, 10) == 0  # all fresh
     assert await store.purge_nonces("mailgun", 0, 1) == 1  # one per batch, oldest first
     assert await store.purge_nonces("mailgun", 0, 10) == 1
-    assert await store.bind_nonce("mailgun", "tok_1", other) == other  # forgotten once purged
+    assert (await store.bind_nonce("mailgun", "tok_1", other)).digest == other  # purged: anew
+
+
+async def test_a_binding_is_answered_with_when_it_was_first_bound(
+    store: Store, backdoor: Backdoor
+) -> None:
+    """``bind_nonce`` answers when the binding was made and the database clock, so a caller
+    can tell how long retention keeps it (the answer cache dates what it remembers by this): a
+    later bind, a redelivery or a replay, never moves the time, and the age is the one
+    ``purge_nonces`` goes by."""
+    provider = "mailgun_dated"
+    first, other = hashlib.sha256(b"first").digest(), hashlib.sha256(b"other").digest()
+    made = await store.bind_nonce(provider, "tok", first)
+    assert made.digest == first and 0.0 <= made.now - made.received_at < 5.0
+    await backdoor.backdate_nonces(provider, 600)
+    for body in (first, other):  # a redelivery, then a replay
+        again = await store.bind_nonce(provider, "tok", body)
+        assert again.digest == first
+        assert again.received_at == pytest.approx(made.received_at - 600, abs=0.01)
+        assert 600.0 <= again.now - again.received_at < 605.0
+    age = again.now - again.received_at
+    assert await store.purge_nonces(provider, age + 60, 10) == 0  # younger than that: kept
+    assert await store.purge_nonces(provider, age - 60, 10) == 1
+    # Concurrent first sightings (sent together as one batch where the store does that): one
+    # binding, one time, for everyone.
+    bodies = [hashlib.sha256(f"b{i}".encode()).digest() for i in range(20)]
+    bound = await asyncio.gather(*(store.bind_nonce(provider, "tok_2", b) for b in bodies))
+    assert len({(b.digest, b.received_at) for b in bound}) == 1
+    assert all(b.now >= b.received_at for b in bound)
 
 
 # == the memory store's own clock =============================================================
@@ -833,7 +867,7 @@ async def test_memory_store_keeps_time_by_the_injected_clock() -> None:
     assert [r.event_id for r in await store.list_events(older_than_seconds=30.0)] == ["evt_1"]
     assert await store.purge("stripe", 30.0, 10) == 1
 
-    assert await store.bind_nonce("mailgun", "tok", BODY) == BODY
+    assert (await store.bind_nonce("mailgun", "tok", BODY)).digest == BODY
     assert await store.purge_nonces("mailgun", 0.0, 10) == 0, "bound this very instant"
     clock.now += 1.0
     assert await store.purge_nonces("mailgun", 0.0, 10) == 1

@@ -2,7 +2,7 @@
 -- autocommitted statement at READ COMMITTED: one commit, one WAL flush for all of them. Each item
 -- is one call of bind_nonce.sql; every parameter is an array with one element per item, in item
 -- order (arrival order). Answers one row per item that found its nonce, numbered by `item`
--- (1-based), with the hash the nonce is bound to:
+-- (1-based), with the binding (binding.fragment.sql: the hash the nonce is bound to, and when):
 --
 -- * the item's own :body_sha256, bound by this statement: the nonce was new, and this item is
 --   the first of the batch to bind it.
@@ -36,17 +36,17 @@ WITH t AS (
       FROM item AS i CROSS JOIN t
      ORDER BY i.key_provider, i.key_nonce, i.n
     ON CONFLICT (provider, nonce) DO NOTHING
-    RETURNING w.provider, w.nonce, w.body_sha256
+    RETURNING w.provider, w.nonce, w.body_sha256, w.received_at
 ), found AS (
-    SELECT ins.provider, ins.nonce, ins.body_sha256
+    SELECT ins.provider, ins.nonce, ins.body_sha256, ins.received_at
       FROM ins
     UNION ALL
-    SELECT w.provider, w.nonce, w.body_sha256
+    SELECT w.provider, w.nonce, w.body_sha256, w.received_at
       FROM webhook_nonce AS w
      WHERE (w.provider, w.nonce) IN (SELECT key_provider, key_nonce FROM item)
        AND NOT EXISTS (SELECT 1 FROM ins
                         WHERE ins.provider = w.provider AND ins.nonce = w.nonce)
 )
-SELECT i.n AS item, f.body_sha256
+SELECT i.n AS item, {{binding}}
   FROM item AS i
   JOIN found AS f ON f.provider = i.key_provider AND f.nonce = i.key_nonce;

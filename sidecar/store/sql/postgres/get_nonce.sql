@@ -1,1 +1,1 @@
-SELECT body_sha256 FROM webhook_nonce WHERE provider = :provider::text AND nonce = :nonce::text;
+SELECT {{binding}} FROM webhook_nonce WHERE provider = :provider::text AND nonce = :nonce::text;

@@ -1,1 +1,1 @@
-SELECT body_sha256 FROM webhook_nonce WHERE provider = :provider AND nonce = :nonce;
+SELECT {{binding}} FROM webhook_nonce WHERE provider = :provider AND nonce = :nonce;
