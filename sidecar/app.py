@@ -171,6 +171,6 @@ def build_apps(
     for provider in config.providers:
         proxy.router.add_post(provider.path, delivery_handler(provider))
 
-    admin = web.Application()
+    admin = web.Application(middlewares=[tracked])  # its connections are bounded as well
     admin.add_routes(admin_routes(proxy))
     return Apps(proxy=proxy, admin=admin, shutdown=shutdown)

@@ -15,7 +15,7 @@ import sqlite3
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from tests.support import (
     post,
     stripe_event,
     stripe_headers,
+    until,
     write_config,
 )
 
@@ -56,17 +57,6 @@ def running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-async def until(condition: Callable[[], bool], timeout: float) -> None:
-    """Until ``condition`` (on the proxy's log lines read so far, or on /proc) holds."""
-    async def poll() -> None:
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.01)  # polling, bounded by wait_for
-
-    await asyncio.wait_for(poll(), timeout)
 
 
 def deliveries(proc: ProxyProcess) -> list[dict[str, Any]]:
