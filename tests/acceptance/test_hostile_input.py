@@ -527,10 +527,10 @@ async def test_thousands_of_idle_admin_connections_leave_deliveries_their_answer
     slowest = max(seconds for _, seconds in answers)
     print(f"admin flood: {len(held)} connections opened in {flooded:.2f} s; proxy files open "
           f"{files}; 20 deliveries, slowest {slowest * 1000:.1f} ms")
-    assert len(held) >= 2900
+    assert len(held) >= 2000  # some connects may time out on a loaded host; thousands do not
     assert files < 64 + 50  # the admin cap, and the process's own files
     assert [status for status, _ in answers] == [200] * 20
-    assert slowest < 2.0
+    assert slowest < 3.0  # ~50 ms here; without the cap, none is answered within 5 s
     refused = [entry for entry in proc.logs if entry.get("event") == "connection_refused"]
     assert refused and all(entry["listener"] == "admin_listen" for entry in refused)
     assert len(refused) <= 2  # one line per 10 s at most, with a count
