@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from sidecar.app import CLOSE_GRACE, UNWIND_GRACE, Apps, build_apps
 from sidecar.config.model import Address, Config
+from sidecar.core.workergroup import BEAT, READY, GroupHealth, beat_interval
 from sidecar.http.listener import AcceptFailures, Bounds, Listener
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
@@ -35,16 +37,16 @@ _SPARE_FILES: Final = 64
 @dataclass(frozen=True, slots=True)
 class WorkerSeat:
     """What a worker process gets from its supervisor (``sidecar.workers``), as inherited file
-    descriptors: its listening socket (and the admin one, for the first worker), the pipe it
-    reports ready on, the pipe whose end of file means the supervisor is gone, and the
-    directory the group's metrics are kept in."""
+    descriptors: its listening socket (and the admin one, for the first worker), its end of the
+    channel to the supervisor (``sidecar.core.workergroup``: it says ready and sends its
+    heartbeat there; end of file means the supervisor is gone), and the directory the group's
+    metrics are kept in."""
 
     index: int
     count: int
     listen_fd: int
     admin_fd: int | None
-    ready_fd: int
-    lifeline_fd: int
+    channel_fd: int
     metrics_dir: str
 
     def to_json(self) -> str:
@@ -156,36 +158,59 @@ async def serve(config: Config) -> int:
 
 async def serve_worker(config: Config, worker: WorkerSeat) -> int:
     """One of ``workers`` > 1 processes (``sidecar.workers``): the proxy on the listening
-    socket its supervisor bound; the first worker also serves the admin listener and runs the
-    store upkeep (retention, the stuck-row gauge) for the group. Reports ready on its pipe and
-    stops, as on SIGTERM, when the supervisor is gone (its lifeline pipe reads end of file)."""
+    socket its supervisor bound; the first worker also serves the admin listener (its /healthz
+    reflecting the group, as the supervisor says) and runs the store upkeep (retention, the
+    stuck-row gauge) for the group. Sends its heartbeat from its event loop from the start,
+    says ready once it listens, and stops, as on SIGTERM, when the supervisor is gone (its
+    channel reads end of file)."""
     first = worker.index == 0
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_unix_connection(
+        sock=socket.socket(fileno=worker.channel_fd))
+    heartbeat = asyncio.create_task(_beat(writer, beat_interval(config.worker_timeout)),
+                                    name="heartbeat")
+    group = GroupHealth(config.worker_timeout, heard_at=loop.time()) if first else None
     listen = socket.socket(fileno=worker.listen_fd)
     admin = socket.socket(fileno=worker.admin_fd) if worker.admin_fd is not None else None
-    running = await start(config, listen_socket=listen, admin_socket=admin, serve_admin=first,
-                          store_upkeep=first,
-                          metrics=Metrics(multiprocess_dir=worker.metrics_dir))
-    log.debug("worker_ready", pid=os.getpid())
-    os.write(worker.ready_fd, f"{worker.index}\n".encode())
-    os.close(worker.ready_fd)
     stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
     orphaned = False
 
-    def lifeline() -> None:
+    async def supervisor() -> None:
+        """The supervisor's word on the group (to the first worker), until it is gone."""
         nonlocal orphaned
-        if not os.read(worker.lifeline_fd, 64):  # end of file: the supervisor exited
-            loop.remove_reader(worker.lifeline_fd)
-            log.warning("supervisor_gone")
-            orphaned = True
-            stopping.set()
+        with contextlib.suppress(ConnectionError):
+            async for line in reader:
+                if group is not None:
+                    group.heard(line, loop.time())
+        log.warning("supervisor_gone")
+        orphaned = True
+        stopping.set()
 
-    loop.add_reader(worker.lifeline_fd, lifeline)
-    code = await _until_stopped(running, stopping)
+    try:
+        running = await start(config, listen_socket=listen, admin_socket=admin,
+                              serve_admin=first, store_upkeep=first, group=group,
+                              metrics=Metrics(multiprocess_dir=worker.metrics_dir))
+        log.debug("worker_ready", pid=os.getpid())
+        writer.write(READY)
+        listening = asyncio.create_task(supervisor(), name="supervisor")
+        try:
+            code = await _until_stopped(running, stopping)
+        finally:
+            listening.cancel()
+    finally:
+        heartbeat.cancel()
+        writer.close()
     if orphaned:  # the supervisor did not live to remove it (files stay open until exit)
         shutil.rmtree(worker.metrics_dir, ignore_errors=True)
     return code
+
+
+async def _beat(channel: asyncio.StreamWriter, interval: float) -> None:
+    """The heartbeat: from the event loop itself, so a blocked loop or a stopped process
+    cannot send it (``sidecar.workers`` replaces a worker that falls silent)."""
+    while not channel.is_closing():
+        channel.write(BEAT)
+        await asyncio.sleep(interval)
 
 
 async def _until_stopped(running: Running, stopping: asyncio.Event) -> int:

@@ -381,6 +381,11 @@ class Config:
                            "connections over them. auto: one per CPU the process may run on "
                            "(its affinity, not a cgroup quota). 1: one process, no supervisor.",
                            yaml_default=1)
+    worker_timeout: float = setting(Duration(positive=True), "With workers > 1: a worker whose "
+                                    "event loop has not sent its heartbeat (every fifth of "
+                                    "this) for this long is killed and replaced; /healthz "
+                                    "answers 503 until its successor listens.",
+                                    yaml_default="5s")
     answer_cache: int = setting(SizeOrZero(), "Memory each process keeps of done events (and of "
                                 "bodies bound by the replay guard), so a duplicate of an event "
                                 "it has seen is answered without the database; entries expire "

@@ -14,6 +14,7 @@ import structlog
 
 from sidecar.http import listener
 from sidecar.http.listener import AcceptFailures
+from tests.support import until
 
 
 def accept_failed(loop: asyncio.AbstractEventLoop, code: int = errno.EMFILE) -> None:
@@ -25,9 +26,8 @@ def accept_failed(loop: asyncio.AbstractEventLoop, code: int = errno.EMFILE) -> 
 
 
 async def until_logged(logs: list[dict[str, Any]], count: int) -> None:
-    async with asyncio.timeout(5.0):
-        while len([e for e in logs if e["event"] == "accept_failed"]) < count:
-            await asyncio.sleep(0.01)  # the burst's own timer logs; polled, bounded above
+    """Until the bursts' own timers have logged ``count`` lines."""
+    await until(lambda: len([e for e in logs if e["event"] == "accept_failed"]) >= count, 5.0)
 
 
 @pytest.fixture
@@ -68,9 +68,8 @@ async def test_a_long_burst_is_logged_while_it_lasts(short_bursts: None) -> None
                 accept_failed(loop)
                 made += 1
                 await asyncio.sleep(0.02)
-            async with asyncio.timeout(5.0):
-                while not any(e["event"] == "accept_failed" and not e["ongoing"] for e in logs):
-                    await asyncio.sleep(0.01)  # polled, bounded above
+            await until(lambda: any(e["event"] == "accept_failed" and not e["ongoing"]
+                                    for e in logs), 5.0)
     finally:
         failures.close()
     lines = [e for e in logs if e["event"] == "accept_failed"]
