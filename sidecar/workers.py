@@ -168,12 +168,13 @@ class _Group:
     async def spawn(self, seat: int) -> None:
         ours, theirs = socket.socketpair()
         try:
-            fds = [self.listeners[seat].fileno(), theirs.fileno()]
-            if seat == 0:
-                fds.append(self.admin.fileno())
-            chair = WorkerSeat(index=seat, count=len(self.seats), listen_fd=fds[0],
+            chair = WorkerSeat(index=seat, count=len(self.seats),
+                               listen_fd=self.listeners[seat].fileno(),
                                admin_fd=self.admin.fileno() if seat == 0 else None,
                                channel_fd=theirs.fileno(), metrics_dir=self.metrics_dir)
+            fds = [chair.listen_fd, chair.channel_fd]
+            if chair.admin_fd is not None:
+                fds.append(chair.admin_fd)
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "sidecar", "run", "--config", self.config_path,
                 "--worker", chair.to_json(), pass_fds=fds, env=self.env,
