@@ -65,14 +65,26 @@ def deliveries(proc: ProxyProcess) -> list[dict[str, Any]]:
     return [e for e in proc.logs if e.get("event") == "delivery"]
 
 
-async def post_each_on_its_own_connection(url: str, bodies: list[bytes]) -> list[int]:
+async def post_each_on_its_own_connection(url: str, bodies: list[bytes],
+                                          timeout: float = 300.0) -> list[int]:
     """Every body at once, each on a new connection (the kernel picks a worker per
-    connection)."""
+    connection); their statuses."""
+    return [status for status, _ in await deliver_each_on_its_own_connection(url, bodies,
+                                                                              timeout)]
+
+
+async def deliver_each_on_its_own_connection(url: str, bodies: list[bytes],
+                                             timeout: float) -> list[tuple[int, float]]:
+    """As post_each_on_its_own_connection: (status, seconds to the answer) each."""
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
-    async with aiohttp.ClientSession(connector=connector) as client:
-        answers = await asyncio.gather(*(post(client, url, body, stripe_headers(body))
-                                         for body in bodies))
-    return [status for status, _, _ in answers]
+    async with aiohttp.ClientSession(connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=timeout)) as client:
+        async def one(body: bytes) -> tuple[int, float]:
+            started = time.monotonic()
+            status, _, _ = await post(client, url, body, stripe_headers(body))
+            return status, time.monotonic() - started
+
+        return list(await asyncio.gather(*(one(body) for body in bodies)))
 
 
 async def metric(proc: ProxyProcess, client: aiohttp.ClientSession,
@@ -332,20 +344,6 @@ def worker_pids(proc: ProxyProcess) -> list[int]:
     pids = [pid for e in proc.logs if e.get("event") == "listening" for pid in e["pids"]]
     return pids + [e["pid"] for e in proc.logs
                    if e.get("event") in ("worker_replaced", "event_loop_blocked_by_test")]
-
-
-async def deliver_each_on_its_own_connection(url: str, bodies: list[bytes],
-                                             timeout: float) -> list[tuple[int, float]]:
-    """Every body at once, each on a new connection: (status, seconds) each."""
-    connector = aiohttp.TCPConnector(force_close=True, limit=0)
-    async with aiohttp.ClientSession(connector=connector,
-                                     timeout=aiohttp.ClientTimeout(total=timeout)) as client:
-        async def one(body: bytes) -> tuple[int, float]:
-            started = time.monotonic()
-            status, _, _ = await post(client, url, body, stripe_headers(body))
-            return status, time.monotonic() - started
-
-        return list(await asyncio.gather(*(one(body) for body in bodies)))
 
 
 async def health(client: aiohttp.ClientSession, proc: ProxyProcess) -> tuple[int, Any]:
