@@ -17,10 +17,20 @@ from sidecar.config.keyring import Keyring
 from sidecar.config.model import Config, StoreConfig
 from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import Store
+from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
 from sidecar.forwarding import Forwarder
 from sidecar.http.admin import admin_routes
-from sidecar.http.appkeys import CONFIG, FORWARDER, METRICS, OWNER, PENDING, PIPELINE, STORE
+from sidecar.http.appkeys import (
+    CONFIG,
+    FORWARDER,
+    GROUP,
+    METRICS,
+    OWNER,
+    PENDING,
+    PIPELINE,
+    STORE,
+)
 from sidecar.http.listener import tracked
 from sidecar.http.proxy import delivery_handler, unrouted
 from sidecar.maintenance import Maintenance
@@ -100,10 +110,12 @@ def build_apps(
     clock: Callable[[], float] | None = None,
     metrics: Metrics | None = None,
     store_upkeep: bool = True,
+    group: GroupHealth | None = None,
 ) -> Apps:
     """The two apps. ``store_upkeep=False``: no retention sweeps or stuck-row gauge in this
     process (with ``workers`` > 1 one worker runs them for the group); secret reloads run in
-    every process, as each has its own keyring."""
+    every process, as each has its own keyring. ``group``: the worker group as its supervisor
+    says (the worker serving the admin listener): in /healthz and /metrics."""
     proxy = web.Application(client_max_size=config.max_body_bytes + 1,
                             middlewares=[tracked, unrouted])
     shutdown = Shutdown()
@@ -118,6 +130,9 @@ def build_apps(
     proxy[PENDING] = pending
     if store is not None:
         proxy[STORE] = store
+    if group is not None:
+        proxy[GROUP] = group
+        metrics.export_group(group)
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         opened = store or await open_store(config.store)
@@ -173,6 +188,6 @@ def build_apps(
     for provider in config.providers:
         proxy.router.add_post(provider.path, delivery_handler(provider))
 
-    admin = web.Application()
+    admin = web.Application(middlewares=[tracked])  # its connections are bounded as well
     admin.add_routes(admin_routes(proxy))
     return Apps(proxy=proxy, admin=admin, shutdown=shutdown)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -17,7 +18,8 @@ from aiohttp import web
 
 from sidecar.app import CLOSE_GRACE, UNWIND_GRACE, Apps, build_apps
 from sidecar.config.model import Address, Config
-from sidecar.http.listener import Listener
+from sidecar.core.workergroup import BEAT, READY, GroupHealth, beat_interval
+from sidecar.http.listener import AcceptFailures, Bounds, Listener
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 
@@ -35,16 +37,16 @@ _SPARE_FILES: Final = 64
 @dataclass(frozen=True, slots=True)
 class WorkerSeat:
     """What a worker process gets from its supervisor (``sidecar.workers``), as inherited file
-    descriptors: its listening socket (and the admin one, for the first worker), the pipe it
-    reports ready on, the pipe whose end of file means the supervisor is gone, and the
-    directory the group's metrics are kept in."""
+    descriptors: its listening socket (and the admin one, for the first worker), its end of the
+    channel to the supervisor (``sidecar.core.workergroup``: it says ready and sends its
+    heartbeat there; end of file means the supervisor is gone), and the directory the group's
+    metrics are kept in."""
 
     index: int
     count: int
     listen_fd: int
     admin_fd: int | None
-    ready_fd: int
-    lifeline_fd: int
+    channel_fd: int
     metrics_dir: str
 
     def to_json(self) -> str:
@@ -62,16 +64,19 @@ class Running:
     proxy_runner: web.AppRunner
     listener: Listener
     admin_runner: web.AppRunner
+    admin_listener: Listener | None  # None: this worker serves no admin listener
+    accept_failures: AcceptFailures
     listen: Address  # as bound (a configured port 0 becomes the real one)
-    admin_listen: Address | None  # None: this worker serves no admin listener
+    admin_listen: Address | None
 
 
 async def start(config: Config, *, listen_socket: socket.socket | None = None,
                 admin_socket: socket.socket | None = None, serve_admin: bool = True,
                 **build_kwargs: Any) -> Running:
-    """Open the store and both listeners: on ``config``'s addresses, or on sockets bound
-    already (a worker's, from ``sidecar.workers``). ``serve_admin=False``: no admin listener
-    (a worker other than the first); ``admin_listen`` is then None."""
+    """Open the store and both listeners, each with its bounds (``sidecar.http.listener``): on
+    ``config``'s addresses, or on sockets bound already (a worker's, from ``sidecar.workers``).
+    ``serve_admin=False``: no admin listener (a worker other than the first);
+    ``admin_listen`` is then None."""
     apps = build_apps(config, **build_kwargs)
     proxy_runner = web.AppRunner(apps.proxy, access_log=None,
                                  shutdown_timeout=_RUNNER_SHUTDOWN_TIMEOUT)
@@ -79,25 +84,23 @@ async def start(config: Config, *, listen_socket: socket.socket | None = None,
     admin_runner = web.AppRunner(apps.admin, access_log=None,
                                  shutdown_timeout=_RUNNER_SHUTDOWN_TIMEOUT)
     await admin_runner.setup()
-    listener = Listener(proxy_runner, config)
+    listener = Listener(proxy_runner, Bounds.provider(config))
+    admin_listener = Listener(admin_runner, Bounds.admin(config)) if serve_admin else None
+    listeners = [listener] if admin_listener is None else [listener, admin_listener]
     try:
         listen = await listener.open(listen_socket or config.listen)
-        admin = (await _bind(admin_runner, admin_socket or config.admin_listen)
-                 if serve_admin else None)
+        admin = (await admin_listener.open(admin_socket or config.admin_listen)
+                 if admin_listener is not None else None)
     except BaseException:
-        listener.close()
+        for opened in listeners:
+            opened.close()
         await admin_runner.cleanup()
         await proxy_runner.cleanup()
         raise
-    return Running(apps, config, proxy_runner, listener, admin_runner, listen, admin)
-
-
-async def _bind(runner: web.AppRunner, address: Address | socket.socket) -> Address:
-    site: web.BaseSite = (web.SockSite(runner, address) if isinstance(address, socket.socket)
-                          else web.TCPSite(runner, address.host, address.port))
-    await site.start()
-    host, port = runner.addresses[-1][:2]
-    return Address(str(host), int(port))
+    accept_failures = AcceptFailures(listeners)
+    accept_failures.install()
+    return Running(apps, config, proxy_runner, listener, admin_runner, admin_listener,
+                   accept_failures, listen, admin)
 
 
 async def stop(running: Running) -> None:
@@ -109,6 +112,8 @@ async def stop(running: Running) -> None:
     deadline = shutdown.begin(running.config.shutdown_timeout)
     running.listener.close()
     # The admin listener stops too, so no operator action starts against a closing store.
+    if running.admin_listener is not None:
+        running.admin_listener.close()
     admin = asyncio.create_task(_within(running.admin_runner.cleanup(),
                                         shutdown.left(UNWIND_GRACE), "admin_listener"))
     cancelled = await running.listener.drain(deadline, UNWIND_GRACE)
@@ -119,6 +124,7 @@ async def stop(running: Running) -> None:
     # Result writes, then the app client and the store (their own deadlines, sidecar.app).
     await _within(running.proxy_runner.cleanup(), shutdown.left(CLOSE_GRACE) + _CLEANUP_MARGIN,
                   "proxy_listener")
+    running.accept_failures.close()
 
 
 async def _within(step: Awaitable[None], seconds: float, name: str) -> None:
@@ -129,13 +135,17 @@ async def _within(step: Awaitable[None], seconds: float, name: str) -> None:
         log.warning("shutdown_step_timed_out", step=name, timeout_s=round(seconds, 3))
 
 
-def _check_open_files(config: Config) -> None:
+def _check_open_files(running: Running) -> None:
+    """Warn when this process's connection caps (each listener's, the app's, the store's) and
+    its own files could need more than its open-file limit: past it, accepts fail."""
+    config = running.config
+    admin = config.admin_max_connections if running.admin_listener is not None else 0
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    needed = (config.max_connections + config.upstream.max_connections
+    needed = (config.max_connections + admin + config.upstream.max_connections
               + config.store.pool_max_size + _SPARE_FILES)
     if soft != resource.RLIM_INFINITY and needed > soft:
         log.warning("open_file_limit_low", limit=soft, needed=needed,
-                    max_connections=config.max_connections)
+                    max_connections=config.max_connections, admin_max_connections=admin)
 
 
 async def serve(config: Config) -> int:
@@ -148,40 +158,63 @@ async def serve(config: Config) -> int:
 
 async def serve_worker(config: Config, worker: WorkerSeat) -> int:
     """One of ``workers`` > 1 processes (``sidecar.workers``): the proxy on the listening
-    socket its supervisor bound; the first worker also serves the admin listener and runs the
-    store upkeep (retention, the stuck-row gauge) for the group. Reports ready on its pipe and
-    stops, as on SIGTERM, when the supervisor is gone (its lifeline pipe reads end of file)."""
+    socket its supervisor bound; the first worker also serves the admin listener (its /healthz
+    reflecting the group, as the supervisor says) and runs the store upkeep (retention, the
+    stuck-row gauge) for the group. Sends its heartbeat from its event loop from the start,
+    says ready once it listens, and stops, as on SIGTERM, when the supervisor is gone (its
+    channel reads end of file)."""
     first = worker.index == 0
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_unix_connection(
+        sock=socket.socket(fileno=worker.channel_fd))
+    heartbeat = asyncio.create_task(_beat(writer, beat_interval(config.worker_timeout)),
+                                    name="heartbeat")
+    group = GroupHealth(config.worker_timeout, heard_at=loop.time()) if first else None
     listen = socket.socket(fileno=worker.listen_fd)
     admin = socket.socket(fileno=worker.admin_fd) if worker.admin_fd is not None else None
-    running = await start(config, listen_socket=listen, admin_socket=admin, serve_admin=first,
-                          store_upkeep=first,
-                          metrics=Metrics(multiprocess_dir=worker.metrics_dir))
-    log.debug("worker_ready", pid=os.getpid())
-    os.write(worker.ready_fd, f"{worker.index}\n".encode())
-    os.close(worker.ready_fd)
     stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
     orphaned = False
 
-    def lifeline() -> None:
+    async def supervisor() -> None:
+        """The supervisor's word on the group (to the first worker), until it is gone."""
         nonlocal orphaned
-        if not os.read(worker.lifeline_fd, 64):  # end of file: the supervisor exited
-            loop.remove_reader(worker.lifeline_fd)
-            log.warning("supervisor_gone")
-            orphaned = True
-            stopping.set()
+        with contextlib.suppress(ConnectionError):
+            async for line in reader:
+                if group is not None:
+                    group.heard(line, loop.time())
+        log.warning("supervisor_gone")
+        orphaned = True
+        stopping.set()
 
-    loop.add_reader(worker.lifeline_fd, lifeline)
-    code = await _until_stopped(running, stopping)
+    try:
+        running = await start(config, listen_socket=listen, admin_socket=admin,
+                              serve_admin=first, store_upkeep=first, group=group,
+                              metrics=Metrics(multiprocess_dir=worker.metrics_dir))
+        log.debug("worker_ready", pid=os.getpid())
+        writer.write(READY)
+        listening = asyncio.create_task(supervisor(), name="supervisor")
+        try:
+            code = await _until_stopped(running, stopping)
+        finally:
+            listening.cancel()
+    finally:
+        heartbeat.cancel()
+        writer.close()
     if orphaned:  # the supervisor did not live to remove it (files stay open until exit)
         shutil.rmtree(worker.metrics_dir, ignore_errors=True)
     return code
 
 
+async def _beat(channel: asyncio.StreamWriter, interval: float) -> None:
+    """The heartbeat: from the event loop itself, so a blocked loop or a stopped process
+    cannot send it (``sidecar.workers`` replaces a worker that falls silent)."""
+    while not channel.is_closing():
+        channel.write(BEAT)
+        await asyncio.sleep(interval)
+
+
 async def _until_stopped(running: Running, stopping: asyncio.Event) -> int:
-    _check_open_files(running.config)
+    _check_open_files(running)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)

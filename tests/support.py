@@ -141,9 +141,13 @@ def base_config(upstream_url: str, store_url: str, **overrides: Any) -> dict[str
 
 @dataclass
 class ProxyProcess:
-    """``python -m sidecar run`` as a real subprocess, logging JSON lines to stderr."""
+    """``python -m sidecar run`` as a real subprocess, logging JSON lines to stderr.
+    ``env``: variables added to its environment; ``open_files``: its open-file limit (soft and
+    hard, as ``ulimit -n`` sets it), inherited by any worker process it starts."""
 
     config_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    open_files: int | None = None
     proc: asyncio.subprocess.Process | None = None
     listen: str = ""
     admin: str = ""
@@ -160,10 +164,12 @@ class ProxyProcess:
         return f"http://{self.admin}"
 
     async def start(self, timeout: float = 20.0) -> ProxyProcess:
+        command = [sys.executable, "-m", "sidecar", "run", "--config", str(self.config_path)]
+        if self.open_files is not None:  # the shell execs the proxy: same pid, lower limit
+            command = ["sh", "-c", f'ulimit -n {self.open_files} && exec "$@"', "sh", *command]
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "sidecar", "run", "--config", str(self.config_path),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=str(REPO), env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=str(REPO), env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         listening: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reader = asyncio.create_task(self._read(listening))
@@ -215,6 +221,18 @@ class ProxyProcess:
         if self._reader is not None:
             await asyncio.wait_for(self._reader, timeout)
         return code
+
+
+async def until(condition: Callable[[], bool], timeout: float) -> None:
+    """Until ``condition`` (on a process's log lines read so far, or on /proc) holds; fails
+    past ``timeout``."""
+    async def poll() -> None:
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.01)  # polling, bounded by wait_for
+
+    await asyncio.wait_for(poll(), timeout)
 
 
 def write_config(tmp: Path, config: dict[str, Any], name: str = "config.yaml") -> Path:

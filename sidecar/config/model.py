@@ -358,24 +358,34 @@ class Config:
                                        "send a request body; slower requests get 408.",
                                        yaml_default="10s")
     header_read_timeout: float = setting(Duration(positive=True), "How long a sender on listen "
-                                         "may take to send a request's headers, from the "
-                                         "connection's opening or from the first byte of a "
-                                         "request on a kept-alive one; slower connections are "
-                                         "closed.", yaml_default="10s")
-    idle_timeout: float = setting(Duration(positive=True), "Kept-alive connections on listen "
-                                  "that send no request for this long are closed; keep it above "
-                                  "the idle timeout of a load balancer in front.",
+                                         "or admin_listen may take to send a request's "
+                                         "headers, from the connection's opening or from the "
+                                         "first byte of a request on a kept-alive one; slower "
+                                         "connections are closed.", yaml_default="10s")
+    idle_timeout: float = setting(Duration(positive=True), "Kept-alive connections on listen or "
+                                  "admin_listen that send no request for this long are closed; "
+                                  "keep it above the idle timeout of a load balancer in front "
+                                  "(and above Prometheus' scrape interval).",
                                   yaml_default="75s")
     max_connections: int = setting(Integer(1), "Open connections on listen at most; more are "
                                    "closed at once, unanswered (senders retry). Keep it below "
                                    "the open-file limit.",
                                    yaml_default=1000)
+    admin_max_connections: int = setting(Integer(1), "Open connections on admin_listen at most "
+                                         "(its own cap, not shared with max_connections); more "
+                                         "are closed at once, unanswered. Probes and Prometheus "
+                                         "need a few.", yaml_default=64)
     workers: int = setting(ProcessCount(), "Processes serving listen, each with its own store "
                            "pool and app connections (max_connections, store.pool_max_size "
                            "and upstream.max_connections apply to each); the kernel spreads "
                            "connections over them. auto: one per CPU the process may run on "
                            "(its affinity, not a cgroup quota). 1: one process, no supervisor.",
                            yaml_default=1)
+    worker_timeout: float = setting(Duration(positive=True), "With workers > 1: a worker whose "
+                                    "event loop has not sent its heartbeat (every fifth of "
+                                    "this) for this long is killed and replaced; /healthz "
+                                    "answers 503 until its successor listens.",
+                                    yaml_default="5s")
     answer_cache: int = setting(SizeOrZero(), "Memory each process keeps of done events (and of "
                                 "bodies bound by the replay guard), so a duplicate of an event "
                                 "it has seen is answered without the database; entries expire "

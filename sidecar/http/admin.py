@@ -3,6 +3,7 @@ the provider listener."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable
@@ -13,7 +14,7 @@ from aiohttp import web
 from sidecar import operations
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, StoreError
-from sidecar.http.appkeys import CONFIG, FORWARDER, METRICS, OWNER, STORE
+from sidecar.http.appkeys import CONFIG, FORWARDER, GROUP, METRICS, OWNER, STORE
 from sidecar.obs.logs import get_logger
 
 log = get_logger("sidecar.admin")
@@ -27,7 +28,13 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
     ``web.Application`` bound to ``admin_listen``)."""
 
     async def healthz(_: web.Request) -> web.Response:
-        # Alive means the event loop answers; it never touches the database.
+        # Alive means the event loop answers; it never touches the database. With workers > 1
+        # the whole group's: every worker sends its heartbeat (as the supervisor says), and the
+        # supervisor itself is heard from.
+        group = proxy_app.get(GROUP)
+        problem = group.problem(asyncio.get_running_loop().time()) if group is not None else None
+        if problem is not None:
+            return web.json_response({"status": "unavailable", **problem}, status=503)
         return web.json_response({"status": "ok"})
 
     async def readyz(_: web.Request) -> web.Response:

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from sidecar.config.model import Config
 from sidecar.core.ports import Store
+from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
 from sidecar.forwarding import Forwarder
 from sidecar.obs.metrics import Metrics
@@ -18,5 +19,7 @@ METRICS = web.AppKey("metrics", Metrics)
 OWNER = web.AppKey("owner", str)
 FORWARDER = web.AppKey("forwarder", Forwarder)
 PIPELINE = web.AppKey("pipeline", Pipeline)
+# With workers > 1, in the worker serving the admin listener: the group as its supervisor says.
+GROUP = web.AppKey("group", GroupHealth)
 # Result writes still running; awaited on shutdown so no recorded outcome is lost.
 PENDING: web.AppKey[set[asyncio.Task[bool]]] = web.AppKey("pending")

@@ -1,12 +1,18 @@
-"""The provider-facing socket: aiohttp's HTTP/1.1 server with the bounds a public endpoint needs,
-which aiohttp leaves open or long by default.
+"""The listening sockets: aiohttp's HTTP/1.1 server with the bounds a public endpoint needs,
+which aiohttp leaves open or long by default. Both listeners have them: ``listen`` (providers)
+and ``admin_listen`` (probes, Prometheus, operators), each with its own connection cap, so
+connections held to one cannot use up the files the other needs.
 
 - Bodies are never decompressed (the signature covers the bytes as sent): a ``Content-Encoding``
   is refused by the shell before the body is read, so a compressed bomb costs nothing.
 - Headers come in time: a connection must complete its request's headers within
   ``header_read_timeout`` of opening, or of the first byte after its previous answer; a
   kept-alive connection may stay silent ``idle_timeout``. Past either it is closed, unanswered.
-- At most ``max_connections`` are open; one more is closed as soon as it is accepted.
+- At most ``max_connections`` (``admin_max_connections``) are open; one more is closed as soon
+  as it is accepted.
+- A failed accept (out of files: EMFILE, ENFILE; or of kernel memory) is counted, and logged as
+  one ``accept_failed`` line per burst (:class:`AcceptFailures`), where asyncio would log each
+  one with a traceback — up to a hundred per turn of the loop.
 - A refused body is not drained: the answer goes out, the write side is closed, and whatever
   the sender still sends is dropped unread for at most ``LINGER`` seconds — the staged close of
   RFC 9112 §9.6, so the sender can read the answer — then the connection is closed.
@@ -15,16 +21,18 @@ which aiohttp leaves open or long by default.
   traceback, and never the request's bytes (which may hold a signature).
 - On shutdown: stop accepting, close idle connections, let requests in progress finish until
   a deadline, then cancel them.
-- Answers carry no ``Server`` header (:class:`ProviderResponse`): the public endpoint does not
-  announce its Python and aiohttp versions.
+- Answers to providers carry no ``Server`` header (:class:`ProviderResponse`): the public
+  endpoint does not announce its Python and aiohttp versions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import hdrs, web
@@ -48,6 +56,11 @@ log = get_logger("sidecar.listener")
 
 LINGER: Final = 1.0  # seconds a refused sender may go on sending (dropped) before the close
 REFUSALS_LOGGED_EVERY: Final = 10.0  # seconds between two `connection_refused` lines
+# asyncio tries a failed accept again after 1 s (ACCEPT_RETRY_DELAY): a listener that has not
+# failed for longer than this is accepting again, and its burst is over.
+ACCEPT_BURST_QUIET: Final = 2.5
+# The message asyncio's accept loop reports a failed accept with (selector_events.py).
+_ACCEPT_FAILED: Final = "socket.accept() out of system resource"
 
 # The reason a refused request is logged and answered with; the first match wins.
 _MALFORMED: Final[tuple[tuple[type[HttpProcessingError], str], ...]] = (
@@ -75,7 +88,7 @@ class ProviderResponse(web.Response):
     aiohttp adds the header in ``_prepare_headers`` when the response has none, and offers no
     switch; an empty value would still be a header. So it is removed right after, before the
     headers are written. (``on_response_prepare`` would do it for routed requests only, not for
-    :meth:`ProviderConnection.handle_error`'s answers.) A test pins it against aiohttp changes.
+    :meth:`BoundedConnection.handle_error`'s answers.) A test pins it against aiohttp changes.
     """
 
     async def _prepare_headers(self) -> None:
@@ -83,15 +96,35 @@ class ProviderResponse(web.Response):
         self.headers.popall(hdrs.SERVER, None)
 
 
-class Listener:
-    """Owns the provider-facing socket of a set-up ``web.AppRunner``: its connections and the
-    requests in progress on them."""
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What one listener allows its connections; ``name`` is its key, named in its lines."""
 
-    def __init__(self, runner: web.AppRunner, config: Config) -> None:
+    name: str
+    header_read_timeout: float
+    idle_timeout: float
+    max_connections: int
+
+    @classmethod
+    def provider(cls, config: Config) -> Bounds:
+        return cls("listen", config.header_read_timeout, config.idle_timeout,
+                   config.max_connections)
+
+    @classmethod
+    def admin(cls, config: Config) -> Bounds:
+        return cls("admin_listen", config.header_read_timeout, config.idle_timeout,
+                   config.admin_max_connections)
+
+
+class Listener:
+    """Owns a listening socket of a set-up ``web.AppRunner``: its connections and the requests
+    in progress on them."""
+
+    def __init__(self, runner: web.AppRunner, bounds: Bounds) -> None:
         self._runner = runner
-        self.config = config
+        self.bounds = bounds
         self._server: asyncio.Server | None = None
-        self._connections: set[ProviderConnection] = set()
+        self._connections: set[BoundedConnection] = set()
         self._requests: set[asyncio.Task[Any]] = set()
         self._refused = 0
         self._refusal_logged: float | None = None
@@ -104,8 +137,8 @@ class Listener:
             raise RuntimeError("AppRunner.setup() was not awaited")
         loop = asyncio.get_running_loop()
 
-        def connection() -> ProviderConnection:
-            return ProviderConnection(manager, self, loop=loop)
+        def connection() -> BoundedConnection:
+            return BoundedConnection(manager, self, loop=loop)
 
         if isinstance(address, socket.socket):
             self._server = await loop.create_server(connection, sock=address)
@@ -114,20 +147,27 @@ class Listener:
         host, port = self._server.sockets[0].getsockname()[:2]
         return Address(str(host), int(port))
 
-    def admit(self, connection: ProviderConnection) -> bool:
-        if len(self._connections) < self.config.max_connections:
+    def owns(self, sock: object) -> bool:
+        """Whether ``sock`` (a socket, or asyncio's view of one) is this listener's."""
+        fileno = getattr(sock, "fileno", None)
+        return (self._server is not None and callable(fileno)
+                and any(own.fileno() == fileno() for own in self._server.sockets))
+
+    def admit(self, connection: BoundedConnection) -> bool:
+        if len(self._connections) < self.bounds.max_connections:
             self._connections.add(connection)
             return True
         self._refused += 1
         now = asyncio.get_running_loop().time()
         if self._refusal_logged is None or now - self._refusal_logged >= REFUSALS_LOGGED_EVERY:
             log.warning("connection_refused", reason="too_many_connections",
-                        max_connections=self.config.max_connections, refused=self._refused)
+                        listener=self.bounds.name, max_connections=self.bounds.max_connections,
+                        refused=self._refused)
             self._refused = 0
             self._refusal_logged = now
         return False
 
-    def forget(self, connection: ProviderConnection) -> None:
+    def forget(self, connection: BoundedConnection) -> None:
         self._connections.discard(connection)
 
     def track(self, task: asyncio.Task[Any]) -> None:
@@ -165,18 +205,18 @@ async def tracked(request: web.Request,
     """Marks the request's headers as complete (its connection's header timer stops) and its
     task as in progress (awaited, then cancelled, on shutdown)."""
     connection = request.protocol
-    if isinstance(connection, ProviderConnection):
+    if isinstance(connection, BoundedConnection):
         connection.request_started()
     return await handler(request)
 
 
-class ProviderConnection(web.RequestHandler):
+class BoundedConnection(web.RequestHandler):
     """aiohttp's connection handler with the listener's bounds (see the module docstring)."""
 
     def __init__(self, manager: web.Server, listener: Listener, *,
                  loop: asyncio.AbstractEventLoop) -> None:
         options: dict[str, Any] = {
-            "keepalive_timeout": listener.config.idle_timeout,
+            "keepalive_timeout": listener.bounds.idle_timeout,
             "lingering_time": 0.0,  # never drain a body nobody reads (see _linger)
             "auto_decompress": False,
             "access_log": None,  # the shell writes one line per delivery
@@ -231,7 +271,7 @@ class ProviderConnection(web.RequestHandler):
     def _expect_headers(self) -> None:
         self._stop_header_timer()
         self._header_timer = self._event_loop.call_later(
-            self._listener.config.header_read_timeout, self._headers_late)
+            self._listener.bounds.header_read_timeout, self._headers_late)
 
     def _stop_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -242,7 +282,8 @@ class ProviderConnection(web.RequestHandler):
         self._header_timer = None
         if self._busy or self.transport is None:
             return
-        log.info("connection_closed", reason="header_timeout", peer=self._peer())
+        log.info("connection_closed", reason="header_timeout", listener=self._listener.bounds.name,
+                 peer=self._peer())
         self.force_close()
 
     def request_started(self) -> None:
@@ -304,3 +345,95 @@ class ProviderConnection(web.RequestHandler):
                                     headers=CIMultiDict(answer.headers))
         response.force_close()
         return response
+
+
+@dataclass(slots=True)
+class _Burst:
+    error: str
+    started: float
+    last: float
+    logged: float
+    count: int = 0
+
+
+ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
+
+
+class AcceptFailures:
+    """Failed accepts on this process's listeners, counted: one ``accept_failed`` line a burst.
+
+    asyncio's accept loop reports a failed accept (EMFILE, ENFILE, ENOBUFS, ENOMEM) to the
+    event loop's exception handler, which logs it with a traceback; then it goes on to the next
+    connection waiting, up to the backlog (100) in one turn of the loop, and schedules a retry
+    a second later for each failure. Out of files, that is thousands of lines a second, each a
+    cost to a process that is short of resources already. Installed as the loop's exception
+    handler, this counts those reports per listener instead and passes every other one on to
+    the handler it replaced. A listener's burst is over when it has not failed for
+    ``ACCEPT_BURST_QUIET`` seconds: its line is logged then, or every ``REFUSALS_LOGGED_EVERY``
+    seconds while it lasts (``ongoing: true``, ``count`` since the previous line)."""
+
+    def __init__(self, listeners: Sequence[Listener]) -> None:
+        self._listeners = listeners
+        self._bursts: dict[str, _Burst] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._previous: ExceptionHandler | None = None
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._previous = loop.get_exception_handler()
+        loop.set_exception_handler(self._report)
+
+    def close(self) -> None:
+        """Log the bursts in progress, and give the loop its previous handler back."""
+        for name in list(self._bursts):
+            self._end(name)
+        if self._loop is not None:
+            self._loop.set_exception_handler(self._previous)
+            self._loop = None
+
+    def _report(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if context.get("message") != _ACCEPT_FAILED or not isinstance(exc, OSError):
+            if self._previous is not None:
+                self._previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+            return
+        listener = next((own for own in self._listeners if own.owns(context.get("socket"))),
+                        None)
+        name = listener.bounds.name if listener is not None else "unknown"
+        now = loop.time()
+        burst = self._bursts.get(name)
+        if burst is None:
+            error = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            burst = self._bursts[name] = _Burst(error, started=now, last=now, logged=now)
+            self._timers[name] = loop.call_later(ACCEPT_BURST_QUIET, self._check, name)
+        burst.count += 1
+        burst.last = now
+
+    def _check(self, name: str) -> None:
+        assert self._loop is not None
+        burst = self._bursts[name]
+        now = self._loop.time()
+        if now - burst.last >= ACCEPT_BURST_QUIET:
+            self._end(name)
+            return
+        if now - burst.logged >= REFUSALS_LOGGED_EVERY:
+            self._log(name, burst, ongoing=True)
+            burst.count = 0
+            burst.logged = now
+        self._timers[name] = self._loop.call_later(burst.last + ACCEPT_BURST_QUIET - now,
+                                                   self._check, name)
+
+    def _end(self, name: str) -> None:
+        self._timers.pop(name).cancel()
+        burst = self._bursts.pop(name)
+        if burst.count or burst.logged != burst.started:  # its end, after `ongoing` lines
+            self._log(name, burst, ongoing=False)
+
+    @staticmethod
+    def _log(name: str, burst: _Burst, *, ongoing: bool) -> None:
+        log.warning("accept_failed", listener=name, error=burst.error, count=burst.count,
+                    seconds=round(burst.last - burst.started, 3), ongoing=ongoing)

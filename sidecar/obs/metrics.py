@@ -14,12 +14,16 @@ gauges up to date first, within its own bounds, then the registry is rendered.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import values as _values
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from sidecar.core.workergroup import GroupHealth
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -99,11 +103,20 @@ class Metrics:
             "webhook_dead_lettered", "Queued events that ran out of attempts or age and are "
             "now dead.", ["provider"], registry=self.registry)
 
+        self._group: GroupHealth | None = None
+
     async def scrape(self) -> bytes:
         """What /metrics answers: the gauges refreshed by ``on_scrape``, then rendered."""
         if self.on_scrape is not None:
             await self.on_scrape()
         return self.render()
+
+    def export_group(self, group: GroupHealth) -> None:
+        """The worker serving /metrics for a group exports the supervisor's count of replaced
+        workers (kept by the supervisor, so a replaced first worker loses none of it)."""
+        self._group = group
+        if self.multiprocess_dir is None:
+            self.registry.register(_GroupCollector(group))
 
     def render(self) -> bytes:
         if self.multiprocess_dir is None:
@@ -111,7 +124,20 @@ class Metrics:
         # Every worker's files, this one's included: the sum over the group.
         merged = CollectorRegistry(auto_describe=True)
         MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        if self._group is not None:
+            merged.register(_GroupCollector(self._group))
         return generate_latest(merged)
+
+
+class _GroupCollector(Collector):
+    def __init__(self, group: GroupHealth) -> None:
+        self._group = group
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "webhook_workers_replaced", "Workers (workers > 1) killed and replaced by the "
+            "supervisor because their event loop missed its heartbeat for worker_timeout.",
+            value=self._group.replaced)
 
 
 def multiprocess_enabled() -> bool:

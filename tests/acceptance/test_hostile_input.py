@@ -1,13 +1,15 @@
 """The provider-facing listener under hostile input: compressed bombs, transfer codings, malformed
-and over-long requests, slow headers, idle and surplus connections. A real proxy process on
-SQLite, driven over raw sockets on loopback; every wait is bounded and waits for an event (an
-answer, the server closing the socket), never a fixed sleep."""
+and over-long requests, slow headers, idle and surplus connections; the admin listener's bounds
+under idle connections by the thousand; failed accepts when the process is out of files. A real
+proxy process on SQLite, driven over raw sockets on loopback; every wait is bounded and waits
+for an event (an answer, the server closing the socket), never a fixed sleep."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import os
 import struct
 import time
 import zlib
@@ -24,8 +26,10 @@ from tests.support import (
     ProxyProcess,
     StubApp,
     base_config,
+    post,
     stripe_event,
     stripe_headers,
+    until,
     write_config,
 )
 
@@ -144,9 +148,9 @@ class Proxies:
     stub: StubApp
     procs: list[ProxyProcess]
 
-    async def start(self, **overrides: Any) -> ProxyProcess:
+    async def start(self, open_files: int | None = None, **overrides: Any) -> ProxyProcess:
         config = base_config(self.stub.url, f"sqlite:///{self.tmp / 'events.db'}", **overrides)
-        proc = await ProxyProcess(write_config(self.tmp, config)).start()
+        proc = await ProxyProcess(write_config(self.tmp, config), open_files=open_files).start()
         self.procs.append(proc)
         return proc
 
@@ -422,3 +426,164 @@ async def test_connections_past_max_connections_are_closed(proxies: Proxies) -> 
     finally:
         for raw in admitted:
             raw.close()
+
+
+# -- 4. the admin listener: the same bounds, its own cap; accept failures ------------------------
+
+def open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def test_admin_connections_get_the_header_and_idle_timeouts(proxies: Proxies) -> None:
+    proc = await proxies.start(header_read_timeout="500ms", idle_timeout="1500ms")
+    silent = await Raw.open(proc.admin)  # connects, sends nothing
+    partial = await Raw.open(proc.admin)  # starts a request, never finishes its headers
+    try:
+        await partial.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Sl")
+        waits = await asyncio.gather(silent.closed_by_server(timeout=3.0),
+                                     partial.closed_by_server(timeout=3.0))
+    finally:
+        silent.close()
+        partial.close()
+    assert all(0.4 < seconds < 3.0 for seconds in waits), waits
+
+    kept = await Raw.open(proc.admin)
+    try:
+        await kept.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await kept.answer()).status == 200  # kept alive…
+        assert await kept.still_open_after(0.6)  # …past header_read_timeout…
+        assert 0.5 < await kept.closed_by_server(timeout=4.0) < 4.0  # …until idle_timeout
+    finally:
+        kept.close()
+    closed = [entry for entry in proc.logs if entry.get("event") == "connection_closed"]
+    assert [(entry["reason"], entry["listener"]) for entry in closed] \
+        == [("header_timeout", "admin_listen")] * 2
+
+
+async def test_admin_connections_past_admin_max_connections_are_closed(
+    proxies: Proxies,
+) -> None:
+    """The admin listener has its own cap: full, it closes one more connection at once, while
+    the provider listener (whose cap is not shared) goes on answering."""
+    proc = await proxies.start(admin_max_connections=3, max_connections=3)
+    admitted = [await Raw.open(proc.admin) for _ in range(3)]
+    providers = [await Raw.open(proc.listen) for _ in range(3)]
+    try:
+        for raw in admitted:
+            await raw.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (await raw.answer()).status == 200
+        surplus = await Raw.open(proc.admin)
+        try:
+            await surplus.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert await surplus.closed_by_server(timeout=2.0) < 1.0
+        finally:
+            surplus.close()
+        entry = await proc.wait_for_log("connection_refused", timeout=2.0)
+        assert entry["listener"] == "admin_listen" and entry["max_connections"] == 3
+        for raw in providers:  # three more connections, on the other listener: all served
+            await raw.send(f"GET {STRIPE} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert (await raw.answer()).status == 405
+    finally:
+        for raw in admitted + providers:
+            raw.close()
+
+
+async def test_thousands_of_idle_admin_connections_leave_deliveries_their_answers(
+    proxies: Proxies,
+) -> None:
+    """3000 connections opened on the admin port and held, silent, by a proxy allowed 300 open
+    files: the admin listener keeps 64 (admin_max_connections' default) and closes the rest as
+    they come, so the files are not used up and every delivery is answered at once."""
+    upstream = {"url": proxies.stub.url, "timeout": "2s", "max_connections": 20}
+    proc = await proxies.start(open_files=300, max_connections=100, upstream=upstream)
+    assert proc.proc is not None
+    held: list[Raw] = []
+
+    async def hold() -> None:
+        with contextlib.suppress(TimeoutError, OSError):
+            async with asyncio.timeout(5.0):
+                held.append(await Raw.open(proc.admin))
+
+    started = time.monotonic()
+    try:
+        for _ in range(15):
+            await asyncio.gather(*(hold() for _ in range(200)))
+        flooded = time.monotonic() - started
+        files = open_files(proc.proc.pid)
+
+        connector = aiohttp.TCPConnector(force_close=True, limit=0)
+        timeout = aiohttp.ClientTimeout(total=5.0)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
+            async def deliver(i: int) -> tuple[int, float]:
+                body = stripe_event(f"evt_admin_flood_{i}")
+                sent = time.monotonic()
+                status, _, _ = await post(client, proc.url + STRIPE, body, stripe_headers(body))
+                return status, time.monotonic() - sent
+
+            answers = await asyncio.gather(*(deliver(i) for i in range(20)))
+    finally:
+        for raw in held:
+            raw.close()
+    slowest = max(seconds for _, seconds in answers)
+    print(f"admin flood: {len(held)} connections opened in {flooded:.2f} s; proxy files open "
+          f"{files}; 20 deliveries, slowest {slowest * 1000:.1f} ms")
+    assert len(held) >= 2000  # some connects may time out on a loaded host; thousands do not
+    assert files < 64 + 50  # the admin cap, and the process's own files
+    assert [status for status, _ in answers] == [200] * 20
+    assert slowest < 3.0  # ~50 ms here; without the cap, none is answered within 5 s
+    refused = [entry for entry in proc.logs if entry.get("event") == "connection_refused"]
+    assert refused and all(entry["listener"] == "admin_listen" for entry in refused)
+    assert len(refused) <= 2  # one line per 10 s at most, with a count
+    assert not any("out of system resource" in line for line in proc.raw_logs)
+
+
+async def test_the_open_file_check_counts_both_listeners(proxies: Proxies) -> None:
+    """max_connections + upstream.max_connections + store.pool_max_size + 64 spare = 194 files
+    fit a limit of 220; the admin listener's 64 more do not."""
+    upstream = {"url": proxies.stub.url, "timeout": "2s", "max_connections": 20}
+    proc = await proxies.start(open_files=220, max_connections=100, upstream=upstream)
+    entry = await proc.wait_for_log("open_file_limit_low", timeout=5.0)
+    assert entry["limit"] == 220 and entry["needed"] == 100 + 64 + 20 + 10 + 64
+    assert entry["max_connections"] == 100 and entry["admin_max_connections"] == 64
+
+
+async def test_accept_failures_are_one_line_per_burst(proxies: Proxies) -> None:
+    """Connections past the open-file limit: asyncio's accept fails (EMFILE) and would log each
+    failure with a traceback, up to 100 per wakeup; the proxy logs one ``accept_failed`` line
+    for the burst, with a count, once accepting works again, and then serves as before."""
+    limit = 64
+    proc = await proxies.start(open_files=limit, header_read_timeout="60s")
+    assert proc.proc is not None
+    probe = await Raw.open(proc.listen)  # accepted before the flood
+    held: list[Raw] = []
+
+    async def hold() -> None:
+        with contextlib.suppress(TimeoutError, OSError):
+            async with asyncio.timeout(3.0):
+                held.append(await Raw.open(proc.listen))
+
+    try:
+        await probe.send(f"GET {STRIPE} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert (await probe.answer()).status == 405
+        await asyncio.gather(*(hold() for _ in range(3 * limit)))
+        pid = proc.proc.pid
+        await until(lambda: open_files(pid) >= limit, timeout=10.0)  # the files are used up…
+        # …and connections wait to be accepted: the loop's next turn tries, and fails. One
+        # round trip on the probe is a turn of the loop after that.
+        await probe.send(f"GET {STRIPE} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert (await probe.answer()).status == 405
+    finally:
+        for raw in held:
+            raw.close()
+        probe.close()
+    entry = await proc.wait_for_log("accept_failed", timeout=10.0)
+    assert entry["listener"] == "listen" and entry["error"] == "EMFILE"
+    assert entry["count"] >= 1 and entry["level"] == "warning"
+
+    async with aiohttp.ClientSession() as client:  # accepting again
+        body = stripe_event("evt_after_the_burst")
+        assert (await post(client, proc.url + STRIPE, body, stripe_headers(body)))[0] == 200
+    failed = [entry for entry in proc.logs if entry.get("event") == "accept_failed"]
+    print(f"accept failures: {[entry['count'] for entry in failed]} in {len(failed)} line(s)")
+    assert len(failed) == 1
+    assert not any("out of system resource" in line for line in proc.raw_logs)

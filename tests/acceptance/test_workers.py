@@ -2,7 +2,9 @@
 on PostgreSQL. Connections reach both workers; each event still reaches the app once; /metrics
 sums the workers; the admin listener and the store upkeep run once; SIGTERM drains the group
 within shutdown_timeout + 2 s; a worker killed stops the group with a non-zero exit; a
-supervisor killed takes its workers with it."""
+supervisor killed takes its workers with it. A worker that falls silent (stopped, or its event
+loop blocked in a handler) is replaced while deliveries go on being answered, and /healthz says
+so; so it does of a silent supervisor."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import sqlite3
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from tests.support import (
     post,
     stripe_event,
     stripe_headers,
+    until,
     write_config,
 )
 
@@ -58,29 +61,30 @@ def running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-async def until(condition: Callable[[], bool], timeout: float) -> None:
-    """Until ``condition`` (on the proxy's log lines read so far, or on /proc) holds."""
-    async def poll() -> None:
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.01)  # polling, bounded by wait_for
-
-    await asyncio.wait_for(poll(), timeout)
-
-
 def deliveries(proc: ProxyProcess) -> list[dict[str, Any]]:
     return [e for e in proc.logs if e.get("event") == "delivery"]
 
 
-async def post_each_on_its_own_connection(url: str, bodies: list[bytes]) -> list[int]:
+async def post_each_on_its_own_connection(url: str, bodies: list[bytes],
+                                          timeout: float = 300.0) -> list[int]:
     """Every body at once, each on a new connection (the kernel picks a worker per
-    connection)."""
+    connection); their statuses."""
+    return [status for status, _ in await deliver_each_on_its_own_connection(url, bodies,
+                                                                              timeout)]
+
+
+async def deliver_each_on_its_own_connection(url: str, bodies: list[bytes],
+                                             timeout: float) -> list[tuple[int, float]]:
+    """As post_each_on_its_own_connection: (status, seconds to the answer) each."""
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
-    async with aiohttp.ClientSession(connector=connector) as client:
-        answers = await asyncio.gather(*(post(client, url, body, stripe_headers(body))
-                                         for body in bodies))
-    return [status for status, _, _ in answers]
+    async with aiohttp.ClientSession(connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=timeout)) as client:
+        async def one(body: bytes) -> tuple[int, float]:
+            started = time.monotonic()
+            status, _, _ = await post(client, url, body, stripe_headers(body))
+            return status, time.monotonic() - started
+
+        return list(await asyncio.gather(*(one(body) for body in bodies)))
 
 
 async def metric(proc: ProxyProcess, client: aiohttp.ClientSession,
@@ -312,3 +316,191 @@ async def test_a_worker_that_cannot_start_stops_the_group_with_its_status(
     assert proc.returncode == 1, lines
     assert "store unavailable" in lines
     assert '"worker_exited"' in lines and '"listening"' not in lines
+
+
+# -- a worker that falls silent ------------------------------------------------------------------
+
+WORKER_TIMEOUT = 1.0
+STRIPE = "/webhooks/stripe"
+
+
+@pytest.fixture
+async def quick_group(tmp_path: Path) -> AsyncIterator[Deployment]:
+    """``workers: 2`` on SQLite, with a worker_timeout of 1 s. A stopped or blocked worker
+    would outlive its supervisor's SIGKILL (it cannot read its end of file): every worker the
+    logs name is killed at the end."""
+    async with deploy("sqlite", tmp_path, None) as dep:
+        dep.config["workers"] = WORKERS
+        dep.config["worker_timeout"] = f"{WORKER_TIMEOUT}s"
+        try:
+            yield dep
+        finally:
+            for pid in {pid for proc in dep.procs for pid in worker_pids(proc)}:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def worker_pids(proc: ProxyProcess) -> list[int]:
+    pids = [pid for e in proc.logs if e.get("event") == "listening" for pid in e["pids"]]
+    return pids + [e["pid"] for e in proc.logs
+                   if e.get("event") in ("worker_replaced", "event_loop_blocked_by_test")]
+
+
+async def health(client: aiohttp.ClientSession, proc: ProxyProcess) -> tuple[int, Any]:
+    async with client.get(proc.admin_url + "/healthz") as resp:
+        return resp.status, await resp.json()
+
+
+async def health_turns(client: aiohttp.ClientSession, proc: ProxyProcess, status: int,
+                       timeout: float) -> tuple[float, Any]:
+    """Polls /healthz until it answers ``status``; (seconds it took, the answer)."""
+    started = time.monotonic()
+    async with asyncio.timeout(timeout):
+        while True:
+            answer, body = await health(client, proc)
+            if answer == status:
+                return time.monotonic() - started, body
+            await asyncio.sleep(0.02)  # polling the endpoint under test, bounded above
+
+
+async def unhealthy_then_healthy(client: aiohttp.ClientSession,
+                                  proc: ProxyProcess) -> tuple[float, Any, float]:
+    """/healthz answers 503, then 200 again: (seconds to the 503, its body, to the 200)."""
+    started = time.monotonic()
+    unhealthy_after, body = await health_turns(client, proc, 503, timeout=10.0)
+    await health_turns(client, proc, 200, timeout=20.0)
+    return unhealthy_after, body, time.monotonic() - started
+
+
+async def deliveries_go_on_while_a_worker_is_replaced(
+    dep: Deployment, proc: ProxyProcess, silent_pid: int, prefix: str,
+) -> None:
+    """Right after worker 1 fell silent: 40 deliveries, each on a new connection (about half
+    queue on worker 1's socket), are all answered 200 — those on worker 1's share once its
+    successor accepts them. /healthz answers 503 meanwhile and 200 again once it listens."""
+    assert dep.client is not None
+    bodies = [stripe_event(f"{prefix}_{i}") for i in range(40)]
+    answers, (unhealthy_after, unhealthy, healthy_after) = await asyncio.gather(
+        deliver_each_on_its_own_connection(proc.url + STRIPE, bodies, timeout=20.0),
+        unhealthy_then_healthy(dep.client, proc))
+    replaced = await proc.wait_for_log("worker_replaced", timeout=5.0)
+    slowest = max(seconds for _, seconds in answers)
+    print(f"worker 1 silent (pid {silent_pid}): /healthz 503 after {unhealthy_after:.2f} s, 200 "
+          f"again after {healthy_after:.2f} s; successor listening {replaced['took_s']:.2f} s "
+          f"after detection; 40 deliveries, slowest {slowest:.2f} s")
+    assert [status for status, _ in answers] == [200] * len(bodies)
+    # Silence is found within worker_timeout (+ a heartbeat, + the grace of one more look);
+    # then the successor starts; then it answers what queued.
+    assert slowest < WORKER_TIMEOUT + replaced["took_s"] + 2.0
+    assert dep.stub.count() == len(bodies)
+    assert unhealthy == {"status": "unavailable", "reason": "workers_down", "workers_down": [1]}
+    unresponsive = [e for e in proc.logs if e.get("event") == "worker_unresponsive"]
+    assert [(e["worker"], e["pid"], e["action"], e["level"]) for e in unresponsive] \
+        == [(1, silent_pid, "replace", "error")]
+    assert replaced["worker"] == 1 and replaced["pid"] != silent_pid
+    await until(lambda: not running(silent_pid), timeout=5)  # killed, and reaped
+    # The deliveries that queued on worker 1's socket were answered by its successor.
+    assert any(e["worker"] == 1 for e in deliveries(proc)
+               if str(e.get("event_id", "")).startswith(prefix))
+    assert await metric(proc, dep.client, "webhook_workers_replaced_total") == {(): 1.0}
+
+
+async def test_a_stopped_worker_is_replaced_while_deliveries_are_answered(
+    quick_group: Deployment,
+) -> None:
+    await quick_group.start(1)
+    proc = quick_group.procs[0]
+    assert quick_group.client is not None
+    pids = next(e["pids"] for e in proc.logs if e.get("event") == "listening")
+    assert await health(quick_group.client, proc) == (200, {"status": "ok"})
+
+    os.kill(pids[1], signal.SIGSTOP)
+    await deliveries_go_on_while_a_worker_is_replaced(quick_group, proc, pids[1], "evt_stopped")
+
+    assert await proc.terminate(timeout=20) == 0  # the group, its new worker 1 included
+    quick_group.procs = []
+    assert [e.get("worker") for e in proc.logs if e.get("event") == "stopped"].count(None) == 1
+
+
+async def test_a_worker_whose_loop_is_blocked_in_a_handler_is_replaced(
+    quick_group: Deployment,
+) -> None:
+    """The proxy's worker 1 runs a handler that sleeps synchronously (a test-only route added
+    by tests/hooks/sitecustomize.py): its event loop stops, and with it its heartbeat."""
+    hooks = str(REPO / "tests" / "hooks")
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [hooks, os.environ.get("PYTHONPATH")])),
+           "BLOCK_LOOP_WORKER": "1"}
+    proc = await ProxyProcess(write_config(quick_group.tmp, quick_group.config), env=env).start()
+    quick_group.procs = [proc]
+    client = quick_group.client
+    assert client is not None
+
+    blocked: dict[str, Any] | None = None
+    for _ in range(50):  # new connections until one lands on worker 1 (worker 0 answers 409)
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as one_off:
+            aimed = asyncio.create_task(one_off.post(proc.url + "/test-only/block-loop"))
+            logged = asyncio.create_task(proc.wait_for_log("event_loop_blocked_by_test", 10))
+            done, _ = await asyncio.wait({aimed, logged}, return_when=asyncio.FIRST_COMPLETED)
+            if logged in done:
+                blocked = logged.result()
+                aimed.cancel()
+                break
+            logged.cancel()
+            async with aimed.result() as resp:
+                assert resp.status == 409
+    assert blocked is not None and blocked["worker"] == 1
+    await deliveries_go_on_while_a_worker_is_replaced(quick_group, proc, blocked["pid"],
+                                                      "evt_blocked")
+
+
+async def test_health_says_when_the_supervisor_is_silent(quick_group: Deployment) -> None:
+    """The supervisor stopped: no one would replace a silent worker, so /healthz answers 503
+    past worker_timeout; deliveries are still answered. Resumed, it kills no worker for
+    the silence its own pause caused, and /healthz answers 200 again."""
+    await quick_group.start(1)
+    proc = quick_group.procs[0]
+    assert quick_group.client is not None and proc.proc is not None
+    proc.proc.send_signal(signal.SIGSTOP)
+    try:
+        took, body = await health_turns(quick_group.client, proc, 503, timeout=10.0)
+        assert body["reason"] == "supervisor_silent" and body["silent_s"] >= WORKER_TIMEOUT
+        answers = await deliver_each_on_its_own_connection(
+            proc.url + STRIPE, [stripe_event(f"evt_unsupervised_{i}") for i in range(10)], 10.0)
+        assert [status for status, _ in answers] == [200] * 10
+        await asyncio.sleep(WORKER_TIMEOUT)  # the fault: the pause outlasts worker_timeout
+    finally:
+        proc.proc.send_signal(signal.SIGCONT)
+    await health_turns(quick_group.client, proc, 200, timeout=10.0)
+    print(f"supervisor stopped: /healthz 503 after {took:.2f} s")
+    assert not any(e.get("event") == "worker_unresponsive" for e in proc.logs)
+    assert await proc.terminate(timeout=20) == 0
+    quick_group.procs = []
+
+
+async def test_a_fourth_silence_within_ten_minutes_stops_the_group(
+    quick_group: Deployment,
+) -> None:
+    """Replacing is not allowed to hide a loop: three silent workers are replaced; the fourth
+    stops the group with exit status 1, as a worker's crash does, for the orchestrator to see
+    and count."""
+    await quick_group.start(1)
+    proc = quick_group.procs[0]
+    silent = [next(e["pids"] for e in proc.logs if e.get("event") == "listening")[1]]
+
+    def replacements() -> list[dict[str, Any]]:
+        return [e for e in proc.logs if e.get("event") == "worker_replaced"]
+
+    for count in range(1, 4):
+        os.kill(silent[-1], signal.SIGSTOP)
+        await until(lambda: len(replacements()) >= count, timeout=20)  # noqa: B023 (awaited)
+        silent.append(replacements()[-1]["pid"])
+    os.kill(silent[-1], signal.SIGSTOP)
+    assert await proc.wait(timeout=30) == 1
+    quick_group.procs = []
+    unresponsive = [e for e in proc.logs if e.get("event") == "worker_unresponsive"]
+    assert [(e["pid"], e["action"]) for e in unresponsive] \
+        == [(pid, "replace") for pid in silent[:3]] + [(silent[3], "stop_group")]
+    assert [e["exit_code"] for e in proc.logs if e.get("event") == "stopped"
+            and "worker" not in e] == [1]
+    await until(lambda: not any(running(pid) for pid in silent), timeout=5)

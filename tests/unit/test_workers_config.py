@@ -59,6 +59,6 @@ def test_anything_else_is_refused_naming_the_key(value: object) -> None:
 
 
 def test_the_seat_travels_as_json() -> None:
-    seat = WorkerSeat(index=1, count=2, listen_fd=5, admin_fd=None, ready_fd=6,
-                      lifeline_fd=7, metrics_dir="/tmp/m")
+    seat = WorkerSeat(index=1, count=2, listen_fd=5, admin_fd=None, channel_fd=6,
+                      metrics_dir="/tmp/m")
     assert WorkerSeat.from_json(seat.to_json()) == seat
