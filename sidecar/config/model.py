@@ -317,7 +317,9 @@ class ProviderConfig:
 @block("Background work of each proxy process.", nullable=True)
 class MaintenanceConfig:
     interval: float = setting(Duration(positive=True), "How often retention runs and the "
-                              "stuck-row gauge is refreshed.", yaml_default="60s")
+                              "stuck-row and queue gauges are refreshed (the queue gauges "
+                              "also on each /metrics scrape, at most every 5 s).",
+                              yaml_default="60s")
     secrets_reload_interval: float = setting(Duration(positive=True), "How often secret files "
                                              "are checked for changes (rotation without a "
                                              "restart).", yaml_default="10s")
@@ -386,10 +388,12 @@ class Config:
                                     "this) for this long is killed and replaced; /healthz "
                                     "answers 503 until its successor listens.",
                                     yaml_default="5s")
-    answer_cache: int = setting(SizeOrZero(), "Memory each process keeps of done events (and of "
-                                "bodies bound by the replay guard), so a duplicate of an event "
-                                "it has seen is answered without the database; entries expire "
-                                "with the provider's retention. 0: off.",
+    answer_cache: int = setting(SizeOrZero(), "Memory each process keeps of done events, of "
+                                "events accepted in queue mode and of bodies bound by the "
+                                "replay guard, so a duplicate of an event it has seen is "
+                                "answered without the database; each entry ends when retention "
+                                "deletes the stored fact it mirrors (its first receipt plus the "
+                                "provider's retention). 0: off.",
                                 yaml_default="16MiB")
     maintenance: MaintenanceConfig = nested(MaintenanceConfig)
     admin_token: str | None = setting(String("string", text({"type": "string", "minLength": 16}),
