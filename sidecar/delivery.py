@@ -56,7 +56,7 @@ from sidecar.core.events import (
 from sidecar.core.forwarded import Network, forwarding_headers
 from sidecar.core.handshake import handshake_answer
 from sidecar.core.known import KnownAnswers
-from sidecar.core.ports import Store
+from sidecar.core.ports import DeliveryStore
 from sidecar.core.signing import verify
 
 MAX_DECISION_STEPS = 1000  # a safety bound; every step waits, answers or makes progress
@@ -137,7 +137,7 @@ class _Trace:
 class Pipeline:
     """Built once at start-up; ``deliver`` is called once per request."""
 
-    def __init__(self, *, store: Store, forwarder: Forwarding, keyring: Keys, owner: str,
+    def __init__(self, *, store: DeliveryStore, forwarder: Forwarding, keyring: Keys, owner: str,
                  observer: Observer, clock: Callable[[], float] = time.time,
                  trusted_proxies: Sequence[Network] = (),
                  known: KnownAnswers | None = None,

@@ -29,7 +29,7 @@ from sidecar.core.headers import (
     IDEMPOTENCY_HEADER,
     PROVIDER_HEADER,
 )
-from sidecar.core.ports import Store
+from sidecar.core.ports import EventStore, RowReader
 from sidecar.core.signing.forward import forward_signature
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
@@ -59,7 +59,7 @@ class Sender(Protocol):
 
 
 class Forwarder:
-    def __init__(self, store: Store, upstream: Sender, metrics: Metrics,
+    def __init__(self, store: EventStore, upstream: Sender, metrics: Metrics,
                  pending: set[asyncio.Task[bool]], *,
                  signing_keys: Callable[[], Sequence[bytes]] = tuple,
                  clock: Callable[[], float] = time.time) -> None:
@@ -167,7 +167,7 @@ class Forwarder:
 
 
 async def write_until(write: Callable[[], Awaitable[bool]],
-                      holds: Callable[[EventRow | None], bool], store: Store, provider: str,
+                      holds: Callable[[EventRow | None], bool], store: RowReader, provider: str,
                       event_id: str, attempt: int, until: float) -> bool:
     """One row's result write (``write``; ``holds`` tells from the row whether it landed).
     The app has answered, so the write is not given up on at the first store error: it is

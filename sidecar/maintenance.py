@@ -17,7 +17,7 @@ from sidecar.config.keyring import SIGNING, Keyring
 from sidecar.config.model import Config, Mode
 from sidecar.core.errors import StoreError
 from sidecar.core.events import QueueStats
-from sidecar.core.ports import Store
+from sidecar.core.ports import UpkeepStore
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 
@@ -35,7 +35,8 @@ SCRAPE_REFRESH_WAIT = 2.0
 
 
 class Maintenance:
-    def __init__(self, config: Config, store: Store, metrics: Metrics, keyring: Keyring) -> None:
+    def __init__(self, config: Config, store: UpkeepStore, metrics: Metrics,
+                 keyring: Keyring) -> None:
         self._config = config
         self._store = store
         self._metrics = metrics

@@ -13,7 +13,7 @@ from sidecar.config.model import Config, Mode, ProviderConfig
 from sidecar.core.batch import filtered_body
 from sidecar.core.eventid import batch_items
 from sidecar.core.events import EventRow, EventState, QueueEntry, StoredRequest
-from sidecar.core.ports import Store
+from sidecar.core.ports import OperatorStore
 from sidecar.forwarding import Forwarder
 
 
@@ -133,7 +133,7 @@ def describe_request(payload: StoredRequest) -> dict[str, Any]:
     }
 
 
-async def list_events(store: Store, *, provider: str | None = None,
+async def list_events(store: OperatorStore, *, provider: str | None = None,
                       state: str | None = None, older_than: float | None = None,
                       limit: int = 100) -> list[dict[str, Any]]:
     try:
@@ -147,7 +147,7 @@ async def list_events(store: Store, *, provider: str | None = None,
     return [describe(row) for row in rows]
 
 
-async def show(store: Store, provider: str, event_id: str) -> dict[str, Any]:
+async def show(store: OperatorStore, provider: str, event_id: str) -> dict[str, Any]:
     row = await store.get(provider, event_id)
     if row is None:
         raise OperationError(404, f"no event {provider}:{event_id}")
@@ -161,7 +161,7 @@ async def show(store: Store, provider: str, event_id: str) -> dict[str, Any]:
     return data
 
 
-async def release(store: Store, provider: str, event_id: str, *,
+async def release(store: OperatorStore, provider: str, event_id: str, *,
                   force: bool = False) -> dict[str, Any]:
     """Mark a ``failed`` event, or a ``processing`` one whose lease has expired (its process is
     gone), ``failed`` with no lease, so the next redelivery is forwarded. A ``processing`` event
@@ -201,7 +201,7 @@ async def release(store: Store, provider: str, event_id: str, *,
     return data
 
 
-async def redrive(config: Config, store: Store, forwarder: Forwarder, owner: str,
+async def redrive(config: Config, store: OperatorStore, forwarder: Forwarder, owner: str,
                   provider_key: str, event_id: str) -> RedriveResult | Requeued:
     """Re-drive one event. A ``dead`` event of a queue-mode provider goes back to its queue,
     due now, with a fresh budget (:class:`Requeued`): the running proxies' workers deliver it.
@@ -247,7 +247,7 @@ async def redrive(config: Config, store: Store, forwarder: Forwarder, owner: str
     )
 
 
-async def redrive_dead(config: Config, store: Store, provider_key: str, *,
+async def redrive_dead(config: Config, store: OperatorStore, provider_key: str, *,
                        older_than: float | None = None,
                        limit: int = REDRIVE_LIMIT) -> Requeued:
     """Re-queue up to ``limit`` dead events of a queue-mode provider (those received more than

@@ -29,7 +29,7 @@ from sidecar.core.events import (
     QueuedWork,
     Settlement,
 )
-from sidecar.core.ports import Store
+from sidecar.core.ports import QueueWorkerStore
 from sidecar.core.queueing import RetryPolicy, settlement, unreachable_pause
 from sidecar.forwarding import LEASE_MARGIN, Forwarder, Sent, write_until
 from sidecar.obs.logs import get_logger
@@ -52,7 +52,7 @@ class QueueWorker:
     in flight end (and record) until a deadline, and cancels the rest (their leases expire:
     another process, or the next start, takes them again)."""
 
-    def __init__(self, provider: ProviderConfig, store: Store, forwarder: Forwarder,
+    def __init__(self, provider: ProviderConfig, store: QueueWorkerStore, forwarder: Forwarder,
                  metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
                  clock: Callable[[], float] = time.time,
                  rand: Callable[[], float] = random.random) -> None:
@@ -274,7 +274,8 @@ class QueueWorkers:
     """This process's delivery workers, one per queue-mode provider, and the store's wake-ups
     from other processes."""
 
-    def __init__(self, providers: Sequence[ProviderConfig], store: Store, forwarder: Forwarder,
+    def __init__(self, providers: Sequence[ProviderConfig], store: QueueWorkerStore,
+                 forwarder: Forwarder,
                  metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
                  notify: bool, clock: Callable[[], float] = time.time) -> None:
         self._workers = {p.key: QueueWorker(p, store, forwarder, metrics, owner, pending,

@@ -1,4 +1,16 @@
-"""The store port: the few verbs the proxy needs, implemented once per database."""
+"""The store port: the few verbs the proxy needs, implemented once per database.
+
+Each caller is typed by the role it plays, and sees only that role's verbs:
+
+    RowReader         get                                       whether a lost write landed
+    EventStore        + queue_entry, take_over, complete        the forwarder's result write
+    DeliveryStore     + claim, enqueue, bind_nonce              the delivery pipeline
+    OperatorStore     + list_events, get_payload, release, …    the events CLI and admin API
+    QueueWorkerStore  get, take_queued, settle_queued, …        queue mode's delivery workers
+    UpkeepStore       purge, purge_nonces, stuck_counts, …      maintenance, probes, gauges
+    Store             all of them, and close                    the adapters, the composition
+                                                                root and the contract suites
+"""
 
 from __future__ import annotations
 
@@ -20,19 +32,41 @@ from sidecar.core.events import (
 )
 
 
-class Store(Protocol):
-    """Storage of event rows. Every method raises ``StoreError`` (never a driver error) when the
-    database is unreachable or too slow.
+class RowReader(Protocol):
+    """Read one event's row: how a result write that lost its connection tells whether it
+    landed."""
 
-    Invariants the adapters enforce in the database itself:
-    - ``claim`` is atomic across processes: of N concurrent claims of one key exactly one wins.
-    - ``take_over`` succeeds for exactly one caller per eligible row state.
-    - ``complete`` is fenced by ``attempt``: a stale attempt never overwrites a newer one.
+    async def get(self, provider: str, event_id: str) -> EventRow | None:
+        """Read one row (with the database clock)."""
+        ...
 
-    Implementations live in ``sidecar.store`` (PostgreSQL, SQLite, and ``MemoryStore`` for
-    tests); ``tests/integration/test_store_contract.py`` holds every one of them to this
-    contract.
-    """
+
+class EventStore(RowReader, Protocol):
+    """The verbs on one event's attempts, whoever holds it: read its row or queue entry, take
+    a failed or abandoned attempt over, record an attempt's result (the forwarder's write)."""
+
+    async def queue_entry(self, provider: str, event_id: str) -> QueueEntry | None:
+        """The event's queue entry, or None (not queued, or done)."""
+        ...
+
+    async def take_over(
+        self, provider: str, event_id: str, lease_seconds: float, owner: str
+    ) -> int | None:
+        """If the row is ``failed``, or ``processing`` with an expired lease, atomically move it to
+        ``processing`` with attempt + 1 and a new lease; return the new attempt. Else ``None``."""
+        ...
+
+    async def complete(
+        self, provider: str, event_id: str, attempt: int, result: AttemptResult
+    ) -> bool:
+        """Record the result of ``attempt`` if the row is still ``processing`` at that attempt.
+        Clears the lease. Returns False when the attempt was superseded (nothing written)."""
+        ...
+
+
+class DeliveryStore(EventStore, Protocol):
+    """What the delivery pipeline needs: claim an event id (forward mode) or queue it (queue
+    mode), and bind the replay guard's nonces."""
 
     async def claim(
         self,
@@ -50,78 +84,6 @@ class Store(Protocol):
         """
         ...
 
-    async def take_over(
-        self, provider: str, event_id: str, lease_seconds: float, owner: str
-    ) -> int | None:
-        """If the row is ``failed``, or ``processing`` with an expired lease, atomically move it to
-        ``processing`` with attempt + 1 and a new lease; return the new attempt. Else ``None``."""
-        ...
-
-    async def complete(
-        self, provider: str, event_id: str, attempt: int, result: AttemptResult
-    ) -> bool:
-        """Record the result of ``attempt`` if the row is still ``processing`` at that attempt.
-        Clears the lease. Returns False when the attempt was superseded (nothing written)."""
-        ...
-
-    async def get(self, provider: str, event_id: str) -> EventRow | None:
-        """Read one row (with the database clock)."""
-        ...
-
-    async def list_events(
-        self,
-        provider: str | None = None,
-        state: EventState | None = None,
-        limit: int = 100,
-        older_than_seconds: float | None = None,
-    ) -> list[EventRow]:
-        """Rows newest first, optionally filtered by provider, state and minimum age."""
-        ...
-
-    async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
-        """The stored first request of an event, or None (no row, or payloads not kept)."""
-        ...
-
-    async def stuck_counts(self) -> dict[str, int]:
-        """Per provider, rows in ``processing`` whose lease has expired. Scans the table: for
-        the maintenance loop, never the request path."""
-        ...
-
-    async def release(self, provider: str, event_id: str, *, force: bool = False) -> bool:
-        """Operator repair: mark a ``failed`` row, or a ``processing`` row whose lease has
-        expired, ``failed`` with its lease cleared, so that the next redelivery takes it over.
-        A ``processing`` row with a live lease is released only with ``force`` (its attempt may
-        still be running: a redelivery would then reach the app concurrently). The lease is
-        checked in the same atomic step as the update. Returns False if no row qualified."""
-        ...
-
-    async def purge(self, provider: str, older_than_seconds: float, batch_size: int) -> int:
-        """Delete up to ``batch_size`` rows of ``provider`` received more than
-        ``older_than_seconds`` ago, never a ``processing`` row with a live lease."""
-        ...
-
-    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> NonceBinding:
-        """Bind a signature nonce to the body hash first seen with it (atomically, across
-        processes) and return the binding: its hash (a different one means the signed nonce was
-        replayed with another body), when it was first bound, and the database clock now. A
-        later bind never moves ``received_at``: retention (``purge_nonces``) deletes the binding
-        by it, so its age tells how long the binding is still kept."""
-        ...
-
-    async def purge_nonces(self, provider: str, older_than_seconds: float,
-                           batch_size: int) -> int:
-        """Delete up to ``batch_size`` nonces of ``provider`` older than the given age."""
-        ...
-
-    # -- queue mode (``providers.<key>.mode: queue``) ---------------------------------------
-    #
-    # A queued event is an event row (state ``queued``, ``processing`` while a worker forwards
-    # it, then ``done`` or ``dead``) plus a queue entry: its due time, order key, the take
-    # counter that fences workers, and its place in the order of acceptance. Entries of
-    # ``done`` events are removed; ``dead`` ones stay (marked) until re-driven or until
-    # retention deletes the row. Retention never deletes a row whose entry is not dead.
-    # ``take_over``, ``release`` and ``complete`` never touch a row that has a queue entry.
-
     async def enqueue(
         self,
         provider: str,
@@ -138,6 +100,27 @@ class Store(Protocol):
         provider has that many entries waiting or in flight. Wakes the provider's workers in
         every process (PostgreSQL: NOTIFY at commit)."""
         ...
+
+    async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> NonceBinding:
+        """Bind a signature nonce to the body hash first seen with it (atomically, across
+        processes) and return the binding: its hash (a different one means the signed nonce was
+        replayed with another body), when it was first bound, and the database clock now. A
+        later bind never moves ``received_at``: retention (``purge_nonces``) deletes the binding
+        by it, so its age tells how long the binding is still kept."""
+        ...
+
+
+class QueueWorkerStore(RowReader, Protocol):
+    """What a queue-mode delivery worker needs: take due entries, settle each take, and be
+    woken when another process queues work.
+
+    A queued event is an event row (state ``queued``, ``processing`` while a worker forwards
+    it, then ``done`` or ``dead``) plus a queue entry: its due time, order key, the take
+    counter that fences workers, and its place in the order of acceptance. Entries of
+    ``done`` events are removed; ``dead`` ones stay (marked) until re-driven or until
+    retention deletes the row. Retention never deletes a row whose entry is not dead.
+    ``take_over``, ``release`` and ``complete`` never touch a row that has a queue entry.
+    """
 
     async def take_queued(self, provider: str, limit: int, lease_seconds: float,
                           owner: str, *, ordered: bool = False) -> list[QueuedWork]:
@@ -160,6 +143,69 @@ class Store(Protocol):
         ``reached``, the row's attempt goes back down by one. Returns False when superseded."""
         ...
 
+    async def listen_queue(self, wake: Callable[[str], None]) -> None:
+        """Call ``wake(provider)`` whenever another process queues work, until cancelled.
+        PostgreSQL: LISTEN on a dedicated connection (not from the pool), reconnecting after
+        a failure (a missed notification is covered by the workers' poll). Stores without
+        notifications wait until cancelled."""
+        ...
+
+
+class UpkeepStore(Protocol):
+    """What the maintenance loop and the probes need: retention, the gauges' counts, a ping.
+    Each scans or deletes in bounded batches; never on the request path."""
+
+    async def purge(self, provider: str, older_than_seconds: float, batch_size: int) -> int:
+        """Delete up to ``batch_size`` rows of ``provider`` received more than
+        ``older_than_seconds`` ago, never a ``processing`` row with a live lease."""
+        ...
+
+    async def purge_nonces(self, provider: str, older_than_seconds: float,
+                           batch_size: int) -> int:
+        """Delete up to ``batch_size`` nonces of ``provider`` older than the given age."""
+        ...
+
+    async def stuck_counts(self) -> dict[str, int]:
+        """Per provider, rows in ``processing`` whose lease has expired. Scans the table: for
+        the maintenance loop, never the request path."""
+        ...
+
+    async def queue_stats(self) -> dict[str, QueueStats]:
+        """Per provider with entries: waiting/in-flight and dead counts, oldest waiting age.
+        For the metrics refresh, never the request path."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise ``StoreError`` unless the database answers."""
+        ...
+
+
+class OperatorStore(EventStore, Protocol):
+    """What the operator's verbs (``events`` CLI, admin API) need besides an event's attempts:
+    list, read the stored request, release, re-drive dead events."""
+
+    async def list_events(
+        self,
+        provider: str | None = None,
+        state: EventState | None = None,
+        limit: int = 100,
+        older_than_seconds: float | None = None,
+    ) -> list[EventRow]:
+        """Rows newest first, optionally filtered by provider, state and minimum age."""
+        ...
+
+    async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
+        """The stored first request of an event, or None (no row, or payloads not kept)."""
+        ...
+
+    async def release(self, provider: str, event_id: str, *, force: bool = False) -> bool:
+        """Operator repair: mark a ``failed`` row, or a ``processing`` row whose lease has
+        expired, ``failed`` with its lease cleared, so that the next redelivery takes it over.
+        A ``processing`` row with a live lease is released only with ``force`` (its attempt may
+        still be running: a redelivery would then reach the app concurrently). The lease is
+        checked in the same atomic step as the update. Returns False if no row qualified."""
+        ...
+
     async def requeue_dead(self, provider: str, event_id: str | None = None, *,
                            older_than_seconds: float | None = None,
                            limit: int = 1000) -> list[str]:
@@ -169,24 +215,19 @@ class Store(Protocol):
         Returns the event ids re-queued (wakes the workers, as ``enqueue``)."""
         ...
 
-    async def queue_entry(self, provider: str, event_id: str) -> QueueEntry | None:
-        """The event's queue entry, or None (not queued, or done)."""
-        ...
 
-    async def queue_stats(self) -> dict[str, QueueStats]:
-        """Per provider with entries: waiting/in-flight and dead counts, oldest waiting age.
-        For the metrics refresh, never the request path."""
-        ...
+class Store(DeliveryStore, QueueWorkerStore, UpkeepStore, OperatorStore, Protocol):
+    """Storage of event rows. Every method raises ``StoreError`` (never a driver error) when the
+    database is unreachable or too slow.
 
-    async def listen_queue(self, wake: Callable[[str], None]) -> None:
-        """Call ``wake(provider)`` whenever another process queues work, until cancelled.
-        PostgreSQL: LISTEN on a dedicated connection (not from the pool), reconnecting after
-        a failure (a missed notification is covered by the workers' poll). Stores without
-        notifications wait until cancelled."""
-        ...
+    Invariants the adapters enforce in the database itself:
+    - ``claim`` is atomic across processes: of N concurrent claims of one key exactly one wins.
+    - ``take_over`` succeeds for exactly one caller per eligible row state.
+    - ``complete`` is fenced by ``attempt``: a stale attempt never overwrites a newer one.
 
-    async def ping(self) -> None:
-        """Raise ``StoreError`` unless the database answers."""
-        ...
+    Implementations live in ``sidecar.store`` (PostgreSQL, SQLite, and ``MemoryStore`` for
+    tests); ``tests/integration/test_store_contract.py`` holds every one of them to this
+    contract.
+    """
 
     async def close(self) -> None: ...

@@ -228,7 +228,8 @@ class Queued:
         return total
 
     async def until_gauge(self, name: str, value: float, timeout: float, **labels: str) -> None:
-        """Until process 0's gauge ``name`` shows ``value`` (refreshed by maintenance or a scrape)."""
+        """Until process 0's gauge ``name`` shows ``value`` (maintenance or a scrape
+        refreshes it)."""
         deadline = time.monotonic() + timeout
         while (got := await self.metric(name, proc=0, **labels)) != value:
             if time.monotonic() > deadline:
@@ -243,7 +244,7 @@ def queue_config(app_url: str, store_url: str, **queue: Any) -> dict[str, Any]:
                    "queue": {"first_retry": "200ms", "max_retry_delay": "1s",
                              "poll_interval": "100ms", **queue}})
     config["providers"] = {"stripe": stripe}
-    config["maintenance"] = {"interval": "200ms"}  # the queue gauges refresh with it (and on scrape)
+    config["maintenance"] = {"interval": "200ms"}  # queue gauges refresh with it, and on scrape
     return config
 
 
