@@ -33,13 +33,12 @@ import aiohttp
 from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.errors import ConfigError, EventIdError
 from sidecar.core.eventid import EventIdSpec, delivery_items, parse_event_id_spec
-from sidecar.core.headers import ATTEMPT_HEADER, REPLAY_HEADER
+from sidecar.core.headers import ATTEMPT_HEADER, REPLAY_HEADER, header_value
 from sidecar.core.signing import (
     DeclarativeSpec,
     PluginSpec,
     SignatureSpec,
     decode_signing_key,
-    header_value,
     parse_signature_spec,
     sign_delivery,
 )

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from sidecar.core.body import Body, NotJson
 from sidecar.core.errors import ConfigError, EventIdError
+from sidecar.core.fields import as_mapping, check_keys, get_header_names, get_str, join_path
+from sidecar.core.headers import first_header
 from sidecar.core.jsonpath import JsonPath, Wildcard, parse_json_path
-from sidecar.core.signing.spec import as_mapping, check_keys, get_header_names, get_str, join_path
-from sidecar.core.signing.verify import first_header
 
 # Control characters, lone surrogates (not valid UTF-8) and line/paragraph separators.
 _FORBIDDEN = frozenset(("Cc", "Cs", "Zl", "Zp"))

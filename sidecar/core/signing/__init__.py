@@ -31,7 +31,7 @@ from sidecar.core.signing.spec import (
     TimestampSpec,
     VersionedListFormat,
 )
-from sidecar.core.signing.verify import header_value, signed_message
+from sidecar.core.signing.verify import signed_message
 
 __all__ = [
     "ALGORITHMS",
@@ -58,7 +58,6 @@ __all__ = [
     "VersionedListFormat",
     "decode_secret",
     "decode_signing_key",
-    "header_value",
     "parse_signature_spec",
     "sign",
     "sign_delivery",

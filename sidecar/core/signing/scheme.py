@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
+from sidecar.core.fields import as_mapping
 from sidecar.core.signing.plugins import Delivery, PluginSpec, SignedDelivery, parse_plugin_spec
 from sidecar.core.signing.sign import sign_declarative, stamp_body
-from sidecar.core.signing.spec import DeclarativeSpec, as_mapping, parse_declarative_spec
+from sidecar.core.signing.spec import DeclarativeSpec, parse_declarative_spec
 from sidecar.core.signing.verify import (
     decode_declarative_secret,
     decode_declarative_signing_key,

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from sidecar.core.body import NotJson, parse_json
 from sidecar.core.errors import ConfigError, VerificationError
+from sidecar.core.headers import first_header, header_value
 from sidecar.core.jsonpath import JsonPath
 from sidecar.core.signing.asymmetric import PrivateKey, PublicKey
 from sidecar.core.signing.spec import (
@@ -32,28 +33,6 @@ _RFC3339 = re.compile(
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?"
     r"([Zz]|[+-][0-9]{2}:[0-9]{2})"
 )
-
-
-def header_value(headers: Mapping[str, str], name: str) -> str | None:
-    """Case-insensitive header lookup that also works on a plain ``dict``."""
-    value = headers.get(name)  # exact key first; a CIMultiDict is already case-insensitive
-    if value is not None:
-        return value
-    wanted = name.lower()
-    for key, candidate in headers.items():
-        if key.lower() == wanted:
-            return candidate
-    return None
-
-
-def first_header(headers: Mapping[str, str], names: Sequence[str]) -> str | None:
-    """The value of the first of ``names`` present (alternative names for one header; a
-    present but empty one still wins, so that it is reported rather than skipped)."""
-    for name in names:
-        value = header_value(headers, name)
-        if value is not None:
-            return value
-    return None
 
 
 def _decode(encoding: str, text: str) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from sidecar.core.fields import get_choice
 from sidecar.core.signing.plugins.adyen_items import AdyenScheme, parse_adyen
 from sidecar.core.signing.plugins.base import (
     Delivery,
@@ -14,7 +15,6 @@ from sidecar.core.signing.plugins.base import (
 )
 from sidecar.core.signing.plugins.mailgun_token import MailgunScheme, parse_mailgun
 from sidecar.core.signing.plugins.twilio_form import TwilioScheme, parse_twilio
-from sidecar.core.signing.spec import get_choice
 
 PLUGINS: dict[str, Callable[[Mapping[str, object], str], PluginScheme]] = {
     "twilio": parse_twilio,

@@ -14,14 +14,8 @@ from typing import Protocol
 
 from sidecar.core.body import NotJson, parse_json
 from sidecar.core.errors import VerificationError
-from sidecar.core.signing.spec import (
-    SECRET_DECODERS,
-    SecretSpec,
-    as_mapping,
-    check_keys,
-    get_choice,
-    join_path,
-)
+from sidecar.core.fields import as_mapping, check_keys, get_choice, join_path
+from sidecar.core.signing.spec import SECRET_DECODERS, SecretSpec
 
 
 @dataclass(frozen=True, slots=True)
