@@ -12,15 +12,15 @@ from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
 from sidecar.core.fields import as_mapping
-from sidecar.core.signing.plugins import Delivery, PluginSpec, SignedDelivery, parse_plugin_spec
-from sidecar.core.signing.sign import sign_declarative, stamp_body
-from sidecar.core.signing.spec import DeclarativeSpec, parse_declarative_spec
-from sidecar.core.signing.verify import (
+from sidecar.core.signing.keys import (
     decode_declarative_secret,
     decode_declarative_signing_key,
     decode_symmetric_secret,
-    verify_declarative,
 )
+from sidecar.core.signing.plugins import Delivery, PluginSpec, SignedDelivery, parse_plugin_spec
+from sidecar.core.signing.sign import sign_declarative, stamp_body
+from sidecar.core.signing.spec import DeclarativeSpec, parse_declarative_spec
+from sidecar.core.signing.verify import verify_declarative
 
 SignatureSpec: TypeAlias = DeclarativeSpec | PluginSpec
 

@@ -16,7 +16,7 @@ from sidecar.config.loader import load_config_text
 from sidecar.core.errors import ConfigError, EventIdError
 from sidecar.core.eventid import extract_event_id, parse_event_id_spec
 from sidecar.core.signing import PluginSpec, parse_signature_spec, sign, verify
-from sidecar.core.signing.spec import KvListFormat
+from sidecar.core.signing.formats import KvListFormat
 
 from .helpers import NOW, flip, keys_for, preset_event_id, preset_spec, reason
 

@@ -24,7 +24,7 @@ from sidecar.core.signing import (
     decode_secret,
     verify,
 )
-from sidecar.core.signing.verify import parse_rfc3339
+from sidecar.core.signing.timestamps import parse_rfc3339
 
 from .helpers import NOW, preset_event_id, preset_spec
 

@@ -15,7 +15,8 @@ from typing import Protocol
 from sidecar.core.body import NotJson, parse_json
 from sidecar.core.errors import VerificationError
 from sidecar.core.fields import as_mapping, check_keys, get_choice, join_path
-from sidecar.core.signing.spec import SECRET_DECODERS, SecretSpec
+from sidecar.core.signing.encodings import SECRET_DECODERS
+from sidecar.core.signing.spec import SecretSpec
 
 
 @dataclass(frozen=True, slots=True)

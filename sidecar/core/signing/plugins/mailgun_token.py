@@ -26,7 +26,7 @@ from sidecar.core.signing.plugins.base import (
     parse_plugin_secret,
 )
 from sidecar.core.signing.spec import SecretSpec, TimestampSpec
-from sidecar.core.signing.verify import check_timestamp
+from sidecar.core.signing.timestamps import check_timestamp
 
 _HEX = re.compile(r"[0-9a-fA-F]{64}")
 
