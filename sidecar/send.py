@@ -36,6 +36,7 @@ from sidecar.core.eventid import EventIdSpec, delivery_items, parse_event_id_spe
 from sidecar.core.headers import ATTEMPT_HEADER, REPLAY_HEADER, header_value
 from sidecar.core.signing import (
     DeclarativeSpec,
+    Delivery,
     PluginSpec,
     SignatureSpec,
     decode_signing_key,
@@ -199,8 +200,8 @@ async def _deliver(
     headers: dict[str, str], index: int,
 ) -> Outcome:
     query = urlsplit(args.url).query
-    signed = sign_delivery(scheme.signature, scheme.key, body, headers, time.time(),
-                           method=args.method.upper(), query=query)
+    signed = sign_delivery(scheme.signature, scheme.key,
+                           Delivery(body, headers, args.method.upper(), query), time.time())
     started = time.monotonic()
     try:
         async with session.request(args.method.upper(), args.url, data=signed.body,

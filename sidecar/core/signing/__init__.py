@@ -11,6 +11,7 @@ schemes data cannot describe); ``forward`` (the proxy's own signature on forward
 
 from sidecar.core.signing.algorithms import ALGORITHMS, Algorithm
 from sidecar.core.signing.asymmetric import PrivateKey, PublicKey
+from sidecar.core.signing.delivery import Delivery, SignedDelivery
 from sidecar.core.signing.encodings import ENCODINGS, SECRET_DECODERS, Codec
 from sidecar.core.signing.formats import (
     FORMATS,
@@ -20,7 +21,7 @@ from sidecar.core.signing.formats import (
     SignatureFormat,
     VersionedListFormat,
 )
-from sidecar.core.signing.plugins import PLUGINS, Delivery, PluginSpec, SignedDelivery
+from sidecar.core.signing.plugins import PLUGINS, PluginSpec
 from sidecar.core.signing.scheme import (
     SignatureSpec,
     decode_secret,

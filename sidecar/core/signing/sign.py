@@ -6,31 +6,25 @@ verifiers, never only against ``verify``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
 
 from sidecar.core.errors import VerificationError
+from sidecar.core.signing.delivery import Delivery
 from sidecar.core.signing.keys import signing_algorithm
 from sidecar.core.signing.spec import DeclarativeSpec
 from sidecar.core.signing.template import signed_message
 from sidecar.core.signing.timestamps import timestamp_text
 
 
-def sign_declarative(
-    spec: DeclarativeSpec,
-    key: bytes,
-    body: bytes,
-    headers: Mapping[str, str],
-    now: float,
-    *,
-    method: str = "POST",
-    query: str = "",
-) -> dict[str, str]:
+def sign_declarative(spec: DeclarativeSpec, key: bytes, delivery: Delivery,
+                     now: float) -> dict[str, str]:
     """Return the signature header (and the timestamp header, if the scheme has one).
 
     ``key`` is the shared secret, or for a public-key algorithm the private key (see
     ``asymmetric.py``: Ed25519 32-byte seed, ECDSA DER PKCS#8). ``{header:X}`` placeholders
-    are read from ``headers``; a missing one is the caller's mistake and raises ``ValueError``.
+    are read from the delivery's headers; a missing one is the caller's mistake and raises
+    ``ValueError``.
     """
     added: dict[str, str] = {}
     timestamp: str | None = None
@@ -38,9 +32,9 @@ def sign_declarative(
         timestamp = timestamp_text(spec.timestamp.unit, now)
         if spec.timestamp.header is not None:
             added[spec.timestamp.header] = timestamp
+    sent = dataclasses.replace(delivery, headers={**delivery.headers, **added})
     try:
-        message = signed_message(spec.message, body, timestamp, {**headers, **added},
-                                 method=method, url=spec.signing_url(query))
+        message = signed_message(spec.message, sent, timestamp, spec.signing_url(sent.query))
     except VerificationError as exc:
         raise ValueError(f"cannot sign: {exc.detail or exc.reason}") from None
     algorithm = signing_algorithm(spec, key)

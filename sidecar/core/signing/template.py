@@ -4,12 +4,12 @@ and placeholders, parsed once from config and filled from each delivery."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sidecar.core.errors import ConfigError, VerificationError
 from sidecar.core.fields import is_header_name
 from sidecar.core.headers import header_value
+from sidecar.core.signing.delivery import Delivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,31 +86,25 @@ def _surrogate_safe(value: str, what: str) -> bytes:
 
 
 def signed_message(
-    template: MessageTemplate,
-    body: bytes,
-    timestamp: str | None,
-    headers: Mapping[str, str],
-    *,
-    method: str = "POST",
-    url: str | None = None,
+    template: MessageTemplate, delivery: Delivery, timestamp: str | None, url: str | None
 ) -> bytes:
-    """The exact bytes the provider signed: template text, raw body, timestamp as received,
-    the request method and the public URL (``DeclarativeSpec.signing_url``)."""
+    """The exact bytes the provider signed: template text, the delivery's raw body, headers
+    and method, the timestamp as received and the public URL (``DeclarativeSpec.signing_url``)."""
     chunks: list[bytes] = []
     for part in template.parts:
         if part.kind == "body":
-            chunks.append(body)
+            chunks.append(delivery.body)
         elif part.kind == "timestamp":
             if timestamp is None:  # the spec parser forbids this; keep the failure typed
                 raise VerificationError("missing_timestamp")
             chunks.append(_surrogate_safe(timestamp, "timestamp"))
         elif part.kind == "header":
-            value = header_value(headers, part.name)
+            value = header_value(delivery.headers, part.name)
             if value is None:
                 raise VerificationError("missing_header", f"signed header {part.name} is absent")
             chunks.append(_surrogate_safe(value, f"header {part.name}"))
         elif part.kind == "method":
-            chunks.append(_surrogate_safe(method, "method"))
+            chunks.append(_surrogate_safe(delivery.method, "method"))
         elif part.kind == "url":
             if url is None:  # the spec parser requires signature.url; keep the failure typed
                 raise VerificationError("missing_url", "no public URL configured")

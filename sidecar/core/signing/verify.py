@@ -1,4 +1,5 @@
-"""Verify a delivery against a ``DeclarativeSpec``: a pure function of body, headers, keys and now.
+"""Verify a delivery against a ``DeclarativeSpec``: a pure function of the delivery (body,
+headers, method, query), the keys and ``now``.
 
 Every failure is a ``VerificationError`` whose ``reason`` is a stable token for logs and
 metrics; its detail never contains a secret, a signature or the body.
@@ -6,11 +7,12 @@ metrics; its detail never contains a secret, a signature or the body.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from sidecar.core.errors import VerificationError
 from sidecar.core.headers import first_header
 from sidecar.core.signing.algorithms import Algorithm
+from sidecar.core.signing.delivery import Delivery
 from sidecar.core.signing.keys import verifies_with
 from sidecar.core.signing.spec import DeclarativeSpec
 from sidecar.core.signing.template import signed_message
@@ -18,16 +20,10 @@ from sidecar.core.signing.timestamps import body_timestamp, check_timestamp
 
 
 def verify_declarative(
-    spec: DeclarativeSpec,
-    keys: Sequence[bytes],
-    body: bytes,
-    headers: Mapping[str, str],
-    now: float,
-    *,
-    method: str = "POST",
-    query: str = "",
+    spec: DeclarativeSpec, keys: Sequence[bytes], delivery: Delivery, now: float
 ) -> None:
     """Return if any (key, signature) pair matches; else raise ``VerificationError``."""
+    headers = delivery.headers
     raw = first_header(headers, spec.headers)
     if raw is None or not raw.strip():
         raise VerificationError("missing_signature", f"no {' or '.join(spec.headers)} header")
@@ -43,8 +39,7 @@ def verify_declarative(
             timestamp = first_header(headers, spec.timestamp.headers)
         check_timestamp(spec.timestamp, timestamp, now)
 
-    message = signed_message(spec.message, body, timestamp, headers, method=method,
-                             url=spec.signing_url(query))
+    message = signed_message(spec.message, delivery, timestamp, spec.signing_url(delivery.query))
     # Candidates grouped by the algorithm their version selects (one group when unversioned).
     groups: dict[str, tuple[Algorithm, list[bytes]]] = {}
     labels = parts.labels or ("",) * len(parts.signatures)
@@ -66,4 +61,4 @@ def verify_declarative(
     rule = spec.timestamp
     if rule is not None and rule.json is not None:
         # Read only now that the body is authentic (nothing is decoded before verifying).
-        check_timestamp(rule, body_timestamp(rule, rule.json, body), now)
+        check_timestamp(rule, body_timestamp(rule, rule.json, delivery.body), now)

@@ -22,12 +22,8 @@ from typing import Any
 
 from sidecar.core.errors import VerificationError
 from sidecar.core.fields import check_keys
-from sidecar.core.signing.plugins.base import (
-    Delivery,
-    SignedDelivery,
-    json_document,
-    parse_plugin_secret,
-)
+from sidecar.core.signing.delivery import Delivery, SignedDelivery
+from sidecar.core.signing.plugins.base import json_document, parse_plugin_secret
 from sidecar.core.signing.spec import SecretSpec
 
 FIELDS = ("pspReference", "originalReference", "merchantAccountCode", "merchantReference",
