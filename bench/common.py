@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from sidecar.config.loader import parse_config
-from sidecar.core.signing import sign
+from sidecar.core.signing import Delivery, sign
 
 
 def signer(config: dict[str, Any]) -> Callable[[bytes], dict[str, str]]:
@@ -21,7 +21,7 @@ def signer(config: dict[str, Any]) -> Callable[[bytes], dict[str, str]]:
 
     def headers(body: bytes) -> dict[str, str]:
         return {"Content-Type": "application/json",
-                **sign(provider.signature, provider.key_bytes[0], body, {}, time.time())}
+                **sign(provider.signature, provider.key_bytes[0], Delivery(body, {}), time.time())}
 
     return headers
 

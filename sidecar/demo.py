@@ -19,7 +19,7 @@ from aiohttp import web
 
 from sidecar.config.loader import parse_config
 from sidecar.config.model import Config
-from sidecar.core.signing import sign
+from sidecar.core.signing import Delivery, sign
 from sidecar.obs.logs import configure_logging
 from sidecar.serve import start, stop
 
@@ -93,7 +93,8 @@ async def _scenarios(client: aiohttp.ClientSession, url: str, config: Config, ec
     async def deliver(event_id: str) -> tuple[int, str, str]:
         body = json.dumps({"type": "invoice.paid", "id": event_id}).encode()
         headers = {"webhook-id": event_id, "content-type": "application/json"}
-        headers.update(sign(provider.signature, provider.key_bytes[0], body, headers, time.time()))
+        headers.update(sign(provider.signature, provider.key_bytes[0], Delivery(body, headers),
+                            time.time()))
         async with client.post(url, data=body, headers=headers) as resp:
             await resp.read()
             return (resp.status, resp.headers.get("X-Webhook-Sidecar-Replay", "no"),

@@ -33,13 +33,13 @@ import aiohttp
 from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.errors import ConfigError, EventIdError
 from sidecar.core.eventid import EventIdSpec, delivery_items, parse_event_id_spec
-from sidecar.core.headers import ATTEMPT_HEADER, REPLAY_HEADER
+from sidecar.core.headers import ATTEMPT_HEADER, REPLAY_HEADER, header_value
 from sidecar.core.signing import (
     DeclarativeSpec,
+    Delivery,
     PluginSpec,
     SignatureSpec,
     decode_signing_key,
-    header_value,
     parse_signature_spec,
     sign_delivery,
 )
@@ -200,8 +200,8 @@ async def _deliver(
     headers: dict[str, str], index: int,
 ) -> Outcome:
     query = urlsplit(args.url).query
-    signed = sign_delivery(scheme.signature, scheme.key, body, headers, time.time(),
-                           method=args.method.upper(), query=query)
+    signed = sign_delivery(scheme.signature, scheme.key,
+                           Delivery(body, headers, args.method.upper(), query), time.time())
     started = time.monotonic()
     try:
         async with session.request(args.method.upper(), args.url, data=signed.body,

@@ -8,7 +8,7 @@ and a line of documentation::
                                          yaml_default="2s")
 
 ``block`` makes the class a frozen dataclass (with slots) and records its keys, in the order
-declared, as a ``Block``. The loader reads the YAML by it (``sidecar.config.loader``); the JSON
+declared, as a ``Block``. The loader reads the YAML by it (``sidecar.config.reading``); the JSON
 Schemas and the reference tables are generated from it (``python -m sidecar.config.schema
 --write``). Keys are read in the order declared; every mistake is collected and reported in
 the order the file has them (``sidecar.config.problems``).

@@ -4,6 +4,8 @@ to the model's value, or a ``ConfigError`` naming the key path). Keys are declar
 the model field they fill (``sidecar.config.model``, see ``sidecar.config.declarations``); mypy
 checks that the kind's value (``parse``'s return type) fits the field.
 
+Kinds of network values (addresses, URLs, CIDR networks) are in ``network_kinds.py``.
+
 The schemas name shared value types by ``$ref`` (``duration``, ``size``…), defined in
 ``sidecar.config.schema.values``. Every string value may hold ``${VAR}``: the loader interpolates
 before it parses, so a constrained string also accepts an ``interpolated`` one (``text``).
@@ -11,8 +13,6 @@ before it parses, so a constrained string also accepts an ``interpolated`` one (
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import os
 import re
 from collections.abc import Callable
@@ -23,7 +23,6 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from sidecar.config.problems import did_you_mean
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError
-from sidecar.core.forwarded import Network
 
 JSON = dict[str, Any]
 T_co = TypeVar("T_co", covariant=True)
@@ -43,17 +42,6 @@ def choice(values: list[str]) -> JSON:
     return text({"enum": values})
 
 
-@dataclass(frozen=True, slots=True)
-class Address:
-    """A ``HOST:PORT`` value (``HostPort``)."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
 class Kind(Protocol[T_co]):
     """A value type."""
 
@@ -68,7 +56,7 @@ class Kind(Protocol[T_co]):
         """The model's value for ``raw``, or a ``ConfigError`` naming ``path``."""
 
 
-class _Shared:
+class SharedDef:
     """A kind whose JSON Schema is the shared ``$defs`` entry named ``defs``."""
 
     defs: ClassVar[str]
@@ -106,7 +94,7 @@ _SIZE_UNITS = {
 
 
 @dataclass(frozen=True)
-class Size(_Shared):
+class Size(SharedDef):
     """Bytes, or ``512KiB``, ``1MiB``, ``1MB``…; more than zero."""
 
     label = "size"
@@ -207,64 +195,11 @@ class String:
         return raw
 
 
-_PORT_RE = re.compile(r"^[0-9]{1,5}$")
-
-
-@dataclass(frozen=True)
-class HostPort(_Shared):
-    label = "HOST:PORT"
-    defs = "address"
-
-    def parse(self, raw: object, path: str) -> Address:
-        if not isinstance(raw, str) or ":" not in raw:
-            raise ConfigError(path, "must be HOST:PORT, e.g. 0.0.0.0:8080")
-        host, _, port_text = raw.rpartition(":")
-        host = host.strip("[]")
-        if not host or not _PORT_RE.match(port_text) or not 0 <= int(port_text) <= 65535:
-            raise ConfigError(path, f"{raw!r} is not HOST:PORT with a port from 0 to 65535")
-        return Address(host, int(port_text))
-
-
-def url_scheme(url: str) -> str:
-    scheme, sep, _ = url.partition("://")
-    return scheme.lower() if sep else ""
-
-
-@dataclass(frozen=True)
-class UpstreamURL(_Shared):
-    """The app: http(s)://host…, without a trailing slash."""
-
-    label = "URL"
-    defs = "upstream_url"
-
-    def parse(self, raw: object, path: str) -> str:
-        if (not isinstance(raw, str) or url_scheme(raw) not in ("http", "https")
-                or not raw.partition("://")[2].split("/", 1)[0]):
-            raise ConfigError(path, "must be an http:// or https:// URL of the app, with a host")
-        return raw.rstrip("/")
-
-
-@dataclass(frozen=True)
-class StoreURL(_Shared):
-    """``sqlite:///PATH`` or ``postgresql://…`` (a relative PATH is resolved by the loader)."""
-
-    label = "URL"
-    defs = "store_url"
-
-    def parse(self, raw: object, path: str) -> str:
-        if not isinstance(raw, str):
-            raise ConfigError(path, "must be a string")
-        if not (raw.startswith("sqlite:///") and len(raw) > len("sqlite:///")) and url_scheme(
-                raw) not in ("postgresql", "postgres"):
-            raise ConfigError(path, "must be sqlite:///PATH or postgresql://…")
-        return raw
-
-
 _STATUS_CLASS = re.compile(r"[1-5]xx")
 
 
 @dataclass(frozen=True)
-class Statuses(_Shared):
+class Statuses(SharedDef):
     """HTTP statuses and classes (``5xx``), never a 2xx."""
 
     label = "list"
@@ -287,53 +222,6 @@ class Statuses(_Shared):
         if any(200 <= s < 300 for s in statuses):
             raise ConfigError(path, "2xx answers always end an event done: list only others")
         return frozenset(statuses)
-
-
-# What the loader hands to ``ipaddress`` (no netmask forms, zones or spaces, which it would also
-# read), and the schema's view of it: IPv4 exactly, IPv6 by its characters (the loader checks
-# the rest, that the host bits are zero and that an IPv6 network is not IPv4-mapped).
-_CIDR_RE = re.compile(r"[0-9A-Fa-f:.]+(?:/(?:0|[1-9][0-9]*))?")
-_IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
-_IPV4_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
-_CIDR_PATTERN = (rf"^(?:(?:{_IPV4_OCTET}\.){{3}}{_IPV4_OCTET}(?:/(?:3[0-2]|[12]?[0-9]))?"
-                 r"|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*(?:/(?:12[0-8]|1[01][0-9]|[1-9]?[0-9]))?)$")
-
-
-@dataclass(frozen=True)
-class Networks:
-    """IPv4 and IPv6 networks in CIDR notation (``10.0.0.0/8``, ``fd00::/8``; an address alone
-    is that one address), host bits zero; a list, possibly empty."""
-
-    label = "list of CIDRs"
-
-    def schema(self) -> JSON:
-        return {"type": "array", "items": text({
-            "description": "An IPv4 or IPv6 network in CIDR notation, e.g. 10.0.0.0/8 or "
-            "fd00::/8; an address alone is that one address.",
-            "type": "string", "pattern": _CIDR_PATTERN})}
-
-    def parse(self, raw: object, path: str) -> tuple[Network, ...]:
-        if not isinstance(raw, list):
-            raise ConfigError(path, "must be a list of CIDRs, e.g. [10.0.0.0/8, \"fd00::/8\"]")
-        return tuple(self._network(item, f"{path}[{i}]") for i, item in enumerate(raw))
-
-    @staticmethod
-    def _network(raw: object, path: str) -> Network:
-        network: Network | None = None
-        if isinstance(raw, str) and _CIDR_RE.fullmatch(raw):
-            with contextlib.suppress(ValueError):
-                network = ipaddress.ip_network(raw, strict=False)
-        if not isinstance(raw, str) or network is None:
-            raise ConfigError(path, f"{raw!r} is not a CIDR: an IPv4 or IPv6 network such as "
-                              "10.0.0.0/8 or fd00::/8, or one address")
-        address = raw.partition("/")[0]
-        if ipaddress.ip_address(address) != network.network_address:
-            raise ConfigError(path, f"{raw} has host bits set: write {network} for the network, "
-                              f"or {address}/{network.max_prefixlen} for one address")
-        if isinstance(network, ipaddress.IPv6Network) and network.subnet_of(_IPV4_MAPPED):
-            raise ConfigError(path, f"{raw} is IPv4-mapped: write it as IPv4 (a mapped peer "
-                              "is matched as its IPv4 address)")
-        return network
 
 
 @dataclass(frozen=True)

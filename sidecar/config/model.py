@@ -16,26 +16,23 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from sidecar.config.declarations import block, fieldless, group, nested, setting
-from sidecar.config.kinds import Address as Address  # re-exported: the value of a HostPort key
 from sidecar.config.kinds import (
     Boolean,
     Choice,
     Custom,
     Duration,
-    HostPort,
     Integer,
-    Networks,
     ProcessCount,
     Size,
     SizeOrZero,
     Statuses,
-    StoreURL,
     String,
-    UpstreamURL,
     choice,
     ref,
     text,
 )
+from sidecar.config.network_kinds import Address as Address  # re-exported: a HostPort's value
+from sidecar.config.network_kinds import HostPort, Networks, StoreURL, UpstreamURL
 from sidecar.config.presets import preset_names
 from sidecar.core.bodyreplay import unsigned_id_headers
 from sidecar.core.eventid import EventIdSpec

@@ -1,7 +1,7 @@
 """Provider presets: YAML data shipped in ``sidecar/presets/``, in the schema a user writes.
 
-A user's provider block is deep-merged over the preset by the config loader; this module only
-finds and reads the files.
+A user's provider block is deep-merged over the preset by the config loader
+(``sidecar.config.providers``); this module only finds and reads the files.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
-# How the core parsers (``sidecar.core.signing.spec.check_keys``) word an unknown key.
+# How the core parsers (``sidecar.core.fields.check_keys``) word an unknown key.
 _CORE_UNKNOWN_KEY: Final = re.compile(r"^(unknown key[^;]*); allowed: (.+)$")
 
 

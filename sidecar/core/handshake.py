@@ -28,9 +28,9 @@ from typing import Any
 
 from sidecar.core.body import Body, NotJson
 from sidecar.core.errors import ConfigError
+from sidecar.core.fields import get_header_name
+from sidecar.core.headers import header_value
 from sidecar.core.jsonpath import JsonPath, parse_json_path
-from sidecar.core.signing.spec import get_header_name
-from sidecar.core.signing.verify import header_value
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"

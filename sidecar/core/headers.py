@@ -1,10 +1,11 @@
 """The headers the proxy itself sets: on forwards to the app, and on answers to providers.
 A sender's copies of any of them are dropped before forwarding (see ``forwardable_headers``),
-in every spelling the app could read as the proxy's: see ``cgi_name``."""
+in every spelling the app could read as the proxy's: see ``cgi_name``. And how a header is read
+from a request (``header_value``, ``first_header``): by the verifiers, event ids, handshakes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 OWN_PREFIX: Final = "x-webhook-sidecar-"  # headers only the proxy sets
@@ -48,3 +49,25 @@ def set_by_proxy(name: str, added: Iterable[str]) -> bool:
     cgi = cgi_name(name)
     return (cgi.startswith(_OWN_CGI_PREFIX) or cgi == _IDEMPOTENCY_CGI
             or any(cgi == cgi_name(ours) for ours in added))
+
+
+def header_value(headers: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive header lookup that also works on a plain ``dict``."""
+    value = headers.get(name)  # exact key first; a CIMultiDict is already case-insensitive
+    if value is not None:
+        return value
+    wanted = name.lower()
+    for key, candidate in headers.items():
+        if key.lower() == wanted:
+            return candidate
+    return None
+
+
+def first_header(headers: Mapping[str, str], names: Sequence[str]) -> str | None:
+    """The value of the first of ``names`` present (alternative names for one header; a
+    present but empty one still wins, so that it is reported rather than skipped)."""
+    for name in names:
+        value = header_value(headers, name)
+        if value is not None:
+            return value
+    return None

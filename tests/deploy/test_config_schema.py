@@ -20,8 +20,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sidecar.config.blocks import BLOCKS, PROVIDER, TOP
 from sidecar.config.declarations import NO_DEFAULT, Block, Nested
-from sidecar.config.loader import BLOCKS, LOADER_ONLY_RULES, PROVIDER, TOP, parse_config
+from sidecar.config.loader import LOADER_ONLY_RULES, parse_config
 from sidecar.config.presets import load_preset, preset_names
 from sidecar.config.schema.document import SCHEMA_FILE, build_schema, schema_text
 from sidecar.config.schema.nested import FORMAT_KEYS, PLUGIN_KEYS, SIGNATURE_KEYS, nested_defs

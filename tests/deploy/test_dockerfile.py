@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from sidecar.cli import _parser
-from sidecar.config.loader import TOP
+from sidecar.config.blocks import TOP
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from sidecar.app import SHUTDOWN_OVERRUN
-from sidecar.config.loader import BLOCKS, TOP, parse_config
+from sidecar.config.blocks import BLOCKS, TOP
+from sidecar.config.loader import parse_config
 from sidecar.config.schema import SCHEMA_FILE
 from sidecar.config.schema.chart import CHART_OWNED, CHART_SCHEMA_FILE, chart_schema_text
 from sidecar.core.durations import parse_duration

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.config.blocks import BLOCKS
 from sidecar.config.declarations import (
     NO_DEFAULT,
     Block,
@@ -22,7 +23,7 @@ from sidecar.config.declarations import (
 )
 from sidecar.config.interpolate import interpolate
 from sidecar.config.kinds import Duration, Integer
-from sidecar.config.loader import BLOCKS, Secrets, load_config_file, parse_config
+from sidecar.config.loader import Secrets, load_config_file, parse_config
 from sidecar.config.model import LogFormat, LogLevel, PayloadMismatch, StoreKind
 from sidecar.config.problems import ConfigProblems
 from sidecar.core.durations import format_duration, parse_duration

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.config.loader import BLOCKS, PROVIDER, load_config_file, parse_config
+from sidecar.config.blocks import BLOCKS, PROVIDER
+from sidecar.config.loader import load_config_file, parse_config
 from sidecar.config.presets import load_preset
 from sidecar.config.problems import ConfigProblems, Problem
 from sidecar.core.errors import ConfigError
@@ -333,13 +334,13 @@ def test_pool_sizes_and_listeners_name_both_keys() -> None:
 
 
 def test_no_default_is_given_for_a_key_holding_a_secret() -> None:
-    from sidecar.config.loader import _default_of
+    from sidecar.config.hints import default_of
 
-    assert _default_of("upstream.timeout") == f" (default {default('upstream', 'timeout')})"
+    assert default_of("upstream.timeout") == f" (default {default('upstream', 'timeout')})"
     assert PROVIDER.keys["lease"].default is not None
     for secret_like in ("admin_token", "store.url", "upstream.signing_secrets",
                         "providers.<key>.secrets"):
-        assert _default_of(secret_like, preset="stripe") == "", secret_like
+        assert default_of(secret_like, preset="stripe") == "", secret_like
 
 
 # --- secrets never appear in a message ------------------------------------------------------

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sidecar.config.kinds import Networks
 from sidecar.config.loader import parse_config
+from sidecar.config.network_kinds import Networks
 from sidecar.core.errors import ConfigError
 from sidecar.core.forwarded import Network, forwarding_headers, is_forwarding, peer_address
 from tests.support import base_config

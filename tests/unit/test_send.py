@@ -22,7 +22,7 @@ from sidecar.cli import main
 from sidecar.config.presets import load_preset
 from sidecar.core.errors import VerificationError
 from sidecar.core.eventid import delivery_items, parse_event_id_spec
-from sidecar.core.signing import decode_secret, parse_signature_spec, verify
+from sidecar.core.signing import Delivery, decode_secret, parse_signature_spec, verify
 from sidecar.send import refusal
 
 PAYLOAD = b'{"id":"evt_send_1","type":"invoice.paid","event_id":"Ev1","data":{}}'
@@ -65,8 +65,9 @@ class Receiver:
             spec, keys, event_id = self._spec()
             body = await request.read()
             try:
-                verify(spec, keys, body, request.headers, time.time(),  # type: ignore[arg-type]
-                       method=request.method, query=request.rel_url.raw_query_string)
+                delivery = Delivery(body, request.headers,  # type: ignore[arg-type]
+                                    request.method, request.rel_url.raw_query_string)
+                verify(spec, keys, delivery, time.time())
             except VerificationError as exc:
                 self.rejected.append(exc.reason)
                 return web.json_response({"reason": exc.reason}, status=401)

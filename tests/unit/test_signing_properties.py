@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.errors import EventIdError, VerificationError
 from sidecar.core.eventid import EventIdSpec, extract_event_id, parse_event_id_spec
-from sidecar.core.signing import DeclarativeSpec, SignatureSpec, parse_signature_spec, sign, verify
+from sidecar.core.signing import (
+    DeclarativeSpec,
+    Delivery,
+    SignatureSpec,
+    parse_signature_spec,
+    sign,
+    verify,
+)
 
 NOW = 1_700_000_000
 KEY = b"property-test-key"
@@ -76,7 +83,7 @@ def test_arbitrary_header_values_raise_only_verification_error(
 ) -> None:
     headers = {"Sig": signature, "Ts": timestamp, "Id": msg_id}
     with pytest.raises(VerificationError) as caught:
-        verify(SPECS[name], [KEY], body, headers, NOW)
+        verify(SPECS[name], [KEY], Delivery(body, headers), NOW)
     assert caught.value.reason.isidentifier()
 
 
@@ -87,7 +94,7 @@ def test_arbitrary_header_mappings_raise_only_verification_error(
     name: str, headers: dict[str, str], now: float
 ) -> None:
     with pytest.raises(VerificationError):
-        verify(SPECS[name], [KEY], b"{}", headers, now)
+        verify(SPECS[name], [KEY], Delivery(b"{}", headers), now)
 
 
 def _fresh_integer(text: str, unit_seconds: float, tolerance: float, past_only: bool) -> bool:
@@ -117,10 +124,10 @@ def test_timestamp_header_accepted_iff_an_integer_within_tolerance(text: str, bo
     message = b"v0:" + text.encode("utf-8", "surrogatepass") + b":" + body
     headers = {"Sig": "v0=" + _mac_hex(message), "Ts": text}
     if _fresh_integer(text, 1, 300, past_only=False):
-        verify(spec, [KEY], body, headers, NOW)
+        verify(spec, [KEY], Delivery(body, headers), NOW)
     else:
         with pytest.raises(VerificationError) as caught:
-            verify(spec, [KEY], body, headers, NOW)
+            verify(spec, [KEY], Delivery(body, headers), NOW)
         assert caught.value.reason in TIMESTAMP_REASONS
 
 
@@ -137,10 +144,10 @@ def test_signature_borne_timestamp_accepted_iff_an_integer_within_tolerance(
     message = text.encode("utf-8", "surrogatepass") + b"." + body
     headers = {"Sig": f"t={text}{separator}v1={_mac_hex(message)}"}
     if _fresh_integer(text, unit, 300, past_only):
-        verify(spec, [KEY], body, headers, NOW)
+        verify(spec, [KEY], Delivery(body, headers), NOW)
     else:
         with pytest.raises(VerificationError):
-            verify(spec, [KEY], body, headers, NOW)
+            verify(spec, [KEY], Delivery(body, headers), NOW)
 
 
 ID_TEXT = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)
@@ -180,12 +187,12 @@ def test_sign_then_verify_round_trips_and_any_body_change_fails(
         body = json.dumps({"webhookTimestamp": math.floor(now * 1000),
                            "data": body.decode("latin-1")}).encode()
     given_headers = {"webhook-id": msg_id, "svix-id": msg_id, "Twitch-Eventsub-Message-Id": msg_id}
-    headers = {**given_headers, **sign(spec, key, body, given_headers, now)}
-    verify(spec, [b"another key", key], body, headers, now)
+    headers = {**given_headers, **sign(spec, key, Delivery(body, given_headers), now)}
+    verify(spec, [b"another key", key], Delivery(body, headers), now)
     index = data.draw(st.integers(min_value=0, max_value=len(body) - 1))
     changed = body[:index] + bytes([body[index] ^ 0x01]) + body[index + 1 :]
     with pytest.raises(VerificationError) as caught:
-        verify(spec, [key], changed, headers, now)
+        verify(spec, [key], Delivery(changed, headers), now)
     assert caught.value.reason == "bad_signature"
 
 

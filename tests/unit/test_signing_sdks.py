@@ -15,7 +15,14 @@ from slack_sdk.signature import Clock, SignatureVerifier
 
 from sidecar.config.presets import load_preset
 from sidecar.core.errors import VerificationError
-from sidecar.core.signing import SignatureSpec, decode_secret, parse_signature_spec, sign, verify
+from sidecar.core.signing import (
+    Delivery,
+    SignatureSpec,
+    decode_secret,
+    parse_signature_spec,
+    sign,
+    verify,
+)
 
 NOW = 1_760_000_000
 PAYLOAD = '{"id":"evt_1","object":"event","type":"invoice.paid","data":{"note":"café ☕"}}'
@@ -38,7 +45,7 @@ def keys_for(spec: SignatureSpec, *secrets: str) -> list[bytes]:
 def reason(spec: SignatureSpec, keys: list[bytes], body: bytes, headers: dict[str, str],
            now: float) -> str:
     with pytest.raises(VerificationError) as caught:
-        verify(spec, keys, body, headers, now)
+        verify(spec, keys, Delivery(body, headers), now)
     return caught.value.reason
 
 
@@ -56,14 +63,16 @@ def stripe_header(secret: str = STRIPE_SECRET, timestamp: int = NOW) -> str:
 
 def test_stripe_sdk_signature_verifies() -> None:
     spec = preset_spec("stripe")
-    verify(spec, keys_for(spec, STRIPE_SECRET), BODY, {"Stripe-Signature": stripe_header()}, NOW)
+    verify(spec, keys_for(spec, STRIPE_SECRET),
+           Delivery(BODY, {"Stripe-Signature": stripe_header()}), NOW)
 
 
 def test_stripe_sdk_signature_with_a_decoy_v0_still_verifies() -> None:
     spec = preset_spec("stripe")
     decoy = "6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39"
     header = f"{stripe_header()},v0={decoy}"
-    verify(spec, keys_for(spec, STRIPE_SECRET), BODY, {"stripe-signature": header}, NOW + 1)
+    verify(spec, keys_for(spec, STRIPE_SECRET), Delivery(BODY, {"stripe-signature": header}),
+           NOW + 1)
 
 
 def test_stripe_v0_alone_is_never_accepted() -> None:
@@ -78,11 +87,11 @@ def test_stripe_rotation_either_secret_verifies_and_both_signatures_in_one_heade
     spec = preset_spec("stripe")
     keys = keys_for(spec, STRIPE_SECRET, STRIPE_SECRET_2)
     for secret in (STRIPE_SECRET, STRIPE_SECRET_2):
-        verify(spec, keys, BODY, {"Stripe-Signature": stripe_header(secret)}, NOW)
+        verify(spec, keys, Delivery(BODY, {"Stripe-Signature": stripe_header(secret)}), NOW)
     # While a secret is being rolled Stripe sends one v1 per active secret.
     both = stripe_header(STRIPE_SECRET_2) + ",v1=" + stripe_header().split("v1=")[1]
-    verify(spec, keys_for(spec, STRIPE_SECRET), BODY, {"Stripe-Signature": both}, NOW)
-    verify(spec, keys_for(spec, STRIPE_SECRET_2), BODY, {"Stripe-Signature": both}, NOW)
+    verify(spec, keys_for(spec, STRIPE_SECRET), Delivery(BODY, {"Stripe-Signature": both}), NOW)
+    verify(spec, keys_for(spec, STRIPE_SECRET_2), Delivery(BODY, {"Stripe-Signature": both}), NOW)
 
 
 def test_stripe_failures_name_the_right_reason() -> None:
@@ -117,7 +126,7 @@ def test_stripe_secret_is_used_verbatim_not_base64_decoded() -> None:
 def test_our_stripe_signature_is_accepted_by_the_stripe_sdk() -> None:
     spec = preset_spec("stripe")
     now = time.time()  # the SDK checks tolerance against the real clock
-    headers = sign(spec, STRIPE_SECRET.encode(), BODY, {}, now)
+    headers = sign(spec, STRIPE_SECRET.encode(), Delivery(BODY, {}), now)
     assert set(headers) == {"Stripe-Signature"}
     assert stripe.WebhookSignature.verify_header(
         PAYLOAD, headers["Stripe-Signature"], STRIPE_SECRET, tolerance=300
@@ -154,7 +163,7 @@ SW_PRESETS = [("standard-webhooks", "webhook"), ("svix", "svix")]
 def test_sdk_signatures_verify(preset: str, prefix: str) -> None:
     spec = preset_spec(preset)
     headers = sw_headers(prefix, sdk_sign(preset, SW_SECRET))
-    verify(spec, keys_for(spec, SW_SECRET), BODY, headers, NOW)
+    verify(spec, keys_for(spec, SW_SECRET), Delivery(BODY, headers), NOW)
 
 
 @pytest.mark.parametrize("preset, prefix", SW_PRESETS)
@@ -163,9 +172,10 @@ def test_sdk_rotation_and_several_signatures(preset: str, prefix: str) -> None:
     both_keys = keys_for(spec, SW_SECRET, SW_SECRET_2)
     one, two = sdk_sign(preset, SW_SECRET), sdk_sign(preset, SW_SECRET_2)
     for signature in (one, two):
-        verify(spec, both_keys, BODY, sw_headers(prefix, signature), NOW)
+        verify(spec, both_keys, Delivery(BODY, sw_headers(prefix, signature)), NOW)
     for secret in (SW_SECRET, SW_SECRET_2):
-        verify(spec, keys_for(spec, secret), BODY, sw_headers(prefix, f"{one} {two}"), NOW)
+        verify(spec, keys_for(spec, secret), Delivery(BODY, sw_headers(prefix, f"{one} {two}")),
+               NOW)
 
 
 @pytest.mark.parametrize("preset, prefix", SW_PRESETS)
@@ -190,7 +200,7 @@ def test_our_signature_is_accepted_by_the_sdk(preset: str, prefix: str) -> None:
     spec = preset_spec(preset)
     now = time.time()  # the SDKs check ±5 min against the real clock
     [key] = keys_for(spec, SW_SECRET)
-    added = sign(spec, key, BODY, {f"{prefix}-id": MSG_ID}, now)
+    added = sign(spec, key, Delivery(BODY, {f"{prefix}-id": MSG_ID}), now)
     assert set(added) == {f"{prefix}-signature", f"{prefix}-timestamp"}
     headers = {f"{prefix}-id": MSG_ID, **added}
     sdk = svix.webhooks.Webhook if preset == "svix" else standardwebhooks.webhooks.Webhook
@@ -203,7 +213,7 @@ def test_our_signature_is_accepted_by_the_sdk(preset: str, prefix: str) -> None:
 def test_sign_needs_the_headers_the_template_names() -> None:
     spec = preset_spec("standard-webhooks")
     with pytest.raises(ValueError, match="webhook-id"):
-        sign(spec, b"k", BODY, {}, NOW)
+        sign(spec, b"k", Delivery(BODY, {}), NOW)
 
 
 # --- Slack ----------------------------------------------------------------------------------
@@ -227,7 +237,7 @@ def test_slack_sdk_signature_verifies_and_fails_where_it_should() -> None:
     spec = preset_spec("slack")
     keys = keys_for(spec, SLACK_SECRET)
     headers = slack_headers()
-    verify(spec, keys, BODY, headers, NOW + 299)
+    verify(spec, keys, Delivery(BODY, headers), NOW + 299)
     assert reason(spec, keys, BODY[:-1], headers, NOW) == "bad_signature"
     stale_ts = {**headers, "X-Slack-Request-Timestamp": str(NOW - 1)}
     assert reason(spec, keys, BODY, stale_ts, NOW) == "bad_signature"
@@ -239,14 +249,14 @@ def test_slack_sdk_signature_verifies_and_fails_where_it_should() -> None:
 def test_slack_sdk_rotation_across_secrets() -> None:
     spec = preset_spec("slack")
     keys = keys_for(spec, "1" * 32, SLACK_SECRET)
-    verify(spec, keys, BODY, slack_headers(), NOW)
-    verify(spec, keys, BODY, slack_headers(secret="1" * 32), NOW)
+    verify(spec, keys, Delivery(BODY, slack_headers()), NOW)
+    verify(spec, keys, Delivery(BODY, slack_headers(secret="1" * 32)), NOW)
 
 
 def test_our_slack_signature_is_accepted_by_slack_sdk() -> None:
     spec = preset_spec("slack")
     [key] = keys_for(spec, SLACK_SECRET)
-    added = sign(spec, key, BODY, {}, NOW + 0.75)
+    added = sign(spec, key, Delivery(BODY, {}), NOW + 0.75)
     assert added == slack_headers()
     verifier = SignatureVerifier(SLACK_SECRET, clock=FixedClock(NOW + 10))
     assert verifier.is_valid(BODY, added["X-Slack-Request-Timestamp"], added["X-Slack-Signature"])
@@ -262,7 +272,7 @@ def test_past_only_direction_accepts_the_future_like_the_stripe_sdk() -> None:
     spec = parse_signature_spec(data, "s")
     keys = keys_for(spec, STRIPE_SECRET)
     header = {"Stripe-Signature": stripe_header(timestamp=NOW + 3600)}
-    verify(spec, keys, BODY, header, NOW)
+    verify(spec, keys, Delivery(BODY, header), NOW)
     assert reason(spec, keys, BODY, header, NOW + 3600 + 301) == "stale_timestamp"
     # The shipped preset checks both ways.
     assert reason(preset_spec("stripe"), keys, BODY, header, NOW) == "future_timestamp"

@@ -9,7 +9,13 @@ import pytest
 
 from sidecar.config.presets import load_preset
 from sidecar.core.errors import VerificationError
-from sidecar.core.signing import SignatureSpec, decode_secret, parse_signature_spec, verify
+from sidecar.core.signing import (
+    Delivery,
+    SignatureSpec,
+    decode_secret,
+    parse_signature_spec,
+    verify,
+)
 
 
 def preset_spec(name: str) -> SignatureSpec:
@@ -19,7 +25,7 @@ def preset_spec(name: str) -> SignatureSpec:
 def reason(spec: SignatureSpec, keys: list[bytes], body: bytes, headers: dict[str, str],
            now: float) -> str:
     with pytest.raises(VerificationError) as caught:
-        verify(spec, keys, body, headers, now)
+        verify(spec, keys, Delivery(body, headers), now)
     return caught.value.reason
 
 
@@ -38,12 +44,13 @@ def github() -> tuple[SignatureSpec, list[bytes]]:
 @pytest.mark.parametrize("name", ["X-Hub-Signature-256", "x-hub-signature-256"])
 def test_github_vector_verifies_whatever_the_header_case(name: str) -> None:
     spec, keys = github()
-    verify(spec, keys, GITHUB_BODY, {name: GITHUB_SIG}, now=0.0)
+    verify(spec, keys, Delivery(GITHUB_BODY, {name: GITHUB_SIG}), now=0.0)
 
 
 def test_github_vector_hex_is_compared_as_bytes_so_upper_case_verifies() -> None:
     spec, keys = github()
-    verify(spec, keys, GITHUB_BODY, {"X-Hub-Signature-256": "sha256=" + GITHUB_SIG[7:].upper()}, 0)
+    upper = {"X-Hub-Signature-256": "sha256=" + GITHUB_SIG[7:].upper()}
+    verify(spec, keys, Delivery(GITHUB_BODY, upper), 0)
 
 
 def test_github_vector_fails_on_a_changed_body_byte() -> None:
@@ -102,7 +109,7 @@ def slack() -> tuple[SignatureSpec, list[bytes], dict[str, str]]:
 @pytest.mark.parametrize("delta", [0, 7, -7, 300, -300])
 def test_slack_vector_verifies_within_five_minutes(delta: int) -> None:
     spec, keys, headers = slack()
-    verify(spec, keys, SLACK_BODY, headers, now=SLACK_TS + delta)
+    verify(spec, keys, Delivery(SLACK_BODY, headers), now=SLACK_TS + delta)
 
 
 def test_slack_vector_too_old_is_stale() -> None:
@@ -157,7 +164,7 @@ def test_standard_webhooks_vector_verifies(preset: str, prefix: str) -> None:
     keys = [decode_secret(spec, SW_SECRET, "s")]
     headers = {f"{prefix}-id": SW_ID, f"{prefix}-timestamp": str(SW_TS),
                f"{prefix}-signature": SW_SIG}
-    verify(spec, keys, SW_BODY, headers, now=SW_TS + 3)
+    verify(spec, keys, Delivery(SW_BODY, headers), now=SW_TS + 3)
 
 
 def sw_headers(signature: str = SW_SIG, msg_id: str = SW_ID) -> dict[str, str]:
@@ -180,7 +187,7 @@ def sw() -> tuple[SignatureSpec, list[bytes]]:
 )
 def test_standard_webhooks_any_valid_entry_suffices(signature: str) -> None:
     spec, keys = sw()
-    verify(spec, keys, SW_BODY, sw_headers(signature), now=SW_TS)
+    verify(spec, keys, Delivery(SW_BODY, sw_headers(signature)), now=SW_TS)
 
 
 def test_standard_webhooks_only_accepted_versions_count() -> None:
@@ -225,7 +232,7 @@ def test_hmac_sha1_plain_prefix() -> None:
     )
     expected = hmac.new(b"client-secret", GITHUB_BODY, hashlib.sha1).hexdigest()
     headers = {"X-Hub-Signature": f"sha1={expected}"}
-    verify(spec, [b"client-secret"], GITHUB_BODY, headers, 0)
+    verify(spec, [b"client-secret"], Delivery(GITHUB_BODY, headers), 0)
     assert reason(spec, [b"client-secret"], GITHUB_BODY + b"!", headers, 0) == "bad_signature"
     sha256 = hmac.new(b"client-secret", GITHUB_BODY, hashlib.sha256).hexdigest()
     assert reason(spec, [b"client-secret"], GITHUB_BODY, {"X-Hub-Signature": f"sha1={sha256}"},

@@ -19,9 +19,9 @@ import json
 from dataclasses import replace
 from typing import Any, Final
 
+from sidecar.config.blocks import PROVIDER, TOP
 from sidecar.config.declarations import Block, Nested
 from sidecar.config.kinds import JSON, Custom, ref
-from sidecar.config.loader import PROVIDER, TOP
 from sidecar.config.schema.document import block_schema, build_schema, key_schema
 
 CHART_SCHEMA_FILE: Final = "helm/webhook-sidecar/values.schema.json"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Final
 
+from sidecar.config.blocks import PROVIDER, TOP
 from sidecar.config.declarations import NO_DEFAULT, Block, Nested, Setting
 from sidecar.config.kinds import JSON
-from sidecar.config.loader import PROVIDER, TOP
 from sidecar.config.schema.nested import nested_defs
 from sidecar.config.schema.values import VALUE_DEFS
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from typing import Final
 
+from sidecar.config.blocks import BLOCKS
 from sidecar.config.declarations import NO_DEFAULT
-from sidecar.config.loader import BLOCKS, LOADER_ONLY_RULES
+from sidecar.config.loader import LOADER_ONLY_RULES
 
 REFERENCE_DOC: Final = "docs/configuration.md"
 REFERENCE_BEGIN: Final = (

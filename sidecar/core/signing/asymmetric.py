@@ -18,7 +18,7 @@ Pure computation: no I/O.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -56,31 +56,31 @@ def _p256_public(key: bytes) -> ec.EllipticCurvePublicKey:
     return loaded
 
 
-@dataclass(frozen=True, slots=True)
-class Ed25519:
-    name: str = "ed25519"
+class _PublicKeyAlgorithm:
+    """An algorithm that verifies with a public key: ``_verifier`` loads the key (``ValueError``
+    if it is unusable) and returns its check of one candidate, which raises unless it matches."""
+
+    __slots__ = ()
 
     @property
     def asymmetric(self) -> bool:
         return True
 
     def check_key(self, key: bytes) -> None:
-        _ed25519_public(key)  # ValueError unless exactly 32 bytes
+        self._verifier(key)
 
-    def sign(self, key: bytes, message: bytes) -> bytes:
-        if len(key) not in (32, 64):
-            raise ValueError("an Ed25519 signing key is a 32-byte seed (or 64-byte seed+public)")
-        return Ed25519PrivateKey.from_private_bytes(bytes(key[:32])).sign(message)
+    def _verifier(self, key: bytes) -> Callable[[bytes, bytes], None]:
+        raise NotImplementedError
 
     def verify(self, key: bytes, message: bytes, signatures: Sequence[bytes]) -> bool:
         try:
-            public = _ed25519_public(key)
+            check = self._verifier(key)
         except ValueError:
             return False
         matched = False
         for candidate in signatures:
             try:
-                public.verify(candidate, message)
+                check(candidate, message)
                 matched = True
             except (InvalidSignature, ValueError):
                 continue
@@ -88,17 +88,28 @@ class Ed25519:
 
 
 @dataclass(frozen=True, slots=True)
-class EcdsaP256Sha256:
+class Ed25519(_PublicKeyAlgorithm):
+    name: str = "ed25519"
+
+    def _verifier(self, key: bytes) -> Callable[[bytes, bytes], None]:
+        return _ed25519_public(key).verify  # ValueError unless exactly 32 bytes
+
+    def sign(self, key: bytes, message: bytes) -> bytes:
+        if len(key) not in (32, 64):
+            raise ValueError("an Ed25519 signing key is a 32-byte seed (or 64-byte seed+public)")
+        return Ed25519PrivateKey.from_private_bytes(bytes(key[:32])).sign(message)
+
+
+@dataclass(frozen=True, slots=True)
+class EcdsaP256Sha256(_PublicKeyAlgorithm):
     """ECDSA over P-256 with SHA-256; signatures are DER ``SEQUENCE {r, s}``."""
 
     name: str = "ecdsa-p256-sha256"
 
-    @property
-    def asymmetric(self) -> bool:
-        return True
-
-    def check_key(self, key: bytes) -> None:
-        _p256_public(key)
+    def _verifier(self, key: bytes) -> Callable[[bytes, bytes], None]:
+        public = _p256_public(key)
+        return lambda signature, message: public.verify(signature, message,
+                                                        ec.ECDSA(hashes.SHA256()))
 
     def sign(self, key: bytes, message: bytes) -> bytes:
         try:
@@ -110,17 +121,3 @@ class EcdsaP256Sha256:
         ):
             raise ValueError("an ECDSA signing key is a DER PKCS#8 P-256 private key")
         return private.sign(message, ec.ECDSA(hashes.SHA256()))
-
-    def verify(self, key: bytes, message: bytes, signatures: Sequence[bytes]) -> bool:
-        try:
-            public = _p256_public(key)
-        except ValueError:
-            return False
-        matched = False
-        for candidate in signatures:
-            try:
-                public.verify(candidate, message, ec.ECDSA(hashes.SHA256()))
-                matched = True
-            except (InvalidSignature, ValueError):
-                continue
-        return matched

@@ -1,25 +1,28 @@
 """The public entry points: one ``SignatureSpec`` type whether a scheme is data
 (``DeclarativeSpec``) or a named plugin (``PluginSpec``), and ``verify``/``sign`` for both.
 
-``verify`` and ``sign`` take the request's method and raw query string as keyword arguments
-(defaults ``"POST"`` and ``""``): URL-signed schemes (Square, HubSpot, Twilio) sign the
-configured public URL, to which HubSpot and Twilio add the query string of the request.
+Both take the request as one ``Delivery`` value (body, headers, method and raw query string),
+as the plugins do: URL-signed schemes (Square, HubSpot, Twilio) sign the configured public
+URL, to which HubSpot and Twilio add the query string of the request.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TypeAlias
+from typing import TypeAlias, cast, overload
 
-from sidecar.core.signing.plugins import Delivery, PluginSpec, SignedDelivery, parse_plugin_spec
-from sidecar.core.signing.sign import sign_declarative, stamp_body
-from sidecar.core.signing.spec import DeclarativeSpec, as_mapping, parse_declarative_spec
-from sidecar.core.signing.verify import (
+from sidecar.core.fields import as_mapping
+from sidecar.core.signing.delivery import Delivery, SignedDelivery
+from sidecar.core.signing.keys import (
     decode_declarative_secret,
     decode_declarative_signing_key,
     decode_symmetric_secret,
-    verify_declarative,
 )
+from sidecar.core.signing.plugins import PluginSpec, parse_plugin_spec
+from sidecar.core.signing.sign import sign_declarative, stamp_body
+from sidecar.core.signing.spec import DeclarativeSpec, parse_declarative_spec
+from sidecar.core.signing.verify import verify_declarative
 
 SignatureSpec: TypeAlias = DeclarativeSpec | PluginSpec
 
@@ -50,63 +53,51 @@ def decode_signing_key(spec: SignatureSpec, raw: str, path: str) -> bytes:
     return decode_declarative_signing_key(spec, raw, path)
 
 
-def verify(
-    spec: SignatureSpec,
-    keys: Sequence[bytes],
-    body: bytes,
-    headers: Mapping[str, str],
-    now: float,
-    *,
-    method: str = "POST",
-    query: str = "",
-) -> None:
-    """Return if the delivery is authentic under any of ``keys``; else raise
-    ``VerificationError`` (and nothing else, whatever the request holds).
+@overload
+def verify(spec: SignatureSpec, keys: Sequence[bytes], delivery: Delivery, now: float) -> None: ...
 
-    ``method`` is the request's HTTP method; ``query`` its raw query string as received
-    (without ``?``)."""
+
+# Transitional: the pipeline (``sidecar/delivery.py``) still passes the delivery's parts one by
+# one. Once it passes a ``Delivery``, delete this overload and the branch that serves it.
+@overload
+def verify(spec: SignatureSpec, keys: Sequence[bytes], body: bytes, headers: Mapping[str, str],
+           now: float, /, *, method: str = "POST", query: str = "") -> None: ...
+
+
+def verify(spec: SignatureSpec, keys: Sequence[bytes], delivery: Delivery | bytes,
+           now: float | Mapping[str, str], *parts: float, method: str = "POST",
+           query: str = "") -> None:
+    """Return if ``delivery`` is authentic under any of ``keys``; else raise
+    ``VerificationError`` (and nothing else, whatever the request holds)."""
+    if isinstance(delivery, Delivery):
+        when = cast(float, now)
+    else:  # the transitional form: (…, body, headers, now, method=…, query=…)
+        delivery = Delivery(delivery, cast(Mapping[str, str], now), method, query)
+        (when,) = parts
     if isinstance(spec, PluginSpec):
-        spec.scheme.verify(keys, Delivery(body, headers, method, query), now)
+        spec.scheme.verify(keys, delivery, when)
     else:
-        verify_declarative(spec, keys, body, headers, now, method=method, query=query)
+        verify_declarative(spec, keys, delivery, when)
 
 
-def sign_delivery(
-    spec: SignatureSpec,
-    key: bytes,
-    body: bytes,
-    headers: Mapping[str, str],
-    now: float,
-    *,
-    method: str = "POST",
-    query: str = "",
-) -> SignedDelivery:
+def sign_delivery(spec: SignatureSpec, key: bytes, delivery: Delivery,
+                  now: float) -> SignedDelivery:
     """Sign as the provider would: the body to send (changed only by schemes that sign inside
     it, Adyen and Mailgun, and by those that carry their timestamp in it, Linear: see
     ``stamp_body``) and the headers to add. ``ValueError`` if it cannot be signed."""
     if isinstance(spec, PluginSpec):
-        return spec.scheme.sign(key, Delivery(body, headers, method, query), now)
-    body = stamp_body(spec, body, now)
-    added = sign_declarative(spec, key, body, headers, now, method=method, query=query)
-    return SignedDelivery(body, added)
+        return spec.scheme.sign(key, delivery, now)
+    delivery = dataclasses.replace(delivery, body=stamp_body(spec, delivery.body, now))
+    return SignedDelivery(delivery.body, sign_declarative(spec, key, delivery, now))
 
 
-def sign(
-    spec: SignatureSpec,
-    key: bytes,
-    body: bytes,
-    headers: Mapping[str, str],
-    now: float,
-    *,
-    method: str = "POST",
-    query: str = "",
-) -> dict[str, str]:
-    """The headers that make ``body`` verify (signature, and timestamp if any). For schemes
+def sign(spec: SignatureSpec, key: bytes, delivery: Delivery, now: float) -> dict[str, str]:
+    """The headers that make ``delivery`` verify (signature, and timestamp if any). For schemes
     that sign inside the body use ``sign_delivery``; here they raise ``ValueError``. The body
     is signed as given: where the timestamp is in it, it must hold a fresh one."""
     if not isinstance(spec, PluginSpec):
-        return sign_declarative(spec, key, body, headers, now, method=method, query=query)
-    signed = sign_delivery(spec, key, body, headers, now, method=method, query=query)
-    if signed.body != body:
+        return sign_declarative(spec, key, delivery, now)
+    signed = sign_delivery(spec, key, delivery, now)
+    if signed.body != delivery.body:
         raise ValueError("this scheme signs inside the body: use sign_delivery")
     return signed.headers

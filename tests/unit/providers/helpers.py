@@ -10,7 +10,13 @@ import pytest
 from sidecar.config.presets import load_preset
 from sidecar.core.errors import VerificationError
 from sidecar.core.eventid import EventIdSpec, parse_event_id_spec
-from sidecar.core.signing import SignatureSpec, decode_secret, parse_signature_spec, verify
+from sidecar.core.signing import (
+    Delivery,
+    SignatureSpec,
+    decode_secret,
+    parse_signature_spec,
+    verify,
+)
 
 NOW = 1_760_000_000
 PUBLIC_URL = "https://hooks.example.com/webhooks/test"
@@ -36,7 +42,7 @@ def keys_for(spec: SignatureSpec, *secrets: str) -> list[bytes]:
 def reason(spec: SignatureSpec, keys: Sequence[bytes], body: bytes,
            headers: Mapping[str, str], now: float = NOW, **request: str) -> str:
     with pytest.raises(VerificationError) as caught:
-        verify(spec, keys, body, headers, now, **request)
+        verify(spec, keys, Delivery(body, headers, **request), now)
     return caught.value.reason
 
 
@@ -60,7 +66,7 @@ def assert_tampering_fails(
     now: float = NOW, **request: str,
 ) -> None:
     """The delivery verifies; a changed byte of body, signature, timestamp or secret fails."""
-    verify(spec, keys, body, headers, now, **request)
+    verify(spec, keys, Delivery(body, headers, **request), now)
     assert reason(spec, keys, flip_byte(body), headers, now, **request) == "bad_signature"
     assert reason(spec, keys, body + b" ", headers, now, **request) == "bad_signature"
     signature = headers[signature_header]

@@ -15,8 +15,8 @@ import pytest
 from sidecar.config.loader import load_config_text
 from sidecar.core.errors import ConfigError, EventIdError
 from sidecar.core.eventid import extract_event_id, parse_event_id_spec
-from sidecar.core.signing import PluginSpec, parse_signature_spec, sign, verify
-from sidecar.core.signing.spec import KvListFormat
+from sidecar.core.signing import Delivery, PluginSpec, parse_signature_spec, sign, verify
+from sidecar.core.signing.formats import KvListFormat
 
 from .helpers import NOW, flip, keys_for, preset_event_id, preset_spec, reason
 
@@ -32,9 +32,10 @@ def test_shopify_reads_either_name_first_present_wins() -> None:
     spec = preset_spec("shopify")
     keys = keys_for(spec, SECRET)
     good = shopify_hmac()
-    verify(spec, keys, BODY, {"X-Shopify-Hmac-Sha256": good}, NOW)
-    verify(spec, keys, BODY, {"shopify-hmac-sha256": good}, NOW)
-    verify(spec, keys, BODY, {"SHOPIFY-HMAC-SHA256": good}, NOW)  # names are case-insensitive
+    verify(spec, keys, Delivery(BODY, {"X-Shopify-Hmac-Sha256": good}), NOW)
+    verify(spec, keys, Delivery(BODY, {"shopify-hmac-sha256": good}), NOW)
+    # Names are case-insensitive.
+    verify(spec, keys, Delivery(BODY, {"SHOPIFY-HMAC-SHA256": good}), NOW)
     # The first name present is the one read: a bad prefixed header is not rescued by the other.
     both = {"X-Shopify-Hmac-Sha256": flip(good), "shopify-hmac-sha256": good}
     assert reason(spec, keys, BODY, both) == "bad_signature"
@@ -62,10 +63,10 @@ def test_sign_writes_the_first_name_and_timestamp_alternatives_are_read() -> Non
         "timestamp": {"header": ["X-Sig-Time", "Sig-Time"]},
     }, "providers.acme.signature")
     [key] = keys_for(spec, SECRET)
-    signed = sign(spec, key, BODY, {}, NOW)
+    signed = sign(spec, key, Delivery(BODY, {}), NOW)
     assert set(signed) == {"X-Sig", "X-Sig-Time"}
     renamed = {"Sig": signed["X-Sig"], "Sig-Time": signed["X-Sig-Time"]}
-    verify(spec, [key], BODY, renamed, NOW)
+    verify(spec, [key], Delivery(BODY, renamed), NOW)
     assert reason(spec, [key], BODY, {"Sig": signed["X-Sig"]}) == "missing_timestamp"
 
 
@@ -88,9 +89,9 @@ def test_stripe_and_paddle_accept_spaces_after_their_separator() -> None:
                                   ("paddle", "Paddle-Signature", "ts={t}; h1={sig}")):
         spec = preset_spec(preset)
         [key] = keys_for(spec, "whsec_x")
-        signed = sign(spec, key, BODY, {}, NOW)[header]
+        signed = sign(spec, key, Delivery(BODY, {}), NOW)[header]
         sig = signed.rsplit("=", 1)[1]
-        verify(spec, [key], BODY, {header: value.format(t=NOW, sig=sig)}, NOW)
+        verify(spec, [key], Delivery(BODY, {header: value.format(t=NOW, sig=sig)}), NOW)
 
 
 SIGNATURE = {"algorithm": "hmac-sha256", "format": {"type": "plain"}, "encoding": "hex",

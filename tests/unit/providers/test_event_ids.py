@@ -11,7 +11,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from sidecar.core.errors import ConfigError, EventIdError
 from sidecar.core.eventid import delivery_items, extract_event_id, parse_event_id_spec
-from sidecar.core.signing import sign, verify
+from sidecar.core.signing import Delivery, sign, verify
 
 from .helpers import NOW, keys_for, preset_event_id, preset_spec
 
@@ -35,7 +35,7 @@ def test_slack_retry_headers_do_not_change_the_id() -> None:
         headers = {"X-Slack-Signature": signature, "X-Slack-Request-Timestamp": str(timestamp)}
         if retry is not None:
             headers |= {"X-Slack-Retry-Num": retry, "X-Slack-Retry-Reason": "http_timeout"}
-        verify(spec, keys_for(spec, secret), body, headers, timestamp + attempt)
+        verify(spec, keys_for(spec, secret), Delivery(body, headers), timestamp + attempt)
         seen.add(extract_event_id(event_id, body, headers))
     assert seen == {"Ev08MFMKH6"}
 
@@ -44,11 +44,11 @@ def test_square_retry_headers_do_not_change_the_id() -> None:
     spec, event_id = preset_spec("square"), preset_event_id("square")
     body = b'{"merchant_id":"M1","type":"payment.updated","event_id":"6a8f5f28-54a1-4eb0-a98a"}'
     [key] = keys_for(spec, "sq-key")
-    headers = sign(spec, key, body, {}, NOW)
+    headers = sign(spec, key, Delivery(body, {}), NOW)
     first = extract_event_id(event_id, body, headers)
     retry = {**headers, "square-retry-number": "2", "square-retry-reason": "http_timeout",
              "square-initial-delivery-timestamp": "2025-10-09T08:23:20Z"}
-    verify(spec, [key], body, retry, NOW)
+    verify(spec, [key], Delivery(body, retry), NOW)
     assert extract_event_id(event_id, body, retry) == first == "6a8f5f28-54a1-4eb0-a98a"
 
 
@@ -57,15 +57,15 @@ def test_twitch_retry_header_does_not_change_the_id() -> None:
     [key] = keys_for(spec, "twitch-secret-123")
     body = b'{"subscription":{"type":"channel.follow"},"event":{"user_id":"1"}}'
     message_id = "befa7b53-d79d-478f-86b9-120f112b044e"
-    first = sign(spec, key, body, {"Twitch-Eventsub-Message-Id": message_id}, NOW)
-    later = sign(spec, key, body, {"Twitch-Eventsub-Message-Id": message_id}, NOW + 120)
+    first = sign(spec, key, Delivery(body, {"Twitch-Eventsub-Message-Id": message_id}), NOW)
+    later = sign(spec, key, Delivery(body, {"Twitch-Eventsub-Message-Id": message_id}), NOW + 120)
     assert first != later  # re-signed with a new timestamp
     collected = set()
     for added, retry in ((first, None), (later, "1")):
         headers = {"Twitch-Eventsub-Message-Id": message_id, **added}
         if retry is not None:
             headers["Twitch-Eventsub-Message-Retry"] = retry
-        verify(spec, [key], body, headers, NOW + 130)
+        verify(spec, [key], Delivery(body, headers), NOW + 130)
         collected.add(extract_event_id(event_id, body, headers))
     assert collected == {message_id}
 
@@ -79,7 +79,7 @@ def test_stripe_resigned_timestamp_does_not_change_the_id() -> None:
         header = stripe.WebhookSignature.generate_signature_header(payload, secret,
                                                                    timestamp=timestamp)
         headers = {"Stripe-Signature": header}
-        verify(spec, keys_for(spec, secret), payload.encode(), headers, timestamp)
+        verify(spec, keys_for(spec, secret), Delivery(payload.encode(), headers), timestamp)
         collected.add(extract_event_id(event_id, payload.encode(), headers))
     assert collected == {"evt_1Nq"}
 

@@ -21,7 +21,7 @@ from square.utils.webhooks_helper import verify_signature as square_verify
 from workos.webhooks._verification import verify_header as workos_verify_header
 
 from sidecar.core.errors import ConfigError
-from sidecar.core.signing import parse_signature_spec, sign, verify
+from sidecar.core.signing import Delivery, parse_signature_spec, sign, verify
 
 from .helpers import (
     NOW,
@@ -65,10 +65,10 @@ def test_body_signed_presets(preset: str, header: str, signer: object) -> None:
                            signature_header=header)
     # Rotation: both secrets configured, a delivery signed with either verifies.
     both = keys_for(spec, SECRET_2, SECRET)
-    verify(spec, both, BODY, headers, NOW)
-    verify(spec, both, BODY, {header: signer(SECRET_2, BODY)}, NOW)
+    verify(spec, both, Delivery(BODY, headers), NOW)
+    verify(spec, both, Delivery(BODY, {header: signer(SECRET_2, BODY)}), NOW)
     # And our signer writes exactly what the provider writes.
-    assert sign(spec, SECRET.encode(), BODY, {}, NOW) == headers
+    assert sign(spec, SECRET.encode(), Delivery(BODY, {}), NOW) == headers
 
 
 def test_linear_signs_the_body_and_its_webhook_timestamp() -> None:
@@ -83,8 +83,8 @@ def test_linear_signs_the_body_and_its_webhook_timestamp() -> None:
     keys, wrong = keys_for(spec, SECRET), keys_for(spec, SECRET_2)
     body, headers = delivery(webhookTimestamp=NOW * 1000)
     assert_tampering_fails(spec, keys, wrong, body, headers, signature_header="Linear-Signature")
-    assert sign(spec, SECRET.encode(), body, {}, NOW) == headers
-    verify(spec, keys, *delivery(webhookTimestamp=NOW * 1000 - 59_000), NOW)
+    assert sign(spec, SECRET.encode(), Delivery(body, {}), NOW) == headers
+    verify(spec, keys, Delivery(*delivery(webhookTimestamp=NOW * 1000 - 59_000)), NOW)
     assert reason(spec, keys, *delivery(webhookTimestamp=NOW * 1000 - 600_000)) == (
         "stale_timestamp")  # a captured body resent ten minutes later
     assert reason(spec, keys, *delivery(webhookTimestamp=NOW * 1000 + 61_000)) == (
@@ -118,14 +118,14 @@ def test_github_published_vector() -> None:
     headers = {"X-Hub-Signature-256":
                "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"}
     keys = keys_for(spec, "It's a Secret to Everybody")
-    verify(spec, keys, b"Hello, World!", headers, NOW)
+    verify(spec, keys, Delivery(b"Hello, World!", headers), NOW)
     assert reason(spec, keys, b"Hello, World?", headers) == "bad_signature"
 
 
 def test_mollie_rotation_sends_one_signature_per_secret() -> None:
     spec = preset_spec("mollie")
     joined = f"sha256={mac(SECRET_2, BODY).hex()}, sha256={mac(SECRET, BODY).hex()}"
-    verify(spec, keys_for(spec, SECRET), BODY, {"X-Mollie-Signature": joined}, NOW)
+    verify(spec, keys_for(spec, SECRET), Delivery(BODY, {"X-Mollie-Signature": joined}), NOW)
     assert reason(spec, keys_for(spec, "other"), BODY, {"X-Mollie-Signature": joined}) == (
         "bad_signature"
     )
@@ -134,7 +134,7 @@ def test_mollie_rotation_sends_one_signature_per_secret() -> None:
 def test_razorpay_sdk_accepts_our_signature() -> None:
     spec = preset_spec("razorpay")
     [key] = keys_for(spec, SECRET)
-    signature = sign(spec, key, BODY, {}, NOW)["X-Razorpay-Signature"]
+    signature = sign(spec, key, Delivery(BODY, {}), NOW)["X-Razorpay-Signature"]
     utility = razorpay.Utility(None)
     assert utility.verify_webhook_signature(BODY.decode(), signature, SECRET)
     with pytest.raises(razorpay.errors.SignatureVerificationError):
@@ -147,12 +147,13 @@ def test_razorpay_sdk_accepts_our_signature() -> None:
 def test_gitlab_token_compared_as_is() -> None:
     spec = preset_spec("gitlab")
     keys = keys_for(spec, "glpat-like-token", "next-token")
-    verify(spec, keys, BODY, {"X-Gitlab-Token": "glpat-like-token"}, NOW)
-    verify(spec, keys, b"anything", {"x-gitlab-token": "next-token"}, NOW)  # rotation
+    verify(spec, keys, Delivery(BODY, {"X-Gitlab-Token": "glpat-like-token"}), NOW)
+    verify(spec, keys, Delivery(b"anything", {"x-gitlab-token": "next-token"}), NOW)  # rotation
     for wrong in ("glpat-like-toke", "glpat-like-tokenX", "GLPAT-LIKE-TOKEN", "\udcff"):
         assert reason(spec, keys, BODY, {"X-Gitlab-Token": wrong}) == "bad_signature"
     assert reason(spec, keys, BODY, {}) == "missing_signature"
-    assert sign(spec, b"glpat-like-token", BODY, {}, NOW) == {"X-Gitlab-Token": "glpat-like-token"}
+    assert sign(spec, b"glpat-like-token", Delivery(BODY, {}), NOW) == {
+        "X-Gitlab-Token": "glpat-like-token"}
 
 
 # --- Clerk and Resend: the Svix scheme ---------------------------------------------------------
@@ -176,7 +177,7 @@ def test_svix_senders_signed_by_the_svix_sdk(preset: str) -> None:
                            headers, signature_header="svix-signature",
                            timestamp_header="svix-timestamp")
     both = keys_for(spec, SVIX_SECRET, SVIX_SECRET_2)
-    verify(spec, both, BODY, svix_headers(SVIX_SECRET_2), NOW)
+    verify(spec, both, Delivery(BODY, svix_headers(SVIX_SECRET_2)), NOW)
     changed_id = {**headers, "svix-id": "msg_other"}
     assert reason(spec, both, BODY, changed_id) == "bad_signature"
 
@@ -185,7 +186,7 @@ def test_resend_sdk_accepts_our_signature() -> None:
     spec = preset_spec("resend")
     [key] = keys_for(spec, SVIX_SECRET)
     now = time.time()  # the SDK checks ±5 min against the real clock
-    added = sign(spec, key, BODY, {"svix-id": MSG_ID}, now)
+    added = sign(spec, key, Delivery(BODY, {"svix-id": MSG_ID}), now)
     options = {"payload": BODY.decode(), "webhook_secret": SVIX_SECRET,
                "headers": {"id": MSG_ID, "timestamp": added["svix-timestamp"],
                            "signature": added["svix-signature"]}}
@@ -206,7 +207,7 @@ def test_square_published_vector_with_the_configured_url() -> None:
                            signature_header="x-square-hmacsha256-signature")
     # The URL is part of the signature: the one the request came in on is irrelevant, a
     # different configured URL (even a trailing slash) fails.
-    verify(spec, keys, body, headers, NOW, method="POST", query="ignored=1")
+    verify(spec, keys, Delivery(body, headers, method="POST", query="ignored=1"), NOW)
     for other in ("https://example.com/webhook/", "http://example.com/webhook"):
         assert reason(preset_spec("square", url=other), keys, body, headers) == "bad_signature"
 
@@ -214,7 +215,7 @@ def test_square_published_vector_with_the_configured_url() -> None:
 def test_square_sdk_accepts_our_signature() -> None:
     spec = preset_spec("square")
     [key] = keys_for(spec, "sq-signature-key")
-    headers = sign(spec, key, BODY, {}, NOW)
+    headers = sign(spec, key, Delivery(BODY, {}), NOW)
     signature = headers["x-square-hmacsha256-signature"]
     assert square_verify(request_body=BODY.decode(), signature_header=signature,
                          signature_key="sq-signature-key", notification_url=PUBLIC_URL)
@@ -243,7 +244,7 @@ def test_paddle_sdk_vector_with_a_dummy_h1() -> None:
     header = ("ts=1696195954;h1=dummy;"
               "h1=d96299976a6eb066f484d7fde011ac56fc32b38fc9940bc419d6e537fdc6ef02")
     keys = keys_for(spec, PADDLE_SECRET)
-    verify(spec, keys, b"hello-world", {"Paddle-Signature": header}, 1696195954 + 29)
+    verify(spec, keys, Delivery(b"hello-world", {"Paddle-Signature": header}), 1696195954 + 29)
     others = ("pdl_ntf_01hbpjmytsa32fhr36nqgc3kgb_TjIG2BXbm83HPXqNfziwe506sBEdqL/4",
               "pdl_ntf_01hbpjmytsa32fhr36nqgc3kgb_vB/yIOnTOCWIvpBadM5jzBZPHc7OmdSo")
     assert reason(spec, keys_for(spec, *others), b"hello-world", {"Paddle-Signature": header},
@@ -258,7 +259,7 @@ def test_paddle_sdk_signer_and_verifier() -> None:
     keys = keys_for(spec, PADDLE_SECRET)
     h1 = PaddleSignature.calculate_hmac(PADDLE_SECRET, f"{NOW}:".encode() + BODY).hexdigest()
     header = f"ts={NOW};h1={h1}"
-    verify(spec, keys, BODY, {"Paddle-Signature": header}, NOW)
+    verify(spec, keys, Delivery(BODY, {"Paddle-Signature": header}), NOW)
     assert reason(spec, keys, BODY[1:], {"Paddle-Signature": header}) == "bad_signature"
     moved = header.replace(f"ts={NOW}", f"ts={NOW + 1}")
     assert reason(spec, keys, BODY, {"Paddle-Signature": moved}) == "bad_signature"
@@ -266,7 +267,7 @@ def test_paddle_sdk_signer_and_verifier() -> None:
     assert reason(spec, keys_for(spec, "pdl_other"), BODY, {"Paddle-Signature": header}) == (
         "bad_signature"
     )
-    ours = sign(spec, keys[0], BODY, {}, NOW)["Paddle-Signature"]
+    ours = sign(spec, keys[0], Delivery(BODY, {}), NOW)["Paddle-Signature"]
     assert ours == header
     assert PaddleSignature().verify(ours, BODY.decode(), Secret(PADDLE_SECRET))
 
@@ -283,7 +284,7 @@ def test_workos_hand_signed_and_sdk_accepts_ours() -> None:
     keys = keys_for(spec, SECRET)
     millis = NOW * 1000 + 123
     header = workos_header(SECRET, millis)
-    verify(spec, keys, BODY, {"WorkOS-Signature": header}, NOW)
+    verify(spec, keys, Delivery(BODY, {"WorkOS-Signature": header}), NOW)
     assert reason(spec, keys, BODY + b"\n", {"WorkOS-Signature": header}) == "bad_signature"
     moved = header.replace(f"t={millis}", f"t={millis + 1}")
     assert reason(spec, keys, BODY, {"WorkOS-Signature": moved}) == "bad_signature"
@@ -292,10 +293,11 @@ def test_workos_hand_signed_and_sdk_accepts_ours() -> None:
         "bad_signature"
     )
     assert reason(spec, keys, BODY, {"WorkOS-Signature": header}, NOW + 181) == "stale_timestamp"
-    verify(spec, keys_for(spec, SECRET_2, SECRET), BODY, {"WorkOS-Signature": header}, NOW)
+    verify(spec, keys_for(spec, SECRET_2, SECRET), Delivery(BODY, {"WorkOS-Signature": header}),
+           NOW)
 
     now = time.time()
-    ours = sign(spec, keys[0], BODY, {}, now)["WorkOS-Signature"]
+    ours = sign(spec, keys[0], Delivery(BODY, {}), now)["WorkOS-Signature"]
     assert ours == workos_header(SECRET, int(now * 1000))
     workos_verify_header(event_body=BODY, event_signature=ours, secret=SECRET)
     with pytest.raises(ValueError):
@@ -316,7 +318,7 @@ def test_zoom_hand_signed() -> None:
     assert_tampering_fails(spec, keys_for(spec, SECRET), keys_for(spec, SECRET_2), BODY, headers,
                            signature_header="x-zm-signature",
                            timestamp_header="x-zm-request-timestamp")
-    verify(spec, keys_for(spec, SECRET_2, SECRET), BODY, headers, NOW)
+    verify(spec, keys_for(spec, SECRET_2, SECRET), Delivery(BODY, headers), NOW)
     assert reason(spec, keys_for(spec, SECRET), BODY, headers, NOW + 301) == "stale_timestamp"
 
 
@@ -348,9 +350,10 @@ def test_twitch_hand_signed() -> None:
     # Older than 10 minutes: rejected; from the future: accepted (Twitch checks the past only).
     old = twitch_headers(SECRET, rfc3339(NOW - 601))
     assert reason(spec, keys, BODY, old) == "stale_timestamp"
-    verify(spec, keys, BODY, twitch_headers(SECRET, rfc3339(NOW + 3600)), NOW)
+    verify(spec, keys, Delivery(BODY, twitch_headers(SECRET, rfc3339(NOW + 3600))), NOW)
     offset = twitch_headers(SECRET, "2025-10-09T10:23:20+02:00")  # = NOW - 0 s, with an offset
-    verify(spec, keys, BODY, offset, datetime(2025, 10, 9, 8, 23, 20, tzinfo=UTC).timestamp())
+    verify(spec, keys, Delivery(BODY, offset),
+           datetime(2025, 10, 9, 8, 23, 20, tzinfo=UTC).timestamp())
     for bad in ("2025-10-09 08:23:20Z", "2025-02-30T00:00:00Z", "1760000000", "2025-10-09T08:23:20",
                 "2025-10-09T08:23:20.1234567890Z", "２０２５-10-09T08:23:20Z"):
         assert reason(spec, keys, BODY, twitch_headers(SECRET, bad)) == "bad_timestamp"
@@ -359,7 +362,7 @@ def test_twitch_hand_signed() -> None:
 def test_twitch_sign_round_trips() -> None:
     spec = preset_spec("twitch")
     [key] = keys_for(spec, SECRET)
-    added = sign(spec, key, BODY, {"Twitch-Eventsub-Message-Id": TWITCH_ID}, NOW + 0.25)
+    added = sign(spec, key, Delivery(BODY, {"Twitch-Eventsub-Message-Id": TWITCH_ID}), NOW + 0.25)
     assert added["Twitch-Eventsub-Message-Timestamp"] == rfc3339(NOW, "250000")
     expected = twitch_headers(SECRET, added["Twitch-Eventsub-Message-Timestamp"])
     assert added["Twitch-Eventsub-Message-Signature"] == (
@@ -380,7 +383,7 @@ def test_hubspot_sdk_vector() -> None:
     headers = {"X-HubSpot-Signature-v3": "HPW73RUtKmcYoEDADG0s6MmGFWUzWJKAW07r8RDgcQw=",
                "X-HubSpot-Request-Timestamp": "15000000"}
     body = b"{'example_field':'example_value'}"
-    verify(spec, keys, body, headers, 15000, method="POST")
+    verify(spec, keys, Delivery(body, headers, method="POST"), 15000)
     assert reason(spec, keys, body, headers, 15000, method="PUT") == "bad_signature"
     assert reason(spec, keys, body, headers, 15000, query="a=1") == "bad_signature"
 
@@ -406,7 +409,7 @@ def test_hubspot_sdk_signed_with_query_and_ms_timestamp() -> None:
     assert reason(spec, keys, HUBSPOT_BODY, headers, NOW + 301, query=query) == "stale_timestamp"
 
     now = time.time()
-    ours = sign(spec, keys[0], HUBSPOT_BODY, {}, now, query=query)
+    ours = sign(spec, keys[0], Delivery(HUBSPOT_BODY, {}, query=query), now)
     assert HubSpotSignature.is_valid(
         ours["X-HubSpot-Signature-v3"], HUBSPOT_SECRET, HUBSPOT_BODY.decode(),
         http_uri=f"{url}?{query}", signature_version="v3",

@@ -14,7 +14,7 @@ import pytest
 
 from sidecar.core.errors import VerificationError
 from sidecar.core.eventid import extract_event_id
-from sidecar.core.signing import sign, sign_delivery, verify
+from sidecar.core.signing import Delivery, sign, sign_delivery, verify
 from tests.node_oracle import Oracle
 
 from .helpers import assert_tampering_fails, flip_byte, keys_for, preset_event_id, preset_spec
@@ -71,7 +71,7 @@ def test_shopify_prefixed_delivery_signed_by_the_package_verifies(node_oracle: O
 def test_shopify_package_accepts_what_we_sign_under_either_name(node_oracle: Oracle) -> None:
     spec = preset_spec("shopify")
     [key] = keys_for(spec, SECRET)
-    ours = sign(spec, key, SHOPIFY_BODY, {}, time.time())
+    ours = sign(spec, key, Delivery(SHOPIFY_BODY, {}), time.time())
     assert list(ours) == ["X-Shopify-Hmac-Sha256"]  # sign writes the first name
     value = ours["X-Shopify-Hmac-Sha256"]
     for headers in ({**WEBHOOK_HEADERS, "X-Shopify-Hmac-Sha256": value},
@@ -101,7 +101,7 @@ def test_workos_unspaced_header_signed_by_the_sdk_verifies(node_oracle: Oracle) 
                            signature_header="WorkOS-Signature", now=now)
     # WorkOS's own spaced form, and a tab, parse alike.
     for spaced in (header.replace(",", ", "), header.replace(",", ",\t")):
-        verify(spec, keys, WORKOS_BODY, {"WorkOS-Signature": spaced}, now)
+        verify(spec, keys, Delivery(WORKOS_BODY, {"WorkOS-Signature": spaced}), now)
     assert node_oracle(_request("workos", "verify", WORKOS_BODY,
                                 headers={"WorkOS-Signature": header}))["valid"]
 
@@ -109,7 +109,7 @@ def test_workos_unspaced_header_signed_by_the_sdk_verifies(node_oracle: Oracle) 
 def test_workos_sdk_accepts_what_we_sign(node_oracle: Oracle) -> None:
     spec = preset_spec("workos")
     [key] = keys_for(spec, SECRET)
-    header = sign(spec, key, WORKOS_BODY, {}, time.time())["WorkOS-Signature"]
+    header = sign(spec, key, Delivery(WORKOS_BODY, {}), time.time())["WorkOS-Signature"]
     assert header.startswith("t=") and ", v1=" in header  # rendered as WorkOS writes it
     for value in (header, header.replace(", ", ",")):
         answer = node_oracle(_request("workos", "verify", WORKOS_BODY,
@@ -142,11 +142,11 @@ def test_linear_sdk_and_the_preset_agree_on_fresh_and_stale_bodies(node_oracle: 
                            "data": {"title": "café"}}).encode()
     now = time.time()
     for age, accepted in ((0, True), (600, False)):
-        signed = sign_delivery(spec, LINEAR_SECRET.encode(), template, {}, now - age)
+        signed = sign_delivery(spec, LINEAR_SECRET.encode(), Delivery(template, {}), now - age)
         assert json.loads(signed.body)["webhookTimestamp"] == int((now - age) * 1000)
         assert _linear_verifies(node_oracle, signed.body, signed.headers) is accepted
         if accepted:
-            verify(spec, keys, signed.body, signed.headers, time.time())
+            verify(spec, keys, Delivery(signed.body, signed.headers), time.time())
         else:
             with pytest.raises(VerificationError, match="stale_timestamp"):
-                verify(spec, keys, signed.body, signed.headers, time.time())
+                verify(spec, keys, Delivery(signed.body, signed.headers), time.time())

@@ -16,7 +16,7 @@ from mailgun.security import SecurityGuard
 from twilio.request_validator import RequestValidator
 
 from sidecar.core.errors import ConfigError
-from sidecar.core.signing import parse_signature_spec, sign, sign_delivery, verify
+from sidecar.core.signing import Delivery, parse_signature_spec, sign, sign_delivery, verify
 
 from .helpers import NOW, flip, keys_for, preset_spec, reason
 
@@ -58,7 +58,7 @@ def test_twilio_published_vectors(url: str, params: list[tuple[str, str]], signa
     spec, headers = twilio(url, signature)
     keys = keys_for(spec, "12345")
     body = form(params)
-    verify(spec, keys, body, headers, NOW, query="foo=1&bar=2")
+    verify(spec, keys, Delivery(body, headers, query="foo=1&bar=2"), NOW)
     assert reason(spec, keys, body, headers, query="foo=1&bar=3") == "bad_signature"
     assert reason(spec, keys, form([*params, ("Extra", "1")]), headers,
                   query="foo=1&bar=2") == "bad_signature"
@@ -76,7 +76,7 @@ def test_twilio_json_body_uses_body_sha256() -> None:
     spec, headers = twilio("https://mycompany.com/myapp.php", "a9nBmqA0ju/hNViExpshrM61xv4=")
     keys = keys_for(spec, "12345")
     query = f"foo=1&bar=2&bodySHA256={digest}"
-    verify(spec, keys, body, headers, NOW, query=query)
+    verify(spec, keys, Delivery(body, headers, query=query), NOW)
     # The body is bound through its hash: a changed body fails although the URL still matches.
     assert reason(spec, keys, body.replace(b"true", b"false"), headers, query=query) == (
         "bad_signature"
@@ -93,7 +93,7 @@ def test_twilio_sdk_signs_sha1_and_sha256_and_accepts_ours() -> None:
         signature = validator.compute_signature(f"{url}?a=1", params, algorithm)
         spec, headers = twilio(url, signature, settings)
         keys = keys_for(spec, "auth-token-2", "auth-token-1")  # rotation: second key matches
-        verify(spec, keys, body, headers, NOW, query="a=1")
+        verify(spec, keys, Delivery(body, headers, query="a=1"), NOW)
         # The settings header chooses the algorithm: the other one fails.
         swapped = dict(headers)
         if settings is None:
@@ -106,7 +106,7 @@ def test_twilio_sdk_signs_sha1_and_sha256_and_accepts_ours() -> None:
     assert reason(spec, keys, body, unknown, query="a=1") == "unsupported_algorithm"
 
     [key] = keys_for(spec, "auth-token-1")
-    ours = sign(spec, key, body, {}, NOW, query="a=1")
+    ours = sign(spec, key, Delivery(body, {}, query="a=1"), NOW)
     assert validator.validate(f"{url}?a=1", params, ours["X-Twilio-Signature"])
     assert not validator.validate(f"{url}?a=2", params, ours["X-Twilio-Signature"])
 
@@ -116,9 +116,9 @@ def test_twilio_pinned_algorithm_refuses_the_other() -> None:
     spec = parse_signature_spec(data, "p.signature")
     keys = keys_for(spec, "tok")
     body = form([("A", "1")])
-    added = sign(spec, keys[0], body, {}, NOW)
+    added = sign(spec, keys[0], Delivery(body, {}), NOW)
     assert added["X-Twilio-Webhooks-Signature-Settings"] == "algorithm=HMAC_SHA256"
-    verify(spec, keys, body, {"X-Twilio-Signature": added["X-Twilio-Signature"]}, NOW)
+    verify(spec, keys, Delivery(body, {"X-Twilio-Signature": added["X-Twilio-Signature"]}), NOW)
     sha1 = RequestValidator("tok").compute_signature("https://hooks.example.com/t", {"A": "1"})
     assert reason(spec, keys, body, {"X-Twilio-Signature": sha1}) == "bad_signature"
 
@@ -165,7 +165,7 @@ def adyen_body(*items: dict[str, object]) -> bytes:
 def test_adyen_published_vector_and_tampering() -> None:
     spec = preset_spec("adyen")
     keys = keys_for(spec, ADYEN_KEY)
-    verify(spec, keys, adyen_body(ITEM), {}, NOW)
+    verify(spec, keys, Delivery(adyen_body(ITEM), {}), NOW)
     for field, value in (("pspReference", "7914073381342285"), ("eventCode", "CAPTURE"),
                          ("success", "false"), ("amount", {"value": 1131, "currency": "EUR"}),
                          ("originalReference", "x")):
@@ -176,7 +176,7 @@ def test_adyen_published_vector_and_tampering() -> None:
     assert reason(spec, keys, adyen_body(tampered), {}) == "bad_signature"
     assert reason(spec, keys_for(spec, ADYEN_KEY_2), adyen_body(ITEM), {}) == "bad_signature"
     # Fields outside the signed eight are not covered (the scheme's property, documented).
-    verify(spec, keys, adyen_body({**ITEM, "reason": "anything"}), {}, NOW)
+    verify(spec, keys, Delivery(adyen_body({**ITEM, "reason": "anything"}), {}), NOW)
 
 
 def test_adyen_sdk_signs_each_item_and_every_item_must_verify() -> None:
@@ -186,7 +186,8 @@ def test_adyen_sdk_signs_each_item_and_every_item_must_verify() -> None:
     signed_second = {**second, "additionalData": {
         "hmacSignature": generate_notification_sig(second, ADYEN_KEY_2).decode()}}
     body = adyen_body(ITEM, signed_second)
-    verify(spec, keys_for(spec, ADYEN_KEY, ADYEN_KEY_2), body, {}, NOW)  # rotation, per item
+    # Rotation, per item.
+    verify(spec, keys_for(spec, ADYEN_KEY, ADYEN_KEY_2), Delivery(body, {}), NOW)
     assert reason(spec, keys_for(spec, ADYEN_KEY), body, {}) == "bad_signature"
     unsigned = adyen_body(ITEM, second)
     assert reason(spec, keys_for(spec, ADYEN_KEY, ADYEN_KEY_2), unsigned, {}) == (
@@ -199,14 +200,14 @@ def test_adyen_sdk_signs_each_item_and_every_item_must_verify() -> None:
 
     key = keys_for(spec, ADYEN_KEY)[0]
     bare = {k: v for k, v in ITEM.items() if k != "additionalData"}
-    signed = sign_delivery(spec, key, adyen_body(bare), {}, NOW)
+    signed = sign_delivery(spec, key, Delivery(adyen_body(bare), {}), NOW)
     assert signed.headers == {}
     envelope = json.loads(signed.body)
     item = envelope["notificationItems"][0]["NotificationRequestItem"]
     assert item["additionalData"]["hmacSignature"] == ITEM["additionalData"]["hmacSignature"]
     assert is_valid_hmac_notification(copy.deepcopy(envelope), ADYEN_KEY)
     with pytest.raises(ValueError, match="sign_delivery"):
-        sign(spec, key, adyen_body(bare), {}, NOW)
+        sign(spec, key, Delivery(adyen_body(bare), {}), NOW)
 
 
 # --- Mailgun ---------------------------------------------------------------------------------
@@ -227,8 +228,8 @@ def test_mailgun_hand_signed_and_tampering() -> None:
     keys = keys_for(spec, MG_KEY)
     token = "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0"
     body = mailgun_body(MG_KEY, NOW, token)
-    verify(spec, keys, body, {}, NOW + 899)
-    verify(spec, keys_for(spec, "old-key", MG_KEY), body, {}, NOW)
+    verify(spec, keys, Delivery(body, {}), NOW + 899)
+    verify(spec, keys_for(spec, "old-key", MG_KEY), Delivery(body, {}), NOW)
     assert reason(spec, keys_for(spec, "other-key"), body, {}) == "bad_signature"
     document = json.loads(body)
     for field, value in (("timestamp", str(NOW + 1)), ("token", token[:-1] + "1"),
@@ -241,7 +242,7 @@ def test_mailgun_hand_signed_and_tampering() -> None:
     # The documented caveat: the body is not signed, a changed event verifies.
     changed_event = copy.deepcopy(document)
     changed_event["event-data"]["event"] = "failed"
-    verify(spec, keys, json.dumps(changed_event).encode(), {}, NOW)
+    verify(spec, keys, Delivery(json.dumps(changed_event).encode(), {}), NOW)
 
 
 def test_mailgun_sdk_accepts_our_signature() -> None:
@@ -249,10 +250,10 @@ def test_mailgun_sdk_accepts_our_signature() -> None:
     [key] = keys_for(spec, MG_KEY)
     payload = json.dumps({"event-data": {"id": "evt-1", "event": "opened"}}).encode()
     now = time.time()
-    signed = sign_delivery(spec, key, payload, {}, now)
+    signed = sign_delivery(spec, key, Delivery(payload, {}), now)
     block = json.loads(signed.body)["signature"]
     assert SecurityGuard.verify_webhook(MG_KEY, block["token"], block["timestamp"],
                                         block["signature"])
     assert not SecurityGuard.verify_webhook("wrong", block["token"], block["timestamp"],
                                             block["signature"])
-    verify(spec, [key], signed.body, {}, now)
+    verify(spec, [key], Delivery(signed.body, {}), now)

@@ -19,12 +19,13 @@ from sidecar.core.handshake import handshake_answer, parse_handshake_spec
 from sidecar.core.signing import (
     FORMATS,
     DeclarativeSpec,
+    Delivery,
     PluginSpec,
     SignatureSpec,
     decode_secret,
     verify,
 )
-from sidecar.core.signing.verify import parse_rfc3339
+from sidecar.core.signing.timestamps import parse_rfc3339
 
 from .helpers import NOW, preset_event_id, preset_spec
 
@@ -93,7 +94,7 @@ def test_every_preset_raises_only_verification_error(
     names = st.sampled_from(header_names(spec)) | st.text(max_size=8)
     headers = data.draw(st.dictionaries(names, HEADER_TEXT, max_size=4))
     with pytest.raises(VerificationError) as caught:
-        verify(spec, KEYS[name], body, headers, now, method=method, query=query)
+        verify(spec, KEYS[name], Delivery(body, headers, method=method, query=query), now)
     assert caught.value.reason.isidentifier()
 
 
@@ -125,7 +126,7 @@ def test_body_signed_schemes_raise_only_verification_error(
 ) -> None:
     body = json.dumps(data.draw(documents), allow_nan=True).encode("utf-8", "surrogatepass")
     with pytest.raises(VerificationError):
-        verify(PRESETS[name], KEYS[name], body, {}, NOW)
+        verify(PRESETS[name], KEYS[name], Delivery(body, {}), NOW)
 
 
 # The header formats on their own, in every configuration the presets use.

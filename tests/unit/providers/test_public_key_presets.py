@@ -20,6 +20,7 @@ from sendgrid.helpers.eventwebhook import EventWebhook
 
 from sidecar.core.errors import ConfigError
 from sidecar.core.signing import (
+    Delivery,
     PrivateKey,
     PublicKey,
     decode_secret,
@@ -58,8 +59,8 @@ def test_discord_signed_by_pynacl() -> None:
                            timestamp_header="X-Signature-Timestamp")
     # Rotation: two application keys configured, either signs.
     both = keys_for(spec, discord_public(SEED_2), discord_public(SEED))
-    verify(spec, both, BODY, headers, NOW)
-    verify(spec, both, BODY, discord_headers(SEED_2), NOW)
+    verify(spec, both, Delivery(BODY, headers), NOW)
+    verify(spec, both, Delivery(BODY, discord_headers(SEED_2)), NOW)
     assert reason(spec, keys, BODY, headers, NOW + 301) == "stale_timestamp"
     assert reason(spec, keys, BODY, {**headers, "X-Signature-Ed25519": "zz"}) == "bad_signature"
     assert reason(spec, keys, BODY, {**headers, "X-Signature-Ed25519": "00" * 63}) == (
@@ -71,7 +72,7 @@ def test_discord_sdk_accepts_our_signature() -> None:
     spec = preset_spec("discord")
     key = decode_signing_key(spec, SEED.hex(), "--secret")
     assert isinstance(key, PrivateKey)
-    added = sign(spec, key, BODY, {}, NOW)
+    added = sign(spec, key, Delivery(BODY, {}), NOW)
     assert added == discord_headers(SEED)  # Ed25519 is deterministic: identical to PyNaCl's
     assert discord_interactions.verify_key(BODY, added["X-Signature-Ed25519"],
                                            added["X-Signature-Timestamp"], discord_public(SEED))
@@ -118,11 +119,11 @@ def test_standard_webhooks_v1a_signed_by_pynacl() -> None:
         base64.b64decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
         f"{MSG_ID}.{NOW}.".encode() + BODY, hashlib.sha256).digest()).decode()
     mixed = sw_headers(f"v2,abc {v1} {v1a(SEED)}")
-    verify(spec, keys, BODY, mixed, NOW)
-    verify(spec, keys_for(spec, HMAC_SECRET), BODY, mixed, NOW)
+    verify(spec, keys, Delivery(BODY, mixed), NOW)
+    verify(spec, keys_for(spec, HMAC_SECRET), Delivery(BODY, mixed), NOW)
     both = keys_for(spec, HMAC_SECRET, whpk(SEED_2))
-    verify(spec, both, BODY, sw_headers(v1), NOW)
-    verify(spec, both, BODY, sw_headers(v1a(SEED_2)), NOW)
+    verify(spec, both, Delivery(BODY, sw_headers(v1)), NOW)
+    verify(spec, both, Delivery(BODY, sw_headers(v1a(SEED_2))), NOW)
 
 
 def test_a_public_key_never_verifies_an_hmac_signature() -> None:
@@ -149,7 +150,7 @@ def test_standard_webhooks_key_prefixes() -> None:
         decode_secret(spec, "whpk_" + base64.b64encode(b"short").decode(), "s[0]")
     signing = decode_signing_key(spec, "whsk_" + base64.b64encode(SEED).decode(), "--secret")
     assert isinstance(signing, PrivateKey)
-    added = sign(spec, signing, BODY, {"webhook-id": MSG_ID}, NOW)
+    added = sign(spec, signing, Delivery(BODY, {"webhook-id": MSG_ID}), NOW)
     assert added["webhook-signature"] == v1a(SEED)
     VerifyKey(SigningKey(SEED).verify_key.encode()).verify(
         f"{MSG_ID}.{NOW}.".encode() + BODY, base64.b64decode(added["webhook-signature"][4:])
@@ -157,12 +158,11 @@ def test_standard_webhooks_key_prefixes() -> None:
     # A 64-byte NaCl secret key (seed + public) signs the same.
     nacl_secret = SEED + SigningKey(SEED).verify_key.encode()
     wide = decode_signing_key(spec, "whsk_" + base64.b64encode(nacl_secret).decode(), "k")
-    assert sign(spec, wide, BODY, {"webhook-id": MSG_ID}, NOW) == added
+    assert sign(spec, wide, Delivery(BODY, {"webhook-id": MSG_ID}), NOW) == added
     # A whsec_ key still signs v1 with HMAC.
     hmac_key = decode_signing_key(spec, HMAC_SECRET, "--secret")
-    assert sign(spec, hmac_key, BODY, {"webhook-id": MSG_ID}, NOW)["webhook-signature"].startswith(
-        "v1,"
-    )
+    assert sign(spec, hmac_key, Delivery(BODY, {"webhook-id": MSG_ID}), NOW)[
+        "webhook-signature"].startswith("v1,")
 
 
 def test_mixed_scheme_without_a_public_key_prefix_is_rejected() -> None:
@@ -210,7 +210,7 @@ SG_NOW = int(SG_TIMESTAMP) + 60  # the vector's clock: the preset bounds the sig
 def test_sendgrid_published_vector() -> None:
     spec = preset_spec("sendgrid")
     keys = keys_for(spec, SG_KEY)
-    verify(spec, keys, SG_BODY, sg_headers(SG_SIGNATURE), SG_NOW)
+    verify(spec, keys, Delivery(SG_BODY, sg_headers(SG_SIGNATURE)), SG_NOW)
     assert reason(spec, keys_for(spec, SG_BAD_KEY), SG_BODY, sg_headers(SG_SIGNATURE),
                   SG_NOW) == "bad_signature"
     assert reason(spec, keys, SG_BODY, sg_headers(SG_BAD_SIGNATURE), SG_NOW) == "bad_signature"
@@ -219,7 +219,7 @@ def test_sendgrid_published_vector() -> None:
     assert reason(spec, keys, SG_BODY, sg_headers(SG_SIGNATURE, "1600112503"),
                   SG_NOW) == "bad_signature"
     both = keys_for(spec, SG_BAD_KEY, SG_KEY)
-    verify(spec, both, SG_BODY, sg_headers(SG_SIGNATURE), SG_NOW)
+    verify(spec, both, Delivery(SG_BODY, sg_headers(SG_SIGNATURE)), SG_NOW)
     # The signed timestamp is bounded (2 days, past only): a captured batch cannot come back
     # after its rows are deleted.
     assert reason(spec, keys, SG_BODY, sg_headers(SG_SIGNATURE),
@@ -246,10 +246,10 @@ def test_sendgrid_signed_by_cryptography_and_sdk_accepts_ours() -> None:
                            headers, signature_header="X-Twilio-Email-Event-Webhook-Signature",
                            timestamp_header="X-Twilio-Email-Event-Webhook-Timestamp",
                            now=SG_NOW)
-    verify(spec, keys_for(spec, other_public, public_b64), body, headers, SG_NOW)
+    verify(spec, keys_for(spec, other_public, public_b64), Delivery(body, headers), SG_NOW)
 
     key = decode_signing_key(spec, private_b64, "--secret")
-    added = sign(spec, key, body, {}, NOW)
+    added = sign(spec, key, Delivery(body, {}), NOW)
     stamp = added["X-Twilio-Email-Event-Webhook-Timestamp"]
     assert stamp == str(NOW)
     webhook = EventWebhook()

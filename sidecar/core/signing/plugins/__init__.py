@@ -5,16 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from sidecar.core.fields import get_choice
 from sidecar.core.signing.plugins.adyen_items import AdyenScheme, parse_adyen
-from sidecar.core.signing.plugins.base import (
-    Delivery,
-    PluginScheme,
-    PluginSpec,
-    SignedDelivery,
-)
+from sidecar.core.signing.plugins.base import PluginScheme, PluginSpec
 from sidecar.core.signing.plugins.mailgun_token import MailgunScheme, parse_mailgun
 from sidecar.core.signing.plugins.twilio_form import TwilioScheme, parse_twilio
-from sidecar.core.signing.spec import get_choice
 
 PLUGINS: dict[str, Callable[[Mapping[str, object], str], PluginScheme]] = {
     "twilio": parse_twilio,
@@ -31,11 +26,9 @@ def parse_plugin_spec(data: Mapping[str, object], path: str) -> PluginSpec:
 __all__ = [
     "PLUGINS",
     "AdyenScheme",
-    "Delivery",
     "MailgunScheme",
     "PluginScheme",
     "PluginSpec",
-    "SignedDelivery",
     "TwilioScheme",
     "parse_plugin_spec",
 ]

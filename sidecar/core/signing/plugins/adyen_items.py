@@ -21,13 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.core.errors import VerificationError
-from sidecar.core.signing.plugins.base import (
-    Delivery,
-    SignedDelivery,
-    json_document,
-    parse_plugin_secret,
-)
-from sidecar.core.signing.spec import SecretSpec, check_keys
+from sidecar.core.fields import check_keys
+from sidecar.core.signing.delivery import Delivery, SignedDelivery
+from sidecar.core.signing.plugins.base import json_document, parse_plugin_secret
+from sidecar.core.signing.spec import SecretSpec
 
 FIELDS = ("pspReference", "originalReference", "merchantAccountCode", "merchantReference",
           "value", "currency", "eventCode", "success")

@@ -14,34 +14,10 @@ from typing import Protocol
 
 from sidecar.core.body import NotJson, parse_json
 from sidecar.core.errors import VerificationError
-from sidecar.core.signing.spec import (
-    SECRET_DECODERS,
-    SecretSpec,
-    as_mapping,
-    check_keys,
-    get_choice,
-    join_path,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """What a verifier may look at: the raw body, the headers, the method and the raw query
-    string of the request (the part after ``?``, as received)."""
-
-    body: bytes
-    headers: Mapping[str, str]
-    method: str = "POST"
-    query: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class SignedDelivery:
-    """What a signer produced: the body to send (changed only by schemes that sign inside the
-    body) and the headers to add."""
-
-    body: bytes
-    headers: dict[str, str]
+from sidecar.core.fields import as_mapping, check_keys, get_choice, join_path
+from sidecar.core.signing.delivery import Delivery, SignedDelivery
+from sidecar.core.signing.encodings import SECRET_DECODERS
+from sidecar.core.signing.spec import SecretSpec
 
 
 class PluginScheme(Protocol):

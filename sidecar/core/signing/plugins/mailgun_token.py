@@ -18,14 +18,11 @@ from dataclasses import dataclass
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, VerificationError
-from sidecar.core.signing.plugins.base import (
-    Delivery,
-    SignedDelivery,
-    json_document,
-    parse_plugin_secret,
-)
-from sidecar.core.signing.spec import SecretSpec, TimestampSpec, check_keys, join_path
-from sidecar.core.signing.verify import check_timestamp
+from sidecar.core.fields import check_keys, join_path
+from sidecar.core.signing.delivery import Delivery, SignedDelivery
+from sidecar.core.signing.plugins.base import json_document, parse_plugin_secret
+from sidecar.core.signing.spec import SecretSpec, TimestampSpec
+from sidecar.core.signing.timestamps import check_timestamp
 
 _HEX = re.compile(r"[0-9a-fA-F]{64}")
 

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs, parse_qsl, urlsplit, urlunsplit
 
 from sidecar.core.errors import VerificationError
-from sidecar.core.signing.plugins.base import Delivery, SignedDelivery, parse_plugin_secret
-from sidecar.core.signing.spec import SecretSpec, check_keys, get_choice, parse_public_url
-from sidecar.core.signing.verify import header_value
+from sidecar.core.fields import check_keys, get_choice, parse_public_url
+from sidecar.core.headers import header_value
+from sidecar.core.signing.delivery import Delivery, SignedDelivery
+from sidecar.core.signing.plugins.base import parse_plugin_secret
+from sidecar.core.signing.spec import SecretSpec
 
 SIGNATURE_HEADER = "X-Twilio-Signature"
 SETTINGS_HEADER = "X-Twilio-Webhooks-Signature-Settings"

@@ -1,0 +1,159 @@
+"""The loader's steps: what a key's declaration cannot say. Comparisons with keys read before,
+values read with the environment or the file system, the core's parsers of the provider blocks
+(signature, event id, handshake). Each is filed in ``STEPS`` under the key path it follows and
+runs right after that key is read, with the value its kind read; it returns the model's value,
+or raises ``ConfigError`` (reported) or ``Unusable`` (skipped).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+from sidecar.config.hints import fix
+from sidecar.config.model import Mode
+from sidecar.config.providers import read_providers
+from sidecar.config.reading import Load, Step, Values, sibling
+from sidecar.config.secret_sources import provider_secrets, signing_secrets
+from sidecar.core.durations import format_duration
+from sidecar.core.errors import ConfigError
+from sidecar.core.eventid import parse_event_id_spec
+from sidecar.core.handshake import parse_handshake_spec
+from sidecar.core.jsonpath import parse_json_path
+from sidecar.core.signing import SignatureSpec, parse_signature_spec
+
+
+def _admin_listen(admin: Any, path: str, values: Values, load: Load) -> Any:
+    if admin == values.known("listen") and admin.port != 0:
+        raise ConfigError(path, "must differ from listen (admin routes are never served to "
+                          "providers)" + fix(("change", "admin_listen", "admin_listen"),
+                                             ("change", "listen", "listen")))
+    return admin
+
+
+def _store_url(url: str, path: str, values: Values, load: Load) -> str:
+    """A relative SQLite path is relative to the config file's folder."""
+    if url.startswith("sqlite:///") and not Path(rel := url[len("sqlite:///"):]).is_absolute():
+        return "sqlite:///" + str((load.base / rel).resolve())
+    return url
+
+
+def _pool_max_size(size: int, path: str, values: Values, load: Load) -> int:
+    minimum = values.known("pool_min_size")
+    if minimum is not None and minimum > size:
+        raise ConfigError(sibling(path, "pool_min_size"), f"must not exceed pool_max_size "
+                          f"({minimum} > {size})" + fix(
+                              ("lower", sibling(path, "pool_min_size"), "store.pool_min_size"),
+                              ("raise", path, "store.pool_max_size")))
+    return size
+
+
+def _signature(raw: object, path: str, values: Values, load: Load) -> SignatureSpec:
+    return parse_signature_spec(raw, path)
+
+
+def _event_id(raw: object, path: str, values: Values, load: Load) -> Any:
+    return parse_event_id_spec(raw, path)
+
+
+def _lease(lease: float, path: str, values: Values, load: Load) -> float:
+    timeout = load.known("upstream.timeout")
+    if timeout is not None and lease <= timeout:
+        raise ConfigError(path, f"must exceed upstream.timeout ({format_duration(timeout)}; "
+                          f"the lease is {format_duration(lease)}), or a slow but live first "
+                          "attempt would be taken over" + fix(
+                              ("raise", path, "providers.<key>.lease"),
+                              ("lower", "upstream.timeout", "upstream.timeout"),
+                              preset=values.get("preset")))
+    return lease
+
+
+def _inflight_wait(wait: float, path: str, values: Values, load: Load) -> float:
+    lease, preset = values.known("lease"), values.get("preset")
+    lease_path = sibling(path, "lease")
+    if lease is None:
+        return wait
+    if wait > lease:
+        raise ConfigError(path, f"must not exceed the lease ({format_duration(wait)} > "
+                          f"{format_duration(lease)})" + fix(
+                              ("lower", path, "providers.<key>.inflight_wait"),
+                              ("raise", lease_path, "providers.<key>.lease"), preset=preset))
+    timeout, event_id = load.known("upstream.timeout"), values.known("event_id")
+    if timeout is not None and event_id is not None and event_id.is_batch and (
+            lease <= timeout + wait):
+        raise ConfigError(lease_path, f"must exceed upstream.timeout + inflight_wait "
+                          f"({format_duration(timeout)} + {format_duration(wait)} = "
+                          f"{format_duration(timeout + wait)}; the lease is "
+                          f"{format_duration(lease)}) for a batch provider: an item's lease "
+                          "runs while the delivery waits for its other items" + fix(
+                              ("raise", lease_path, "providers.<key>.lease"),
+                              ("lower", path, "providers.<key>.inflight_wait"),
+                              ("lower", "upstream.timeout", "upstream.timeout"), preset=preset))
+    return wait
+
+
+def _retention(retention: float, path: str, values: Values, load: Load) -> float:
+    lease = values.known("lease")
+    if lease is not None and retention <= lease:
+        raise ConfigError(path, f"must exceed the lease ({format_duration(retention)} ≤ "
+                          f"{format_duration(lease)})" + fix(
+                              ("raise", path, "providers.<key>.retention"),
+                              ("lower", sibling(path, "lease"), "providers.<key>.lease"),
+                              preset=values.get("preset")))
+    return retention
+
+
+def _handshake(raw: object, path: str, values: Values, load: Load) -> Any:
+    return parse_handshake_spec(raw, path)
+
+
+def _mode(mode: Mode, path: str, values: Values, load: Load) -> Mode:
+    event_id = values.known("event_id")
+    if mode is Mode.QUEUE and event_id is not None and event_id.is_batch:
+        raise ConfigError(path, "queue is not available for a batch provider (event_id.batch): "
+                          "its items share one delivery; use forward")
+    return mode
+
+
+def _order_key(raw: object, path: str, values: Values, load: Load) -> Any:
+    return parse_json_path(raw, path)
+
+
+def _max_retry_delay(delay: float, path: str, values: Values, load: Load) -> float:
+    first = values.known("first_retry")
+    if first is not None and delay < first:
+        raise ConfigError(path, f"must not be shorter than first_retry "
+                          f"({format_duration(delay)} < {format_duration(first)})")
+    return delay
+
+
+def _replay_nonce(raw: object, path: str, values: Values, load: Load) -> Any:
+    nonce = parse_event_id_spec(raw, path)
+    if nonce.is_batch:
+        raise ConfigError(path, "must be one value ({header: …} or {json: …})")
+    return nonce
+
+
+STEPS: Final[dict[str, Step]] = {
+    "admin_listen": _admin_listen,
+    "upstream.signing_secrets": signing_secrets,
+    "store.url": _store_url,
+    "store.pool_max_size": _pool_max_size,
+    "providers": read_providers,
+    "providers.<key>.signature": _signature,
+    "providers.<key>.event_id": _event_id,
+    "providers.<key>.secrets": provider_secrets,
+    "providers.<key>.lease": _lease,
+    "providers.<key>.inflight_wait": _inflight_wait,
+    "providers.<key>.retention": _retention,
+    "providers.<key>.handshake": _handshake,
+    "providers.<key>.replay_nonce": _replay_nonce,
+    "providers.<key>.mode": _mode,
+    "providers.<key>.queue.order_key": _order_key,
+    "providers.<key>.queue.max_retry_delay": _max_retry_delay,
+}
+
+# Keys whose step interpolates their values itself: the provider blocks (each read by
+# ``read_providers``), and the secrets, item by item (so an empty one can name its variable).
+OWN_INTERPOLATION: Final = frozenset({"providers", "upstream.signing_secrets",
+                                      "providers.<key>.secrets"})
