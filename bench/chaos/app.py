@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import random
-import socket
 from collections.abc import Callable
 
 from aiohttp import web
 
 from bench.chaos.history import Receipt
 from tests.support import Seen, StubApp
-
-_receipt: contextvars.ContextVar[Receipt] = contextvars.ContextVar("receipt")
 
 
 class RecordingApp(StubApp):
@@ -24,27 +20,12 @@ class RecordingApp(StubApp):
 
     def __init__(self, clock: Callable[[], float], delay: tuple[float, float],
                  close: bool) -> None:
-        super().__init__()
+        super().__init__(listen_later=True)
         self.clock = clock
         self.delay = delay
         self.close = close  # answer Connection: close, so that a connection is one request
         self.receipts: list[Receipt] = []
         self.behaviour = self._answer
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))  # bound, not listening: refused until start()
-        self.port = self.sock.getsockname()[1]
-
-    async def start(self) -> RecordingApp:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        await web.SockSite(self._runner, self.sock).start()
-        return self
-
-    async def stop(self) -> None:
-        await super().stop()
-        self.sock.close()
 
     def in_flight(self) -> int:
         return sum(1 for r in self.receipts if r.answered is None)
@@ -54,8 +35,9 @@ class RecordingApp(StubApp):
                           int(request.headers.get("X-Webhook-Sidecar-Attempt", "0")),
                           self.clock())
         self.receipts.append(receipt)
-        _receipt.set(receipt)
-        return await super()._handle(request)
+        response = await super()._handle(request)
+        receipt.status, receipt.answered = response.status, self.clock()
+        return response
 
     async def _answer(self, seen: Seen) -> web.StreamResponse:
         await asyncio.sleep(random.uniform(*self.delay))
@@ -63,6 +45,4 @@ class RecordingApp(StubApp):
                                       "attempt": seen.attempt, "note": "processed " * 8})
         if self.close:
             response.force_close()
-        receipt = _receipt.get()
-        receipt.status, receipt.answered = response.status, self.clock()
         return response
