@@ -9,13 +9,14 @@ import io
 import json
 import os
 import signal
+import socket
 import sqlite3
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 import asyncpg
@@ -30,11 +31,16 @@ GITHUB_SECRET = "It's a Secret to Everybody"  # GitHub's documented example
 
 @dataclass
 class Seen:
+    """One request that reached the stub app, and what (and when) the app answered."""
+
     event_id: str
     attempt: int
     idempotency_key: str
     body: bytes
     headers: dict[str, str]
+    at: float = 0.0  # time.monotonic() when its headers were in (before the body was read)
+    status: int | None = None  # None: not answered (yet)
+    answered: float | None = None  # time.monotonic() when the app answered
 
 
 Behaviour = Callable[[Seen], Awaitable[web.StreamResponse]]
@@ -47,16 +53,25 @@ async def answer_200(seen: Seen) -> web.StreamResponse:
 class StubApp:
     """The app behind the proxy, on loopback. Records every request it receives; its answer is
     decided by ``behaviour`` (replaceable mid-test). ``hold`` blocks answers until released, so a
-    test can keep an attempt in flight without sleeping."""
+    test can keep an attempt in flight without sleeping.
 
-    def __init__(self) -> None:
+    ``listen_later``: the port is bound at once (``url`` is known before the proxy's config is
+    written) but listens only from :meth:`start`; until then a connection is refused, as to an
+    app that is down."""
+
+    def __init__(self, *, listen_later: bool = False) -> None:
         self.seen: list[Seen] = []
         self.behaviour: Behaviour = answer_200
         self.hold = asyncio.Event()
         self.hold.set()
-        self.arrived = asyncio.Condition()
+        self.arrived = asyncio.Condition()  # notified when a request arrives and when answered
         self._runner: web.AppRunner | None = None
+        self._sock: socket.socket | None = None
         self.port = 0
+        if listen_later:
+            self._sock = socket.socket()
+            self._sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+            self.port = self._sock.getsockname()[1]
 
     @property
     def url(self) -> str:
@@ -68,38 +83,55 @@ class StubApp:
     def attempts(self, event_id: str) -> list[int]:
         return [s.attempt for s in self.seen if s.event_id == event_id]
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0,
+                       what: str = "the condition") -> None:
+        try:
+            async with self.arrived:
+                await asyncio.wait_for(self.arrived.wait_for(predicate), timeout)
+        except TimeoutError:
+            raise AssertionError(f"within {timeout:g} s: {what}; the app had "
+                                 f"{len(self.seen)} requests") from None
+
+    async def _notify(self) -> None:
         async with self.arrived:
-            await asyncio.wait_for(self.arrived.wait_for(predicate), timeout)
+            self.arrived.notify_all()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        at = time.monotonic()
         seen = Seen(
             event_id=request.headers.get("X-Webhook-Sidecar-Event-Id", ""),
             attempt=int(request.headers.get("X-Webhook-Sidecar-Attempt", "0")),
             idempotency_key=request.headers.get("Idempotency-Key", ""),
             body=await request.read(),
             headers=dict(request.headers),
+            at=at,
         )
         self.seen.append(seen)
-        async with self.arrived:
-            self.arrived.notify_all()
+        await self._notify()
         await self.hold.wait()
-        return await self.behaviour(seen)
+        response = await self.behaviour(seen)
+        seen.status, seen.answered = response.status, time.monotonic()
+        await self._notify()
+        return response
 
-    async def start(self) -> StubApp:
+    async def start(self) -> Self:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        if self._sock is not None:
+            await web.SockSite(self._runner, self._sock).start()
+        else:
+            await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+            self.port = self._runner.addresses[0][1]
         return self
 
     async def stop(self) -> None:
         self.hold.set()
         if self._runner is not None:
             await self._runner.cleanup()
+        if self._sock is not None:
+            self._sock.close()
 
 
 def stripe_event(event_id: str, **extra: Any) -> bytes:

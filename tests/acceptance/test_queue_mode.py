@@ -17,8 +17,8 @@ acceptance criteria, one test each:
 - SIGTERM: the forward in flight finishes and is recorded; events not yet taken stay queued and
   a proxy started afterwards delivers them, each once.
 
-The app is :class:`App`: its port is reserved (bound) from the start but listens only from
-``up()``, so until then every connection to it is refused — the app is down.
+The app is a ``StubApp(listen_later=True)``: its port is reserved (bound) from the start but
+listens only from ``start()``, so until then every connection to it is refused — the app is down.
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ import itertools
 import json
 import math
 import os
-import socket
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,9 @@ from tests.acceptance.conftest import create_database, drop_database, run_cli
 from tests.support import (
     ProxyProcess,
     Rows,
+    Seen,
+    StubApp,
+    answer_200,
     base_config,
     post,
     stripe_event,
@@ -63,97 +65,11 @@ P99_BOUND_MS = 50.0  # the acceptance: a queue-mode answer never waits for the a
 # -- the app ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class Arrival:
-    """One request that reached the app: when its headers and body were in, and what (and when)
-    the app answered."""
-
-    event_id: str
-    attempt: int
-    at: float
-    body: bytes
-    headers: dict[str, str]
-    status: int | None = None
-    answered: float | None = None
-
-    @property
-    def key(self) -> str | None:
-        """The order key (``$.data.object.id``) of the body, if any."""
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            return str(json.loads(self.body)["data"]["object"]["id"])
-        return None
-
-
-Answer = Callable[[Arrival], Awaitable[web.StreamResponse]]
-
-
-async def answer_200(arrival: Arrival) -> web.StreamResponse:
-    return web.json_response({"ok": True})
-
-
-class App:
-    """The app behind the proxies. Its loopback port is bound at once but listens only from
-    :meth:`up`: until then a connection is refused, as to an app that is down. Records every
-    request; ``answer`` decides the response (replaceable mid-test); ``hold`` keeps requests
-    waiting (in flight) until set."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
-        self.port: int = self.sock.getsockname()[1]
-        self.arrivals: list[Arrival] = []
-        self.answer: Answer = answer_200
-        self.hold = asyncio.Event()
-        self.hold.set()
-        self.changed = asyncio.Condition()
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def up(self) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        await web.SockSite(self._runner, self.sock).start()
-
-    async def stop(self) -> None:
-        self.hold.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-        self.sock.close()
-
-    def count(self, event_id: str | None = None) -> int:
-        return sum(1 for a in self.arrivals if event_id is None or a.event_id == event_id)
-
-    def attempts(self, event_id: str) -> list[int]:
-        return [a.attempt for a in self.arrivals if a.event_id == event_id]
-
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
-        try:
-            async with self.changed:
-                await asyncio.wait_for(self.changed.wait_for(predicate), timeout)
-        except TimeoutError:
-            raise AssertionError(f"within {timeout:g} s: {what}; the app had "
-                                 f"{len(self.arrivals)} requests") from None
-
-    async def _notify(self) -> None:
-        async with self.changed:
-            self.changed.notify_all()
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        arrival = Arrival(request.headers.get("X-Webhook-Sidecar-Event-Id", ""),
-                          int(request.headers.get("X-Webhook-Sidecar-Attempt", "0")),
-                          time.monotonic(), await request.read(), dict(request.headers))
-        self.arrivals.append(arrival)
-        await self._notify()
-        await self.hold.wait()
-        response = await self.answer(arrival)
-        arrival.status, arrival.answered = response.status, time.monotonic()
-        await self._notify()
-        return response
+def order_key(seen: Seen) -> str | None:
+    """The order key (``$.data.object.id``) of a request's body, if any."""
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return str(json.loads(seen.body)["data"]["object"]["id"])
+    return None
 
 
 # -- the deployment --------------------------------------------------------------------------------
@@ -165,7 +81,7 @@ class Queued:
 
     kind: str
     store_url: str
-    app: App
+    app: StubApp
     tmp: Path
     config: dict[str, Any]
     client: aiohttp.ClientSession
@@ -251,7 +167,7 @@ def queue_config(app_url: str, store_url: str, **queue: Any) -> dict[str, Any]:
 @contextlib.asynccontextmanager
 async def queued(kind: str, tmp_path: Path, admin_dsn: str | None,
                  **queue: Any) -> AsyncIterator[Queued]:
-    app = App()
+    app = StubApp(listen_later=True)
     if kind == "sqlite":
         store_url = f"sqlite:///{tmp_path / 'events.db'}"
     else:
@@ -366,7 +282,7 @@ async def test_app_down_1000_deliveries_answered_fast_then_each_reaches_the_app_
               f"{(SETTLE + EVENTS) / wall:.0f}/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
               f"max {max(latencies) * 1000:.1f} ms, at most {max(widths)} in flight")
         assert len(latencies) == EVENTS
-        assert dep.app.arrivals == []  # nothing listened
+        assert dep.app.seen == []  # nothing listened
 
         # Every event is stored, none delivered; a redelivery is answered the same, as a replay.
         states = await dep.states()
@@ -381,16 +297,16 @@ async def test_app_down_1000_deliveries_answered_fast_then_each_reaches_the_app_
 
         # The app comes up: each event reaches it once, as attempt 1 (refused connections
         # were not attempts), with forward mode's headers and the body byte for byte.
-        await dep.app.up()
+        await dep.app.start()
         up = time.monotonic()
         await dep.until_states(all_in(ids, "done"), timeout=90,
                                what=f"all {len(ids)} events done")
         print(f"app up to all {len(ids)} done: {time.monotonic() - up:.1f} s")
-        seen = Counter(a.event_id for a in dep.app.arrivals)
+        seen = Counter(a.event_id for a in dep.app.seen)
         assert sorted(seen) == ids, f"{len(set(ids) - set(seen))} never reached the app"
         assert {n for n in seen.values()} == {1}, [e for e, n in seen.items() if n > 1][:5]
-        assert Counter(a.attempt for a in dep.app.arrivals) == {1: len(ids)}
-        for a in dep.app.arrivals:
+        assert Counter(a.attempt for a in dep.app.seen) == {1: len(ids)}
+        for a in dep.app.seen:
             assert a.body == bodies[a.event_id]
             assert a.headers["Idempotency-Key"] == f"stripe:{a.event_id}"
             assert a.headers["X-Webhook-Sidecar-Provider"] == "stripe"
@@ -414,8 +330,8 @@ SLACK = POLL + 0.6  # a retry is late by at most a poll and the work of two shar
 CLOCKS = 0.02  # the database's clock sets the due time; the app's measures the gap
 
 
-def gaps(app: App, event_id: str) -> list[float]:
-    times = [a.at for a in app.arrivals if a.event_id == event_id]
+def gaps(app: StubApp, event_id: str) -> list[float]:
+    times = [a.at for a in app.seen if a.event_id == event_id]
     return [round(b - a, 3) for a, b in itertools.pairwise(times)]
 
 
@@ -423,17 +339,17 @@ async def test_retries_follow_the_backoff_and_the_apps_retry_after(
         pg_dsn: str, tmp_path: Path) -> None:
     async with queued("postgres", tmp_path, pg_dsn, first_retry=f"{FIRST_RETRY}s",
                       max_retry_delay=f"{MAX_RETRY_DELAY}s", poll_interval=f"{POLL}s") as dep:
-        async def answer(arrival: Arrival) -> web.StreamResponse:
-            if arrival.event_id == "evt_flaky" and arrival.attempt <= 2:
+        async def answer(seen: Seen) -> web.StreamResponse:
+            if seen.event_id == "evt_flaky" and seen.attempt <= 2:
                 return web.json_response({}, status=500)
-            if arrival.event_id == "evt_later" and arrival.attempt == 1:
+            if seen.event_id == "evt_later" and seen.attempt == 1:
                 return web.json_response({}, status=503, headers={"Retry-After": "2"})
-            if arrival.event_id == "evt_capped" and arrival.attempt == 1:
+            if seen.event_id == "evt_capped" and seen.attempt == 1:
                 return web.json_response({}, status=503, headers={"Retry-After": "3600"})
             return web.json_response({"ok": True})
 
-        dep.app.answer = answer
-        await dep.app.up()
+        dep.app.behaviour = answer
+        await dep.app.start()
         await dep.start(2)
         ids = ["evt_flaky", "evt_later", "evt_capped"]
         for i, event_id in enumerate(ids):
@@ -466,11 +382,11 @@ async def test_retries_follow_the_backoff_and_the_apps_retry_after(
 async def test_max_attempts_then_dead_listed_counted_and_redriven(
         pg_dsn: str, tmp_path: Path) -> None:
     async with queued("postgres", tmp_path, pg_dsn, max_attempts=3) as dep:
-        async def always_500(arrival: Arrival) -> web.StreamResponse:
+        async def always_500(seen: Seen) -> web.StreamResponse:
             return web.json_response({"error": "broken"}, status=500)
 
-        dep.app.answer = always_500
-        await dep.app.up()
+        dep.app.behaviour = always_500
+        await dep.app.start()
         await dep.start(2)
         event_id = "evt_doomed"
         body = stripe_event(event_id)
@@ -496,13 +412,13 @@ async def test_max_attempts_then_dead_listed_counted_and_redriven(
         assert accepted(await dep.send(1, body), event_id, replay=True)
 
         # The app is fixed; the operator re-drives the event; a running proxy delivers it.
-        dep.app.answer = answer_200
+        dep.app.behaviour = answer_200
         code, out, err = await run_cli("events", "redrive", "stripe", event_id, "--config",
                                        dep.config_path)
         assert code == 0, out + err
         await dep.until_states(all_in([event_id], "done"), timeout=30, what="re-driven, done")
         assert dep.app.attempts(event_id) == [1, 2, 3, 4]
-        assert dep.app.arrivals[-1].body == body
+        assert dep.app.seen[-1].body == body
         shown = await dep.show(event_id)
         assert (shown["state"], shown["attempt"], shown["response_status"]) == ("done", 4, 200)
         code, out, err = await run_cli("events", "list", "--config", dep.config_path,
@@ -522,13 +438,13 @@ WORK = 0.05  # the app's time per request
 async def test_events_of_one_key_reach_the_app_one_at_a_time_in_order(
         pg_dsn: str, tmp_path: Path) -> None:
     async with queued("postgres", tmp_path, pg_dsn, order_key=ORDER_PATH) as dep:
-        async def work(arrival: Arrival) -> web.StreamResponse:
+        async def work(seen: Seen) -> web.StreamResponse:
             await asyncio.sleep(WORK)  # the app's work, not synchronisation
             return web.json_response({"ok": True})
 
-        dep.app.answer = work
+        dep.app.behaviour = work
         dep.app.hold.clear()  # the first requests wait at the app until every event is in
-        await dep.app.up()
+        await dep.app.start()
         await dep.start(2)
         sent: dict[str, list[str]] = {}
 
@@ -542,15 +458,15 @@ async def test_events_of_one_key_reach_the_app_one_at_a_time_in_order(
 
         await asyncio.gather(*(send_key(key) for key in KEYS))
         # One event of each key is at the app, held; no other can be.
-        await dep.app.wait_for(lambda: {a.key for a in dep.app.arrivals} == set(KEYS),
+        await dep.app.wait_for(lambda: {order_key(a) for a in dep.app.seen} == set(KEYS),
                                timeout=10, what="the first event of each key at the app")
         dep.app.hold.set()
         ids = [e for key in KEYS for e in sent[key]]
         await dep.until_states(all_in(ids, "done"), timeout=30, what="all done")
 
-        by_key: dict[str | None, list[Arrival]] = defaultdict(list)
-        for a in sorted(dep.app.arrivals, key=lambda a: a.at):
-            by_key[a.key].append(a)
+        by_key: dict[str | None, list[Seen]] = defaultdict(list)
+        for a in sorted(dep.app.seen, key=lambda a: a.at):
+            by_key[order_key(a)].append(a)
         assert set(by_key) == set(KEYS)
         for key in KEYS:
             got = by_key[key]
@@ -559,9 +475,9 @@ async def test_events_of_one_key_reach_the_app_one_at_a_time_in_order(
             overlaps = [(a.event_id, b.event_id) for a, b in itertools.pairwise(got)
                         if a.answered is None or b.at < a.answered]
             assert overlaps == [], f"{key}: at the app at the same time: {overlaps}"
-        widest = max(sum(1 for b in dep.app.arrivals
+        widest = max(sum(1 for b in dep.app.seen
                          if b.at <= a.at < (b.answered or math.inf))
-                     for a in dep.app.arrivals)
+                     for a in dep.app.seen)
         print(f"\nmost requests at the app at once, across {len(KEYS)} keys: {widest}")
         assert widest > 1
 
@@ -587,14 +503,14 @@ async def test_a_full_queue_refuses_with_retry_after_and_the_providers_retries_g
         states = await dep.states()
         assert sorted(states) == sorted(ids[:DEPTH])  # nothing stored for the refused
 
-        await dep.app.up()
+        await dep.app.start()
         await dep.until_states(all_in(ids[:DEPTH], "done"), timeout=30,
                                what="the first five done")
         for i, event_id in enumerate(refused):  # the provider retries them
             assert accepted(await dep.send(i, bodies[event_id]), event_id)
         await dep.until_states(all_in(ids, "done"), timeout=30, what="all eight done")
-        assert sorted(a.event_id for a in dep.app.arrivals) == sorted(ids)  # each once
-        assert {a.attempt for a in dep.app.arrivals} == {1}
+        assert sorted(a.event_id for a in dep.app.seen) == sorted(ids)  # each once
+        assert {a.attempt for a in dep.app.seen} == {1}
 
 
 # -- e: SQLite -------------------------------------------------------------------------------------
@@ -613,10 +529,10 @@ async def test_sqlite_one_process_app_down_then_up(tmp_path: Path) -> None:
 
         assert all(await asyncio.gather(*(send(e) for e in ids)))
         assert sorted(await dep.states()) == ids
-        await dep.app.up()
+        await dep.app.start()
         await dep.until_states(all_in(ids, "done"), timeout=60, what="all 50 done")
-        assert sorted(a.event_id for a in dep.app.arrivals) == ids  # each once
-        assert {a.attempt for a in dep.app.arrivals} == {1}
+        assert sorted(a.event_id for a in dep.app.seen) == ids  # each once
+        assert {a.attempt for a in dep.app.seen} == {1}
         assert {a for _, a in (await dep.states()).values()} == {1}
 
 
@@ -632,7 +548,7 @@ async def test_sigterm_finishes_the_forward_in_flight_and_leaves_the_rest_queued
         dep.config["providers"]["stripe"]["lease"] = "15s"
         dep.config["shutdown_timeout"] = "10s"
         dep.app.hold.clear()
-        await dep.app.up()
+        await dep.app.start()
         await dep.start(1)
         proc = dep.procs[0]
         ids = [f"evt_term_{i}" for i in range(5)]
@@ -640,7 +556,7 @@ async def test_sigterm_finishes_the_forward_in_flight_and_leaves_the_rest_queued
             assert accepted(await dep.send(0, stripe_event(event_id)), event_id)
         await dep.app.wait_for(lambda: dep.app.count() == 1, timeout=10,
                                what="the first event at the app")
-        held = dep.app.arrivals[0].event_id
+        held = dep.app.seen[0].event_id
         assert held == ids[0]  # taken in order of acceptance
 
         assert proc.proc is not None
@@ -649,7 +565,7 @@ async def test_sigterm_finishes_the_forward_in_flight_and_leaves_the_rest_queued
         dep.app.hold.set()  # the app answers while the proxy drains
         assert await proc.wait(timeout=20) == 0
         dep.procs = []
-        assert [a.event_id for a in dep.app.arrivals] == [held]  # nothing taken after SIGTERM
+        assert [a.event_id for a in dep.app.seen] == [held]  # nothing taken after SIGTERM
         states = await dep.states()
         assert states[held] == ("done", 1)
         assert {e: states[e] for e in ids[1:]} == {e: ("queued", 0) for e in ids[1:]}
@@ -658,5 +574,5 @@ async def test_sigterm_finishes_the_forward_in_flight_and_leaves_the_rest_queued
 
         await dep.start(1)  # a proxy started afterwards delivers the rest
         await dep.until_states(all_in(ids, "done"), timeout=30, what="all five done")
-        assert sorted(a.event_id for a in dep.app.arrivals) == ids  # each once
-        assert {a.attempt for a in dep.app.arrivals} == {1}
+        assert sorted(a.event_id for a in dep.app.seen) == ids  # each once
+        assert {a.attempt for a in dep.app.seen} == {1}

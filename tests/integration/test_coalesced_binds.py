@@ -44,11 +44,11 @@ from tests.integration.test_coalesced_writes import (
     fresh_database,
     until,
 )
-from tests.integration.test_store_faults import ReplyEater
 from tests.pgserver import (
     ThrowawayCluster,
     migrated_database,
 )
+from tests.replyeater import ReplyEater
 
 PROVIDER = "github"  # never "mailgun" or "other": the contract suite counts those
 
@@ -283,26 +283,16 @@ async def private_dsn(cluster: ThrowawayCluster) -> AsyncIterator[str]:
         yield url
 
 
-@pytest.fixture
-async def eater(cluster: ThrowawayCluster) -> AsyncIterator[ReplyEater]:
-    relay = await ReplyEater(cluster.port).start()
-    try:
-        yield relay
-    finally:
-        await relay.stop()
-
-
 @pytest.mark.postgres
 async def test_a_bind_batch_whose_answer_was_lost_answers_each_item_its_hash(
     private_dsn: str, eater: ReplyEater,
 ) -> None:
-    # Through the relay; no statement cache, so each statement's text is on the wire.
-    relayed = private_dsn.replace(f":{eater.target_port}/", f":{eater.port}/")
     first, *nonces = _nonces(6)
     keys = [first, *nonces, *nonces]  # each nonce of the batch twice, another body the 2nd time
     offered = [_digest(f"body {n}") for n in range(len(keys))]
     async with contextlib.AsyncExitStack() as stack:
-        store = await PostgresStore.connect(relayed, min_size=1, max_size=2,
+        # Through the relay; no statement cache, so each statement's text is on the wire.
+        store = await PostgresStore.connect(eater.relayed(private_dsn), min_size=1, max_size=2,
                                             statement_cache_size=0)
         stack.push_async_callback(store.close)
         eater.arm(b"unnest(")  # the batch statement (the first call goes alone)

@@ -39,11 +39,11 @@ from sidecar.core.events import (
 )
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
-from tests.integration.test_store_faults import ReplyEater
 from tests.pgserver import (
     ThrowawayCluster,
     migrated_database,
 )
+from tests.replyeater import ReplyEater
 
 BODY = b"\x02" * 32
 LEASE = 30.0
@@ -461,25 +461,15 @@ async def test_a_crash_while_a_batch_is_in_flight_loses_no_claim(
         await store.close()
 
 
-@pytest.fixture
-async def eater(cluster: ThrowawayCluster) -> AsyncIterator[ReplyEater]:
-    relay = await ReplyEater(cluster.port).start()
-    try:
-        yield relay
-    finally:
-        await relay.stop()
-
-
 @pytest.mark.postgres
 @pytest.mark.parametrize("verb", ["claim", "complete"])
 async def test_a_batch_whose_answer_was_lost_is_recognised_item_by_item(
     crash_dsn: str, eater: ReplyEater, verb: str,
 ) -> None:
-    # Through the relay; no statement cache, so each statement's text is on the wire.
-    relayed = crash_dsn.replace(f":{eater.target_port}/", f":{eater.port}/")
     ids = [f"evt_{i}" for i in range(10)]
     async with contextlib.AsyncExitStack() as stack:
-        store = await PostgresStore.connect(relayed, min_size=1, max_size=2,
+        # Through the relay; no statement cache, so each statement's text is on the wire.
+        store = await PostgresStore.connect(eater.relayed(crash_dsn), min_size=1, max_size=2,
                                             statement_cache_size=0)
         stack.push_async_callback(store.close)
         if verb == "complete":

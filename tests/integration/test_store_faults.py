@@ -35,6 +35,7 @@ from tests.pgserver import (
     ThrowawayCluster,
     migrated_database,
 )
+from tests.replyeater import ReplyEater
 from tests.support import (
     STRIPE_SECRET,
     Seen,
@@ -194,95 +195,12 @@ async def test_a_statement_whose_backend_is_killed_mid_call_is_repeated_on_a_new
 # == an answer lost after the commit ===========================================================
 
 
-class ReplyEater:
-    """A TCP relay to PostgreSQL that, once armed with a piece of SQL, lets the next statement
-    containing it run on the server, swallows the server's whole reply (up to ReadyForQuery,
-    so the statement has committed) and cuts the connection: a write that happened but whose
-    answer was lost with its connection. One shot; every other byte passes untouched."""
-
-    EXECUTE = b"E\x00\x00\x00\x09\x00\x00\x00\x00\x00"  # Execute, unnamed portal, all rows
-    READY = b"Z\x00\x00\x00\x05"  # ReadyForQuery
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.marker: bytes | None = None
-        self.fired = asyncio.Event()
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> ReplyEater:
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
-    def arm(self, marker: bytes) -> None:
-        self.marker = marker
-
-    async def _relay(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        server_r, server_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        state = {"marked": False, "swallow": False}
-
-        async def upstream() -> None:
-            while data := await client_r.read(65536):
-                if self.marker is not None and self.marker in data:
-                    self.marker, state["marked"] = None, True
-                if state["marked"] and self.EXECUTE in data:
-                    state["marked"], state["swallow"] = False, True
-                server_w.write(data)
-                await server_w.drain()
-
-        async def downstream() -> None:
-            swallowed = b""
-            while data := await server_r.read(65536):
-                if state["swallow"]:
-                    swallowed += data
-                    if self.READY in swallowed:  # committed, and the answer is lost
-                        client_w.transport.abort()
-                        server_w.transport.abort()
-                        self.fired.set()
-                        return
-                    continue
-                client_w.write(data)
-                await client_w.drain()
-
-        tasks = {asyncio.create_task(upstream()), asyncio.create_task(downstream())}
-        self._tasks |= tasks
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self._tasks -= tasks
-            client_w.transport.abort()
-            server_w.transport.abort()
-
-
-@pytest.fixture
-async def eater(cluster: ThrowawayCluster) -> AsyncIterator[ReplyEater]:
-    relay = await ReplyEater(cluster.port).start()
-    try:
-        yield relay
-    finally:
-        await relay.stop()
-
-
 @pytest.mark.parametrize("verb", ["claim", "take_over", "complete"])
 async def test_a_write_whose_answer_was_lost_is_recognised_when_repeated(
     dsn: str, eater: ReplyEater, verb: str,
 ) -> None:
     # Through the relay; no statement cache, so each statement's text is on the wire.
-    relayed = dsn.replace(f":{eater.target_port}/", f":{eater.port}/")
-    async with opened(relayed, max_size=2, statement_cache_size=0) as store:
+    async with opened(eater.relayed(dsn), max_size=2, statement_cache_size=0) as store:
         if verb == "take_over":
             await store.claim("stripe", "evt_1", BODY, 0, "crashed")  # lease already expired
         elif verb == "complete":
@@ -312,8 +230,7 @@ async def test_a_release_whose_answer_was_lost_is_not_repeated_over_a_newer_atte
     # release has no attempt fence: repeated after a redelivery took the released row over,
     # it would release that newer, live attempt. So its lost answer is a StoreError, and the
     # operator runs it again knowingly.
-    relayed = dsn.replace(f":{eater.target_port}/", f":{eater.port}/")
-    async with opened(relayed, max_size=2, statement_cache_size=0) as store:
+    async with opened(eater.relayed(dsn), max_size=2, statement_cache_size=0) as store:
         await store.claim("stripe", "evt_1", BODY, LEASE, "stuck")
         eater.arm(b"state IN")
         with pytest.raises(StoreError):

@@ -40,7 +40,7 @@ from sidecar.store.sqlfiles import statement
 from sidecar.store.sqlite import SQLiteStore
 from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
 from tests.integration.test_store_contract import BODY, LEASE, MemoryBackdoor
-from tests.integration.test_store_faults import ReplyEater
+from tests.replyeater import ReplyEater
 
 REQUEST = StoredRequest(method="POST", path="/webhooks/stripe?x=1",
                         headers=(("Content-Type", "application/json"), ("X-A", "1")),
@@ -732,11 +732,8 @@ async def test_postgres_listen_is_woken_by_another_store_and_survives_a_killed_b
 async def eater(pg_dsn: str) -> AsyncIterator[ReplyEater]:
     port = urlsplit(pg_dsn).port
     assert port is not None
-    relay = await ReplyEater(port).start()
-    try:
+    async with ReplyEater(port) as relay:  # before the session's server, where the contract runs
         yield relay
-    finally:
-        await relay.stop()
 
 
 @pytest.mark.postgres
@@ -744,8 +741,8 @@ async def eater(pg_dsn: str) -> AsyncIterator[ReplyEater]:
 async def test_postgres_a_queue_write_whose_answer_was_lost_is_recognised_when_repeated(
     pg_store: PostgresStore, pg_dsn: str, eater: ReplyEater, verb: str,
 ) -> None:
-    relayed = pg_dsn.replace(f":{eater.target_port}/", f":{eater.port}/")
-    store = await PostgresStore.connect(relayed, min_size=1, max_size=2, statement_cache_size=0)
+    store = await PostgresStore.connect(eater.relayed(pg_dsn), min_size=1, max_size=2,
+                                        statement_cache_size=0)
     try:
         if verb != "enqueue":
             await _queued(store, "evt_1")

@@ -1,6 +1,6 @@
-"""The chaos suite's invariant checker (bench/invariants.py) on synthetic histories: each
-invariant holds on a clean history and is violated, by name and with evidence, by the smallest
-history that breaks it. Pure and fast: no process, socket or database."""
+"""The chaos suite's invariant checker (bench/chaos/invariants.py) on synthetic histories:
+each invariant holds on a clean history and is violated, by name and with evidence, by the
+smallest history that breaks it. Pure and fast: no process, socket or database."""
 
 from __future__ import annotations
 
@@ -10,21 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos import from_logs
-from bench.invariants import (
+from bench.chaos.history import (
     Delivery,
     ForwardLog,
     History,
-    Invariant,
     Kill,
     Kind,
     Receipt,
     Row,
-    check,
-    repeats,
     retryable,
-    tally,
 )
+from bench.chaos.invariants import Invariant, check
+from bench.chaos.logs import from_logs
+from bench.chaos.repeats import repeats
+from bench.chaos.report import tally
 from tests.support import ProxyProcess
 
 BOUND = 10.0
@@ -383,8 +382,8 @@ def test_a_killed_replica_counts_as_a_fault() -> None:
 
 
 def test_queue_workers_log_lines_become_forwards() -> None:
-    """``bench.chaos.from_logs`` on the queue workers' lines (``sidecar/queueworker.py``): an
-    unreachable try is no attempt; a try without an answer, a superseded one and an unwritten
+    """``bench.chaos.logs.from_logs`` on the queue workers' lines (``sidecar/queueworker.py``):
+    an unreachable try is no attempt; a try without an answer, a superseded one and an unwritten
     settlement are unknown outcomes; a replaced replica keeps its index."""
     def line(event: str, attempt: int, result: str, status_class: str = "2xx",
              **extra: object) -> dict[str, object]:

@@ -1,5 +1,5 @@
-"""Reporting for the chaos suite (``bench.chaos``): a run's outcome, its table of counts, the
-console report, and the results block of docs/chaos.md with the machine it ran on."""
+"""Reporting for the chaos suite (``bench.chaos``): a run's outcome, its counts, their table,
+the console report, and the results block of docs/chaos.md with the machine it ran on."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import platform
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.invariants import MEANING, History, Invariant, Tally, Violation, repeats
+from bench.chaos.history import History, is_2xx
+from bench.chaos.invariants import MEANING, Invariant, Violation
+from bench.chaos.repeats import repeats
 from tests.pgserver import find_bindir
 from tests.support import REPO
 
@@ -38,6 +41,48 @@ class Outcome:
     def passed(self) -> bool:
         return not self.violations
 
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """A run's counts, for the report."""
+
+    events: int
+    deliveries: int
+    ok_2xx: int
+    status_409: int
+    status_503: int
+    other_5xx: Mapping[int, int]  # 5xx other than 503, by code
+    other: Mapping[str, int]  # other 4xx by code, and "none" for no answer
+    app_requests: int
+    repeats: int  # events the app saw more than once
+    unjustified: int
+    max_latency: float
+
+    def five_xx(self) -> str:
+        return " ".join(f"{code}:{n}" for code, n in sorted(self.other_5xx.items())) or "-"
+
+    def others(self) -> str:
+        return " ".join(f"{code}:{n}" for code, n in sorted(self.other.items())) or "-"
+
+
+def tally(h: History) -> Tally:
+    codes = Counter(d.status for d in h.deliveries)
+    found = repeats(h)
+    return Tally(
+        events=len(h.kinds),
+        deliveries=len(h.deliveries),
+        ok_2xx=sum(n for code, n in codes.items() if is_2xx(code)),
+        status_409=codes[409],
+        status_503=codes[503],
+        other_5xx={c: n for c, n in codes.items() if c is not None and c >= 500 and c != 503},
+        other={("none" if c is None else str(c)): n for c, n in codes.items()
+               if c is None or (300 <= c < 500 and c != 409)},
+        app_requests=len(h.receipts),
+        repeats=len(found),
+        unjustified=sum(1 for r in found if r.why is None),
+        max_latency=max((d.elapsed for d in h.deliveries if d.elapsed is not None),
+                        default=0.0),
+    )
 
 
 HEADER = ("| scenario | run | verdict | events | deliveries | 2xx | 409 | 503 | other 5xx "

@@ -1,0 +1,15 @@
+"""Chaos suite: two proxy replicas share a private PostgreSQL cluster while a fault is injected
+under light load, and a simulated provider redelivers anything not answered 2xx. After
+quiescence the whole history is checked against the invariants in ``bench.chaos.invariants``; a
+violated invariant makes the command exit 1 and names itself.
+
+    .venv/bin/python -m bench.chaos [--scenario NAME]... [--runs N] [--break NAME]
+                                    [--write-docs] [--seconds S] [--rate R]
+
+Scenarios (each on its own throwaway cluster, started with initdb/pg_ctl on a free port):
+db-hang, backend-kills, db-crash, row-locks, upstream-faults, gzip-flood, and for a queue-mode
+provider queue-kill-accept and queue-kill-forward (replicas SIGKILLed and restarted). Loopback only,
+bounded: each run sends for --seconds, every event is given up --give-up seconds after its
+first delivery, and the clusters, proxies and fault proxy are torn down in ``finally`` blocks.
+See docs/chaos.md for the method, the invariants and the latest results.
+"""

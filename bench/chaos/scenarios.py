@@ -1,0 +1,203 @@
+"""The scenarios: each a fault injected into one run while the load goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from bench.chaos.history import Kind
+from bench.chaos.provider import fixed, gzip_bomb, gzipped
+from bench.chaos.run import Run, kill_replica
+from bench.chaos.settings import APPLICATION_NAME, DATABASE, proxy_config
+from bench.common import signer
+from bench.faultproxy import Fault
+
+HANG_AT, HANG_FOR = 4.0, 15.0  # longer than the answer bound: a hung request shows
+CRASH_AT, CRASH_DOWN = 6.0, 5.0
+
+
+async def db_hang(run: Run) -> None:
+    """SIGSTOP the postmaster and every backend for HANG_FOR seconds, then SIGCONT (also when
+    the run is cancelled: ``paused`` continues them on the way out)."""
+    assert run.cluster is not None
+    await run.at(HANG_AT)
+    processes = len(run.cluster.pids())
+    with run.cluster.paused():
+        run.faults["processes stopped"] = processes
+        await asyncio.sleep(HANG_FOR)
+    run.faults["seconds stopped"] = int(HANG_FOR)
+
+
+async def backend_kills(run: Run) -> None:
+    """pg_terminate_backend on one or two of the proxies' connections every 0.3 to 1 s, filtered
+    by database and application name."""
+    conn = await run.connect("chaos-killer")
+    try:
+        await run.at(3.0)
+        while run.clock() < run.settings.seconds - 3:
+            await asyncio.sleep(run.rng.uniform(0.3, 1.0))
+            pids = await conn.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE datname = $1 "
+                "AND application_name LIKE $2 AND pid <> pg_backend_pid()",
+                DATABASE, APPLICATION_NAME + "%")
+            for record in run.rng.sample(pids, min(len(pids), run.rng.randint(1, 2))):
+                if await conn.fetchval("SELECT pg_terminate_backend($1)", record["pid"]):
+                    run.faults["backends terminated"] += 1
+    finally:
+        await conn.close()
+
+
+async def db_crash(run: Run) -> None:
+    """pg_ctl stop -m immediate (a crash: no checkpoint), down CRASH_DOWN seconds, start."""
+    cluster = run.cluster
+    assert cluster is not None
+    await run.at(CRASH_AT)
+    try:
+        await asyncio.to_thread(cluster.stop, "immediate")
+        run.faults["crashes"] += 1
+        await asyncio.sleep(CRASH_DOWN)
+    finally:
+        await asyncio.to_thread(cluster.start)
+    run.faults["restarts"] += 1
+
+
+async def row_locks(run: Run) -> None:
+    """Another session holds SELECT … FOR UPDATE on up to 4 in-flight or failed rows for
+    ``lock_hold`` seconds, again and again; each row is locked once (a row whose result write
+    is being retried stays in flight: locking it again would make one lock of any length)."""
+    conn = await run.connect("chaos-locker")
+    locked: list[str] = []
+    try:
+        await run.at(3.0)
+        hold = run.settings.lock_hold
+        while run.clock() < run.settings.seconds - hold - 1:
+            with contextlib.suppress(asyncpg.PostgresError):
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL lock_timeout = '500ms'")
+                    rows = await conn.fetch(
+                        "SELECT event_id FROM webhook_event WHERE provider = 'stripe' "
+                        "AND state IN ('processing', 'failed') AND event_id <> ALL($1::text[]) "
+                        "ORDER BY random() LIMIT 4 FOR UPDATE SKIP LOCKED", locked)
+                    locked += [r["event_id"] for r in rows]
+                    run.faults["rows locked"] += len(rows)
+                    await asyncio.sleep(hold)
+            await asyncio.sleep(0.5)
+    finally:
+        await conn.close()
+
+
+def upstream_chooser(run: Run) -> Callable[[], Fault]:
+    """While the run is faulting, 30 % of the connections to the app get a fault."""
+    faults = [Fault.BLACKHOLE, Fault.RESET_REQUEST, Fault.RESET_ANSWER, Fault.SLOW_BODY]
+
+    def choose() -> Fault:
+        if run.faulting and run.rng.random() < 0.3:
+            return run.rng.choice(faults)
+        return Fault.PASS
+
+    return choose
+
+
+async def upstream_faults(run: Run) -> None:
+    await run.at(2.0)
+    run.faulting = True
+    try:
+        await run.at(run.settings.seconds - 2)
+    finally:
+        run.faulting = False
+
+
+async def gzip_flood(run: Run) -> None:
+    """Gzip-compressed events at 8/s beside the normal load, and three 1 MB gzip bombs."""
+    bombs = {round(run.settings.seconds * share * 8) for share in (0.2, 0.45, 0.7)}
+    make_bomb = signer(proxy_config("http://unused", "postgresql://unused"))
+    for n in range(int(run.settings.seconds * 8)):
+        await run.at(n / 8)
+        if n in bombs:  # one bomb, made once (it takes seconds), sent three times
+            body = await asyncio.to_thread(gzip_bomb, "bomb")
+            run.send("bomb", Kind.BOMB,
+                     fixed(body, {**make_bomb(body), "Content-Encoding": "gzip"}))
+            run.faults["bombs"] += 1
+        else:
+            run.send(f"gz_{n:04d}", Kind.GZIP, gzipped(f"gz_{n:04d}"))
+            run.faults["gzip events"] += 1
+
+
+KILL_EVERY = (1.0, 2.0)  # seconds between SIGKILLs in queue-kill-accept
+KILL_EVERY_FORWARDING = (1.5, 3.0)  # in queue-kill-forward
+APP_DOWN_SHARE = 0.6  # queue-kill-accept: the app is down for this share of the sending time
+
+
+async def queue_kill_accept(run: Run) -> None:
+    """The app is down for the first 60 % of the sending time while a random replica is
+    SIGKILLed (and restarted) every 1 to 2 s: kills land on deliveries being accepted and on
+    events waiting in the queue (their workers probing the app, rows taken then given back).
+    Then the app comes up and the queue drains, without further kills."""
+    assert run.app is not None
+    up_at = run.settings.seconds * APP_DOWN_SHARE
+    await run.at(1.0)
+    while run.clock() + KILL_EVERY[1] < up_at:
+        await asyncio.sleep(run.rng.uniform(*KILL_EVERY))
+        await kill_replica(run, run.rng.randrange(len(run.replicas)))
+    await run.at(up_at)
+    await run.app.start()
+    run.faults["seconds the app was down"] = round(up_at)
+
+
+async def queue_kill_forward(run: Run) -> None:
+    """The app works 0.3 to 1 s per request, so a few forwards are always in flight; from 2 s
+    until 3 s before the end a random replica is SIGKILLed (and restarted) every 1.5 to 3 s,
+    mid-forward: its events are taken again after the lease, as attempt + 1."""
+    await run.at(2.0)
+    while run.clock() + KILL_EVERY_FORWARDING[1] < run.settings.seconds - 3:
+        await asyncio.sleep(run.rng.uniform(*KILL_EVERY_FORWARDING))
+        await kill_replica(run, run.rng.randrange(len(run.replicas)))
+
+
+async def no_fault(run: Run) -> None:
+    """A control run: the same load with nothing injected; every invariant must hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    title: str
+    inject: Callable[[Run], Coroutine[Any, Any, None]]
+    app_delay: tuple[float, float] = (0.0, 0.05)
+    fsync: bool = False  # only a cluster that is crashed needs it
+    fault_proxy: Callable[[Run], Callable[[], Fault]] | None = None
+    expect_fault: bool = True
+    queue: bool = False  # the provider in queue mode
+    app_down: bool = False  # the app listens only when the scenario starts it
+
+
+# The app works longer where the fault must catch attempts in flight (claimed, forwarded, not
+# yet recorded): at 10 events/s, 100-500 ms of work keeps about three in flight at any time.
+IN_FLIGHT = (0.1, 0.5)
+
+SCENARIOS = {s.name: s for s in (
+    Scenario("db-hang", f"database hang: SIGSTOP postmaster + backends {HANG_FOR:g} s", db_hang,
+             app_delay=IN_FLIGHT),
+    Scenario("backend-kills", "pg_terminate_backend on the proxies' connections at random",
+             backend_kills, app_delay=IN_FLIGHT),
+    Scenario("db-crash", f"pg_ctl stop -m immediate, restart after {CRASH_DOWN:g} s", db_crash,
+             app_delay=IN_FLIGHT, fsync=True),
+    Scenario("row-locks", "SELECT … FOR UPDATE held on in-flight rows (--lock-hold)",
+             row_locks, app_delay=(0.2, 0.6)),
+    Scenario("upstream-faults", "fault proxy to the app: black hole, resets, slow body",
+             upstream_faults, fault_proxy=upstream_chooser),
+    Scenario("gzip-flood", "gzip bodies at 8/s and three 1 MB gzip bombs beside the load",
+             gzip_flood),
+    Scenario("queue-kill-accept", "queue mode, app down at first: SIGKILL a replica every "
+             "1–2 s while events are accepted and wait", queue_kill_accept, queue=True,
+             app_down=True),
+    Scenario("queue-kill-forward", "queue mode: SIGKILL a replica every 1.5–3 s while its "
+             "forwards are in flight", queue_kill_forward, app_delay=(0.3, 1.0), queue=True),
+)}
+CONTROL = Scenario("control", "no fault: the same load as a baseline", no_fault,
+                   expect_fault=False)

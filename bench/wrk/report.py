@@ -1,0 +1,131 @@
+"""The report: the table of medians, the machine, the checks, and the results section of
+docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+
+from bench.wrk.context import Context
+from bench.wrk.phases import PHASES, Result
+from bench.wrk.procs import REPO, BenchError, version_of
+
+DOCS = REPO / "docs" / "benchmarks.md"
+BEGIN = "<!-- bench.wrk results: begin -->"
+END = "<!-- bench.wrk results: end -->"
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.median(present) if present else None
+
+
+def fmt(value: float | None, digits: int = 0, suffix: str = "") -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def table(results: dict[str, list[Result]], store: str) -> str:
+    base = results.get("passthrough")
+    base_rps = median(r.rps for r in base) if base else None
+    base_us = median(r.proxy_us for r in base) if base else None
+    db = "PostgreSQL" if store == "postgres" else "SQLite (in the proxy)"
+    lines = [
+        "| phase | req/s | × pass-through | p50 ms | p99 ms | proxy CPU µs/req "
+        "| × pass-through | store CPU µs/req | commits/req | app forwards/req |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, runs in results.items():
+        phase = PHASES[name]
+        rps = median(r.rps for r in runs)
+        proxy = median(r.proxy_us for r in runs)
+        requests = median(r.requests for r in runs)
+        forwards = median(r.forwards for r in runs)
+        db_us = median(r.db_us for r in runs)
+        db_cell = fmt(db_us)
+        if phase.server == "competitor" and db_us is not None:
+            db_cell += " (Redis)"
+        elif phase.server == "sidecar" and store == "sqlite":
+            db_cell = "in proxy"
+        lines.append(
+            f"| {phase.title} | {fmt(rps)} "
+            f"| {fmt(rps / base_rps if rps and base_rps else None, 2)} "
+            f"| {fmt(median(r.p50_ms for r in runs), 1)} "
+            f"| {fmt(median(r.p99_ms for r in runs), 1)} | {fmt(proxy)} "
+            f"| {fmt(proxy / base_us if proxy and base_us else None, 2)} | {db_cell} "
+            f"| {fmt(median(r.commits for r in runs), 2)} "
+            f"| {fmt(forwards / requests if forwards is not None and requests else None, 3)} |")
+    if any(PHASES[name].server == "sidecar" for name in results):
+        lines.append(f"\nwebhook-sidecar's store: {db}.")
+    return "\n".join(lines)
+
+
+def machine(ctx: Context) -> str:
+    model = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    wrk_version = version_of(["wrk", "-v"]).split(" [")[0]
+    parts = [f"{model}, {os.cpu_count()} cores", f"Linux {platform.release()}",
+             f"Python {platform.python_version()}"]
+    if ctx.pg is not None:
+        parts.append(f"PostgreSQL {ctx.pg.version}")
+    else:
+        parts.append(f"SQLite {sqlite3.sqlite_version}")
+    parts += [wrk_version, f"app: {ctx.app.kind}",
+              f"bench servers' loop: {ctx.loop_name}"]
+    if shutil.which("node"):
+        parts.append(f"Node {version_of(['node', '--version'])}")
+    return "; ".join(parts)
+
+
+def report(ctx: Context, results: dict[str, list[Result]]) -> tuple[str, bool]:
+    args = ctx.args
+    conditions = (f"{args.runs} run(s), median; {args.duration:g} s per phase after a "
+                  f"{args.warmup:g} s warm-up; wrk {args.threads} thread(s), "
+                  f"{args.connections} connections ({args.burst} for bursts); "
+                  f"{args.dup_ids} known / {args.unknown_ids} unknown duplicate ids; "
+                  f"seed rows {args.seed_rows}; "
+                  f"webhook-sidecar on {args.sidecar_loop}, log level {args.log_level}; "
+                  f"{datetime.date.today().isoformat()}")
+    problems = [f"- {PHASES[name].title}, run {i + 1}: {problem}"
+                for name, runs in results.items() for i, r in enumerate(runs)
+                for problem in r.problems]
+    checks = ("Checks: every answer 2xx; each new event reached the app once, no duplicate "
+              "did; no id ran out." if not problems else "Problems:\n" + "\n".join(problems))
+    text = (f"Machine: {machine(ctx)}.\n\n{conditions}.\n\n{table(results, args.store)}\n\n"
+            f"{added_latency(results)}{checks}\n")
+    return text, not problems
+
+
+def added_latency(results: dict[str, list[Result]]) -> str:
+    """The latency webhook-sidecar adds over the pass-through at the same paced rate (half its
+    new-event maximum): the difference of the medians of p50 and of p99."""
+    ours, floor = results.get("half-new"), results.get("half-passthrough")
+    if not ours or not floor:
+        return ""
+    rate = median(r.rps for r in ours)
+    p50 = (median(r.p50_ms for r in ours) or 0.0) - (median(r.p50_ms for r in floor) or 0.0)
+    p99 = (median(r.p99_ms for r in ours) or 0.0) - (median(r.p99_ms for r in floor) or 0.0)
+    return (f"Latency added over the pass-through at half the proxy's new-event maximum "
+            f"(about {fmt(rate)} req/s): p50 {p50:+.1f} ms, p99 {p99:+.1f} ms.\n\n")
+
+
+def write_docs(text: str) -> None:
+    doc = DOCS.read_text()
+    if BEGIN not in doc or END not in doc:
+        raise BenchError(f"{DOCS} has no {BEGIN} … {END} section to replace")
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    DOCS.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
