@@ -364,7 +364,7 @@ async def test_an_idle_call_goes_out_alone_as_the_single_row_statement(
     if postgres:
         assert sent == ["claim", "complete"] * 3, "claim.sql and complete.sql, never a batch"
     else:
-        assert sent == ["claim:_claim_sync", "complete:_execute"] * 3
+        assert sent == ["claim:claim", "complete:execute"] * 3
 
 
 # == (d) a crash mid-batch; (f) a batch's answer lost =========================================

@@ -1,4 +1,4 @@
--- Settle, step 1 (sidecar/store/sqlite.py runs the steps inside BEGIN IMMEDIATE): write how
+-- Settle, step 1 (sqlite/transactions.py runs the steps inside BEGIN IMMEDIATE): write how
 -- take :tries ended on the row, fenced: only if the entry's take counter is still :tries and
 -- the row still 'processing'. :state is 'done', 'queued' or 'dead'; the try's result is
 -- written in every case (operators see the last try), the lease cleared, and unless :reached

@@ -1,4 +1,4 @@
--- Take, step 1 (sidecar/store/sqlite.py runs the steps inside BEGIN IMMEDIATE, so nothing
+-- Take, step 1 (sqlite/transactions.py runs the steps inside BEGIN IMMEDIATE, so nothing
 -- changes between them): up to :limit due entries of :provider, due first, then in order of
 -- acceptance. Due: due_at has passed (a waiting entry whose time has come, or one in flight
 -- whose lease has ended: its worker crashed or hung), and the row is 'queued' or 'processing'.
