@@ -7,13 +7,7 @@
 UPDATE webhook_event
    SET state = :state,
        attempt = CASE WHEN :reached THEN attempt ELSE attempt - 1 END,
-       outcome = :outcome,
-       response_status = :response_status,
-       response_headers = :response_headers,
-       response_body = :response_body,
-       latency_ms = :latency_ms,
-       lease_owner = NULL,
-       lease_until = NULL,
+       {{recorded_result}},
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE provider = :provider AND event_id = :event_id
    AND state = 'processing'
