@@ -86,10 +86,8 @@ Answers = list[list[asyncpg.Record] | BaseException]
 
 
 class Calls:
-    """Statements on the pool's connections, each call within the deadline (when set): waiting
-    for a connection, lock waits, the statement, and its one repeat on another connection. Past
-    it the call is cancelled (asyncpg asks the server to cancel the statement), its connection
-    is closed, and it raises ``StoreError``."""
+    """Statements on the pool's connections: each call within the deadline (when set; what it
+    covers: ``PostgresStore``), and repeated once per ``AGAIN`` when its connection failed."""
 
     def __init__(self, connections: Connections, deadline: float | None) -> None:
         self._connections = connections
