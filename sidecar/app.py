@@ -36,6 +36,7 @@ from sidecar.http.proxy import delivery_handler, unrouted
 from sidecar.maintenance import Maintenance
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
+from sidecar.obs.storelog import StoreLog
 from sidecar.obs.telemetry import DeliveryTelemetry
 from sidecar.queueworker import QueueWorkers
 from sidecar.store.postgres import PostgresStore
@@ -99,6 +100,7 @@ async def open_store(config: StoreConfig) -> Store:
         command_timeout=config.statement_timeout + 1.0,
         statement_cache_size=config.statement_cache_size,
         session_settings=config.session_settings,
+        observer=StoreLog(),
     )
 
 

@@ -21,6 +21,7 @@ import asyncpg
 import pytest
 
 from sidecar.core.ports import Store
+from sidecar.obs.storelog import StoreLog
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
 from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
@@ -83,7 +84,7 @@ async def pg_store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
         await conn.execute("TRUNCATE webhook_queue, webhook_event")
     finally:
         await conn.close()
-    store = await PostgresStore.connect(pg_dsn, min_size=2, max_size=8)
+    store = await PostgresStore.connect(pg_dsn, min_size=2, max_size=8, observer=StoreLog())
     try:
         yield store
     finally:

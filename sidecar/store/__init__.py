@@ -13,6 +13,8 @@ writes to two tables at once (one statement in PostgreSQL, one transaction of a 
 ``verbs.SQLStore`` holds the verbs (one mapping of named parameters per verb), ``rows`` the
 decoding of records, ``migrations`` the one migration runner, and ``sqlfiles`` the loading of
 the SQL. SQL lives in ``sql/<dialect>/*.sql`` (queries, with named ``:parameters``; shared
-column lists in ``*.fragment.sql``) and ``sql/<dialect>/migrations/NNNN_name.sql`` (numbered,
-forward-only migrations); Python passes parameters only.
+column lists in ``*.fragment.sql``, or once in ``sql/shared/`` when both dialects spell them
+alike) and ``sql/<dialect>/migrations/NNNN_name.sql`` (numbered, forward-only migrations);
+Python passes parameters only. A store reports what it sees (an outage, a lost LISTEN) to an
+``observer.StoreObserver`` and logs nothing itself.
 """

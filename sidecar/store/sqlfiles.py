@@ -8,8 +8,10 @@ Two things happen to a query between its file and the driver, once per process:
 
 - **Fragments are spliced in.** ``{{event_row}}`` stands for the text of
   ``sql/<dialect>/event_row.fragment.sql`` (its ``--`` comment lines left out), so that the
-  column list every row-reading query shares is written once per dialect. The braces are not
-  SQL, so a file run by hand without its fragment fails instead of reading other columns.
+  column list every row-reading query shares is written once per dialect. A fragment both
+  dialects spell alike lives once, in ``sql/shared/`` (a dialect's own file of the name would
+  come first). The braces are not SQL, so a file run by hand without its fragment fails instead
+  of reading other columns.
 - **Named parameters are made positional where the driver wants it.** Queries of both dialects
   name their parameters, ``:provider``. ``sqlite3`` binds those from a mapping as they are;
   asyncpg only knows ``$1, $2, …``, so for PostgreSQL each distinct name becomes ``$n`` in the
@@ -28,6 +30,7 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 
 DIALECTS = ("postgres", "sqlite")
+_SHARED = "shared"  # fragments both dialects splice in, spelled alike
 
 _FRAGMENT = re.compile(r"\{\{(?P<name>[a-z_]+)\}\}")
 
@@ -73,8 +76,10 @@ def _dialect_dir(dialect: str) -> Traversable:
     return resources.files("sidecar.store").joinpath("sql", dialect)
 
 
-def _read(dialect: str, relative: str) -> str:
+def _read(dialect: str, relative: str, *, shared: bool = False) -> str:
     path = _dialect_dir(dialect).joinpath(relative)
+    if shared and not path.is_file():
+        path = resources.files("sidecar.store").joinpath("sql", _SHARED, relative)
     if not path.is_file():
         raise FileNotFoundError(f"no SQL file {dialect}/{relative} in the sidecar.store package")
     return path.read_text(encoding="utf-8")
@@ -82,8 +87,9 @@ def _read(dialect: str, relative: str) -> str:
 
 @functools.cache
 def fragment(dialect: str, name: str) -> str:
-    """The text of ``sql/<dialect>/<name>.fragment.sql`` without its comment lines."""
-    lines = _read(dialect, f"{name}.fragment.sql").splitlines()
+    """The text of ``sql/<dialect>/<name>.fragment.sql`` (else ``sql/shared/<name>.fragment.sql``)
+    without its comment lines."""
+    lines = _read(dialect, f"{name}.fragment.sql", shared=True).splitlines()
     return "\n".join(line for line in lines if not line.lstrip().startswith("--")).strip()
 
 

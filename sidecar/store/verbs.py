@@ -94,23 +94,13 @@ class SQLStore(abc.ABC):
 
     # -- the Store verbs -------------------------------------------------------------------
 
-    async def claim(
-        self,
-        provider: str,
-        event_id: str,
-        body_sha256: bytes,
-        lease_seconds: float,
-        owner: str,
-        payload: StoredRequest | None = None,
-    ) -> Claim:
+    async def claim(self, provider: str, event_id: str, body_sha256: bytes,
+                    lease_seconds: float, owner: str,
+                    payload: StoredRequest | None = None) -> Claim:
         return await self._claim({
-            "provider": provider,
-            "event_id": event_id,
-            "body_sha256": body_sha256,
+            **_new_row(provider, event_id, body_sha256, payload),
             "lease_seconds": float(lease_seconds),
             "owner": _call_owner(owner),
-            "payload_body": payload.body if payload else None,
-            "payload_request": payload.meta_json() if payload else None,
         })
 
     async def take_over(
@@ -135,13 +125,9 @@ class SQLStore(abc.ABC):
         rows = await self._rows("get", {"provider": provider, "event_id": event_id})
         return event_row(rows[0]) if rows else None
 
-    async def list_events(
-        self,
-        provider: str | None = None,
-        state: EventState | None = None,
-        limit: int = 100,
-        older_than_seconds: float | None = None,
-    ) -> list[EventRow]:
+    async def list_events(self, provider: str | None = None, state: EventState | None = None,
+                          limit: int = 100, older_than_seconds: float | None = None,
+                          ) -> list[EventRow]:
         rows = await self._rows("list_events", {
             "provider": provider,
             "state": EventState(state).value if state is not None else None,
@@ -181,22 +167,11 @@ class SQLStore(abc.ABC):
 
     # -- queue mode ------------------------------------------------------------------------
 
-    async def enqueue(
-        self,
-        provider: str,
-        event_id: str,
-        body_sha256: bytes,
-        request: StoredRequest,
-        *,
-        order_key: str | None = None,
-        max_depth: int | None = None,
-    ) -> Enqueued:
+    async def enqueue(self, provider: str, event_id: str, body_sha256: bytes,
+                      request: StoredRequest, *, order_key: str | None = None,
+                      max_depth: int | None = None) -> Enqueued:
         return await self._enqueue({
-            "provider": provider,
-            "event_id": event_id,
-            "body_sha256": body_sha256,
-            "payload_body": request.body,
-            "payload_request": request.meta_json(),
+            **_new_row(provider, event_id, body_sha256, request),
             "order_key": order_key,
             "max_depth": int(max_depth) if max_depth is not None else None,
             "owner": _call_owner("enqueue"),
@@ -261,6 +236,19 @@ class SQLStore(abc.ABC):
         # Each row counts the rows it stands for: PostgreSQL answers one row with the total,
         # SQLite one row per deleted row (its DELETE cannot sit in a query that counts it).
         return sum(int(r["deleted"]) for r in rows)
+
+
+def _new_row(provider: str, event_id: str, body_sha256: bytes,
+             request: StoredRequest | None) -> dict[str, object]:
+    """The columns of a new event row that ``claim`` and ``enqueue`` insert alike: its key,
+    the body's hash and the stored request (``payload_*``: NULL when none is kept)."""
+    return {
+        "provider": provider,
+        "event_id": event_id,
+        "body_sha256": body_sha256,
+        "payload_body": request.body if request is not None else None,
+        "payload_request": request.meta_json() if request is not None else None,
+    }
 
 
 # Call tokens: random per process, counted per call (no system call on the hot path).

@@ -135,6 +135,9 @@ async def test_postgres_stopped_mid_run_gives_503_then_recovers(
             async with client.get(proc.admin_url + "/healthz") as resp:
                 assert resp.status == 200
             assert stub.count("evt_during") == 0
+            # The outage is logged once by the store (its observer, wired by the app).
+            down = await proc.wait_for_log("store_unavailable")
+            assert down["level"] == "error" and down["error"], down
 
             await asyncio.to_thread(own_cluster.start)
             # Same process, no restart: broken pooled connections are replaced on use.
@@ -148,6 +151,8 @@ async def test_postgres_stopped_mid_run_gives_503_then_recovers(
                 await asyncio.sleep(0.1)
             assert statuses[-1] == 200, statuses
             assert stub.count("evt_during") == 1
+            up = await proc.wait_for_log("store_recovered")
+            assert up["level"] == "info" and up["failed_calls"] >= 3 and up["outage_s"] > 0, up
             rows = await Rows(own_cluster.dsn).all()
             assert {r["event_id"]: r["state"] for r in rows} == {
                 "evt_before": "done", "evt_during": "done"}

@@ -314,13 +314,13 @@ async def test_an_idle_bind_goes_out_alone_as_the_single_statement(
 ) -> None:
     sent: list[str] = []
     if isinstance(store, PostgresStore):
-        real = store._run
+        real = store._calls._run
 
         async def run(name: str, *args: Any) -> Any:
             sent.append(name)
             return await real(name, *args)
 
-        monkeypatch.setattr(store, "_run", run)
+        monkeypatch.setattr(store._calls, "_run", run)
     else:
         real_call = store._call
 

@@ -341,13 +341,13 @@ async def test_an_idle_call_goes_out_alone_as_the_single_row_statement(
     sent: list[str] = []
     postgres = isinstance(store, PostgresStore)
     if isinstance(store, PostgresStore):
-        real = store._run
+        real = store._calls._run
 
         async def run(name: str, *args: Any) -> Any:
             sent.append(name)
             return await real(name, *args)
 
-        monkeypatch.setattr(store, "_run", run)
+        monkeypatch.setattr(store._calls, "_run", run)
     else:
         real_call = store._call
 
@@ -364,7 +364,7 @@ async def test_an_idle_call_goes_out_alone_as_the_single_row_statement(
     if postgres:
         assert sent == ["claim", "complete"] * 3, "claim.sql and complete.sql, never a batch"
     else:
-        assert sent == ["claim:_claim_sync", "complete:_execute"] * 3
+        assert sent == ["claim:claim", "complete:execute"] * 3
 
 
 # == (d) a crash mid-batch; (f) a batch's answer lost =========================================

@@ -87,3 +87,12 @@ async def test_every_postgres_query_prepares(pg_dsn: str) -> None:
             assert len(prepared.get_parameters()) == len(stmt.names), name
     finally:
         await conn.close()
+
+
+def test_a_shared_fragment_is_one_text_spliced_in_both_dialects() -> None:
+    rule = fragment("postgres", "held_back")
+    assert rule == fragment("sqlite", "held_back") and rule.startswith("EXISTS (")
+    assert rule in query("postgres", "take_queued")
+    assert rule in query("sqlite", "take_queued_pick")
+    with pytest.raises(FileNotFoundError, match=r"sqlite/no_such\.fragment\.sql"):
+        fragment("sqlite", "no_such")

@@ -35,8 +35,8 @@ from sidecar.core.events import (
     StoredRequest,
 )
 from sidecar.core.ports import Store
-from sidecar.store import memory
 from sidecar.store.memory import MemoryStore
+from sidecar.store.memory import store as memory_module
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.rows import Params
 from sidecar.store.sqlite import SQLiteStore
@@ -874,7 +874,7 @@ async def test_memory_store_keeps_time_by_the_injected_clock() -> None:
 
 
 def test_memory_store_docstring_example_runs() -> None:
-    results = doctest.testmod(memory)
+    results = doctest.testmod(memory_module)
     assert results.attempted > 0 and results.failed == 0, results
 
 

@@ -28,6 +28,7 @@ from sidecar.core.errors import RowLocked, StoreError
 from sidecar.core.events import AttemptResult, EventState, Outcome, RecordedResponse
 from sidecar.forwarding import Forwarder
 from sidecar.obs.metrics import Metrics
+from sidecar.obs.storelog import StoreLog
 from sidecar.serve import start, stop
 from sidecar.store.postgres import PostgresStore
 from sidecar.testing import FakeUpstream
@@ -66,7 +67,8 @@ async def dsn(cluster: ThrowawayCluster) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def opened(dsn: str, **options: Any) -> AsyncIterator[PostgresStore]:
-    store = await PostgresStore.connect(dsn, **{"min_size": 1, "max_size": 1, **options})
+    store = await PostgresStore.connect(
+        dsn, **{"min_size": 1, "max_size": 1, "observer": StoreLog(), **options})
     try:
         yield store
     finally:

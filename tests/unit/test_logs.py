@@ -12,6 +12,7 @@ import pytest
 import structlog
 
 from sidecar.obs.logs import configure_logging, get_logger
+from sidecar.obs.storelog import StoreLog
 
 SIGNATURE = "t=1700000000,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd"
 
@@ -65,3 +66,30 @@ def test_our_own_bug_keeps_its_traceback(output: io.StringIO) -> None:
     entry = lines(output)[0]
     assert "Traceback" in str(entry["exception"]) and "a bug in the proxy" in str(
         entry["exception"])
+
+
+def test_what_a_store_reports_keeps_its_line_names_and_fields(output: io.StringIO) -> None:
+    log = StoreLog()
+    try:
+        raise ConnectionRefusedError("connection refused")
+    except ConnectionRefusedError as exc:
+        log.unavailable("get: connection lost: ConnectionRefusedError", exc)
+    log.unavailable("get: no answer within the store deadline (5.0s)", None)
+    log.recovered(1.23456, 7)
+    log.listen_lost("connection closed", 0.1)
+    log.listen_restored(0.5004)
+    log.wake_failed("stripe", "RuntimeError: boom")
+    down, deadline, up, lost, restored, wake = (
+        {k: v for k, v in entry.items() if k != "timestamp"} for entry in lines(output))
+    assert "ConnectionRefusedError" in str(down.pop("exception"))
+    assert down == {"event": "store_unavailable", "level": "error",
+                    "error": "get: connection lost: ConnectionRefusedError"}
+    assert "exception" not in deadline
+    assert (up["event"], up["level"], up["outage_s"], up["failed_calls"]) == (
+        "store_recovered", "info", 1.235, 7)
+    assert (lost["event"], lost["level"], lost["error"], lost["retry_in_s"]) == (
+        "queue_listen_lost", "warning", "connection closed", 0.1)
+    assert (restored["event"], restored["level"], restored["outage_s"]) == (
+        "queue_listen_restored", "info", 0.5)
+    assert (wake["event"], wake["level"], wake["provider"], wake["error"]) == (
+        "queue_wake_failed", "error", "stripe", "RuntimeError: boom")

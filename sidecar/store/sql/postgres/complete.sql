@@ -6,13 +6,7 @@
 -- by settle_queued.sql, fenced by the entry's take counter.
 UPDATE webhook_event AS e
    SET state = :state::text,
-       outcome = :outcome::text,
-       response_status = :response_status::integer,
-       response_headers = :response_headers::text::jsonb,
-       response_body = :response_body::bytea,
-       latency_ms = :latency_ms::float8,
-       lease_owner = NULL,
-       lease_until = NULL,
+       {{recorded_result}},
        updated_at = clock_timestamp()
  WHERE provider = :provider::text AND event_id = :event_id::text
    AND attempt = :attempt::integer AND state = 'processing'

@@ -30,13 +30,7 @@ WITH t AS MATERIALIZED (
     UPDATE webhook_event AS e
        SET state = :state::text,
            attempt = CASE WHEN :reached::boolean THEN e.attempt ELSE e.attempt - 1 END,
-           outcome = :outcome::text,
-           response_status = :response_status::integer,
-           response_headers = :response_headers::text::jsonb,
-           response_body = :response_body::bytea,
-           latency_ms = :latency_ms::float8,
-           lease_owner = NULL,
-           lease_until = NULL,
+           {{recorded_result}},
            updated_at = t.ts
       FROM fenced, t
      WHERE e.provider = fenced.provider AND e.event_id = fenced.event_id

@@ -35,16 +35,7 @@ WITH t AS MATERIALIZED (
      WHERE q.provider = :provider::text
        AND q.due_at <= (SELECT ts FROM t)
        AND e.state IN ('queued', 'processing')
-       AND NOT EXISTS (
-             SELECT 1
-               FROM webhook_queue AS p
-              WHERE q.order_key IS NOT NULL
-                AND p.provider = q.provider AND p.order_key = q.order_key
-                AND p.event_id <> q.event_id
-                AND p.due_at IS NOT NULL
-                AND (p.seq < q.seq
-                     OR (p.lease_owner IS NOT NULL AND p.tries > 0
-                         AND p.due_at > (SELECT ts FROM t))))
+       AND NOT {{held_back}}
      ORDER BY q.due_at, q.seq
      LIMIT :limit::integer
        FOR NO KEY UPDATE OF q, e SKIP LOCKED

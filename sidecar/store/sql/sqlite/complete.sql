@@ -2,13 +2,7 @@
 -- A queued event's row (one with a queue entry) is never written here: settle_queued_*.sql.
 UPDATE webhook_event
    SET state = :state,
-       outcome = :outcome,
-       response_status = :response_status,
-       response_headers = :response_headers,
-       response_body = :response_body,
-       latency_ms = :latency_ms,
-       lease_owner = NULL,
-       lease_until = NULL,
+       {{recorded_result}},
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE provider = :provider AND event_id = :event_id
    AND attempt = :attempt AND state = 'processing'

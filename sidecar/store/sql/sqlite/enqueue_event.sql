@@ -1,4 +1,4 @@
--- Queue mode's claim, step 1 of 2 (sidecar/store/sqlite.py runs both inside BEGIN IMMEDIATE):
+-- Queue mode's claim, step 1 of 2 (sqlite/transactions.py runs both inside BEGIN IMMEDIATE):
 -- insert (:provider, :event_id) as a 'queued' row at attempt 0 with its request and no lease,
 -- unless the key exists or the provider's queue is full (:max_depth entries or more waiting or
 -- in flight; NULL: no limit; the count stops at :max_depth). Answers the row inserted, or

@@ -1,4 +1,4 @@
--- Re-drive, step 1 (sidecar/store/sqlite.py runs the steps inside BEGIN IMMEDIATE): up to
+-- Re-drive, step 1 (sqlite/transactions.py runs the steps inside BEGIN IMMEDIATE): up to
 -- :limit dead entries of :provider, oldest accepted first (:event_id names one, or NULL; only
 -- rows received more than :older_than seconds ago unless NULL), due now with a fresh budget:
 -- queued_at now, base_attempt = the row's attempt. The entry keeps its seq and its last_error.

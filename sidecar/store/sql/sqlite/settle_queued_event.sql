@@ -1,4 +1,4 @@
--- Settle, step 1 (sidecar/store/sqlite.py runs the steps inside BEGIN IMMEDIATE): write how
+-- Settle, step 1 (sqlite/transactions.py runs the steps inside BEGIN IMMEDIATE): write how
 -- take :tries ended on the row, fenced: only if the entry's take counter is still :tries and
 -- the row still 'processing'. :state is 'done', 'queued' or 'dead'; the try's result is
 -- written in every case (operators see the last try), the lease cleared, and unless :reached
@@ -7,13 +7,7 @@
 UPDATE webhook_event
    SET state = :state,
        attempt = CASE WHEN :reached THEN attempt ELSE attempt - 1 END,
-       outcome = :outcome,
-       response_status = :response_status,
-       response_headers = :response_headers,
-       response_body = :response_body,
-       latency_ms = :latency_ms,
-       lease_owner = NULL,
-       lease_until = NULL,
+       {{recorded_result}},
        updated_at = (julianday('now') - 2440587.5) * 86400.0
  WHERE provider = :provider AND event_id = :event_id
    AND state = 'processing'

@@ -3,16 +3,7 @@
 -- before reading, so of concurrent takers (threads or processes) exactly one matches.
 -- A row with a queue entry (queue mode) is never taken over: its delivery workers take it.
 UPDATE webhook_event
-   SET state = 'processing',
-       attempt = attempt + 1,
-       lease_owner = :owner,
-       lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease_seconds,
-       updated_at = (julianday('now') - 2440587.5) * 86400.0,
-       outcome = NULL,
-       response_status = NULL,
-       response_headers = NULL,
-       response_body = NULL,
-       latency_ms = NULL
+   SET {{new_attempt}}
  WHERE provider = :provider AND event_id = :event_id
    AND (state = 'failed'
         OR (state = 'processing'

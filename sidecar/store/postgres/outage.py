@@ -1,7 +1,8 @@
-"""A database outage, logged once: its first failed call with the driver's traceback, its end
-with how long it lasted and how many calls failed. Each delivery's own line still says
-``store_error`` (at warning); in between, asyncpg's pool repeats "Failed to restore the pool
-connection floor" every second or so, and those lines are muted until the store answers again.
+"""A database outage, reported once: its first failed call with the driver's exception, its end
+with how long it lasted and how many calls failed (``StoreObserver.unavailable``,
+``.recovered``). Each delivery's own line still says ``store_error`` (at warning); in between,
+asyncpg's pool repeats "Failed to restore the pool connection floor" every second or so, and
+those lines are muted until the store answers again.
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ import time
 from collections.abc import Callable
 
 import asyncpg
-import structlog
 
 from sidecar.core.errors import RowLocked, StoreClosed, StoreError
-
-log = structlog.get_logger("sidecar.store")
+from sidecar.store.observer import StoreObserver
 
 # The database refused one statement, but it is there and answering: not an outage.
 _ANSWERING = asyncpg.PostgresError
@@ -23,6 +22,9 @@ _ANSWERING = asyncpg.PostgresError
 _UNAVAILABLE = (asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
                 asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
                 asyncpg.QueryCanceledError)
+
+# The pool's own logger (stdlib logging): its reconnect warnings are muted during an outage.
+POOL_LOG = logging.getLogger("asyncpg.pool")
 
 
 def is_outage(error: StoreError) -> bool:
@@ -38,8 +40,10 @@ class OutageLog(logging.Filter):
     """Tracks one store's outages from the outcome of its calls. Also a logging filter on
     asyncpg's loggers: below error, their lines are dropped while an outage is on."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, observer: StoreObserver,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
+        self._observer = observer
         self._clock = clock
         self._since: float | None = None
         self._failures = 0
@@ -59,13 +63,12 @@ class OutageLog(logging.Filter):
             # has no such detail: its traceback would be the event loop's.
             cause = error.__cause__
             driver = cause is not None and not isinstance(cause, TimeoutError)
-            log.error("store_unavailable", error=str(error), exc_info=cause if driver else None)
+            self._observer.unavailable(str(error), cause if driver else None)
 
     def succeeded(self) -> None:
         if self._since is None:
             return
-        log.info("store_recovered", outage_s=round(self._clock() - self._since, 3),
-                 failed_calls=self._failures)
+        self._observer.recovered(self._clock() - self._since, self._failures)
         self._since, self._failures = None, 0
 
     def filter(self, record: logging.LogRecord) -> bool:

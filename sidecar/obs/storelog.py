@@ -1,0 +1,25 @@
+"""What a store reports, as log lines of the ``sidecar.store`` logger
+(``sidecar.store.observer.StoreObserver``)."""
+
+from __future__ import annotations
+
+from sidecar.obs.logs import get_logger
+
+log = get_logger("sidecar.store")
+
+
+class StoreLog:
+    def unavailable(self, error: str, driver_error: BaseException | None) -> None:
+        log.error("store_unavailable", error=error, exc_info=driver_error)
+
+    def recovered(self, outage_seconds: float, failed_calls: int) -> None:
+        log.info("store_recovered", outage_s=round(outage_seconds, 3), failed_calls=failed_calls)
+
+    def listen_lost(self, error: str, retry_in_seconds: float) -> None:
+        log.warning("queue_listen_lost", error=error, retry_in_s=retry_in_seconds)
+
+    def listen_restored(self, outage_seconds: float) -> None:
+        log.info("queue_listen_restored", outage_s=round(outage_seconds, 3))
+
+    def wake_failed(self, provider: str, error: str) -> None:
+        log.error("queue_wake_failed", provider=provider, error=error)

@@ -1,0 +1,195 @@
+"""What a call does when its connection fails: the statements it repeats, and how.
+
+Every call has one deadline and ends in rows or a ``StoreError``. A connection that fails is
+closed, never reused (:mod:`~sidecar.store.postgres.connections`), and the call is repeated once
+on a connection that has just answered where that is safe: ``AGAIN`` says which, and how a
+repeated write recognises its own first run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Final, TypeVar
+
+import asyncpg
+
+from sidecar.core.errors import StoreClosed, StoreError
+from sidecar.store.postgres.connections import DIALECT, Connect, Connections
+from sidecar.store.postgres.faults import ConnectionLost, no_answer, refusal, server_refused
+from sidecar.store.rows import Params
+from sidecar.store.sqlfiles import statement
+
+T = TypeVar("T")
+
+# Running a call again after its connection failed mid-call. asyncpg gives no way to tell
+# whether the server ran the statement before the connection went (a reply lost with the
+# connection looks like a request never sent), so a call is repeated only where a second run
+# cannot do harm and its answer tells the truth about the first. The repeat runs these
+# statements in order, on a connection that has just answered, until one returns rows.
+# A statement missing here is not repeated: its call fails with StoreError (503).
+AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
+    # Reads: nothing to repeat but the read.
+    **{read: (read,) for read in ("get", "get_nonce", "get_payload", "list_events", "ping",
+                                  "stuck_counts", "migrations_exist", "migrations_applied",
+                                  "queue_entry", "queue_stats")},
+    # ON CONFLICT DO NOTHING inserts at most once; but if the first run's insert committed, a
+    # plain repeat finds the row and answers "lost". The row is leased to an owner unique to
+    # the call, so claim_landed.sql finds it first and answers "won".
+    "claim": ("claim_landed", "claim"),
+    # NOT idempotent in effect: a plain repeat after a first run that committed finds the row
+    # under a live lease and answers "someone else took it", and nobody forwards the attempt
+    # until its lease expires (the event is delayed, not lost, not duplicated). The lease owner
+    # is unique to the call, so take_over_landed.sql, after the repeat updated nothing, finds
+    # this call's own attempt.
+    "take_over": ("take_over", "take_over_landed"),
+    # Fenced by attempt: a repeat writes nothing more. If the first run committed, the repeat
+    # updates nothing; complete_landed.sql then tells "recorded by the first run" from
+    # "superseded" (the row holds exactly this result).
+    "complete": ("complete", "complete_landed"),
+    # ON CONFLICT DO NOTHING, then the bound hash either way: idempotent per (provider, nonce,
+    # hash). If the first run's insert committed, the repeat finds the row and answers the hash
+    # it bound, the caller's own. (A first run still alive on its backend makes the repeat wait
+    # for it and answer no row; the caller then reads the hash with get_nonce.sql.)
+    "bind_nonce": ("bind_nonce",),
+    # Queue mode. enqueue is claim's twin: ON CONFLICT DO NOTHING inserts at most once, and the
+    # new entry holds the call's token until its first take, so enqueue_landed.sql finds the
+    # first run's insert and answers "accepted" (a take in between makes the repeat answer the
+    # row as existing: still stored, counted as a duplicate).
+    "enqueue": ("enqueue_landed", "enqueue"),
+    # NOT idempotent in effect: a plain repeat after a first run that committed takes other
+    # entries, and the first run's stay leased to a try that never runs until the lease ends.
+    # The lease owner is unique to the call, so take_queued_landed.sql finds them first.
+    "take_queued": ("take_queued_landed", "take_queued"),
+    # Fenced by the take counter: a repeat writes nothing more. If the first run committed,
+    # settle_queued_landed.sql tells "written by the first run" from "superseded".
+    "settle_queued": ("settle_queued", "settle_queued_landed"),
+    # requeue_dead is not repeated: a repeat after a first run that committed finds those
+    # events no longer dead and answers none of them. The operator sees the error, looks, and
+    # runs it again.
+    # release is NOT repeated: it has no attempt fence, so if its first run committed and a
+    # redelivery took the failed row over before the repeat ran, the repeat would release
+    # that newer, live attempt. The operator sees the error and runs it again.
+    # purge and purge_nonces are not repeated: a repeat deletes another batch and reports only
+    # its own count. The maintenance loop runs them again at its interval.
+}
+# claim_batch, complete_batch and bind_nonce_batch (concurrent claims, result writes or nonce
+# binds sent together) are not repeated as such: after a lost connection each item is repeated
+# as its own call would be, per the entry of "claim", "complete" or "bind_nonce" above, one
+# after the other, in item order, on one connection that has just answered. The batch committed
+# whole or not at all; each item's repeat tells which. (Binds of one nonce in a lost batch: if
+# it committed, every repeat answers the hash its first item bound; if not, the first item's
+# repeat binds its own and the later ones get it back, as in the batch.)
+
+Answers = list[list[asyncpg.Record] | BaseException]
+"""Per item of a batch: the rows its own call would have answered, or the error it raises."""
+
+
+class Calls:
+    """Statements on the pool's connections: each call within the deadline (when set; what it
+    covers: ``PostgresStore``), and repeated once per ``AGAIN`` when its connection failed."""
+
+    def __init__(self, connections: Connections, deadline: float | None) -> None:
+        self._connections = connections
+        self._deadline = deadline
+
+    async def call(self, name: str, params: Params, *, lock: str | None = None
+                   ) -> list[asyncpg.Record]:
+        """Run ``sql/postgres/<name>.sql``; on a failed connection, repeat it per ``AGAIN``.
+        With ``lock``, in a transaction that first takes that advisory lock (held to its end).
+        Raises ``StoreError`` (``RowLocked``, ``StoreClosed``) and nothing else from the driver;
+        a cancellation of the caller goes on as such."""
+
+        async def once_or_again() -> list[asyncpg.Record]:
+            try:
+                return await self._run(name, (name,), params, self._connections.pooled, lock)
+            except ConnectionLost:
+                again = AGAIN.get(name)
+                if again is None:
+                    raise
+                return await self._run(name, again, params, self._connections.answering, lock)
+
+        return await self._within_deadline(name, once_or_again)
+
+    async def call_many(self, name: str, items: Sequence[Params]) -> Answers:
+        """``call`` for a batch: ``<name>_batch.sql`` once, its parameters one array per name
+        (its rows name their ``item``, from 1); on a failed connection, each item repeated per
+        ``AGAIN[name]``."""
+        batch = f"{name}_batch"
+        columns = {key: [params[key] for params in items] for key in items[0]}
+
+        async def once_or_each_again() -> Answers:
+            try:
+                records = await self._run(batch, (batch,), columns, self._connections.pooled)
+            except ConnectionLost:
+                return await self._connections.using(
+                    name, self._connections.answering,
+                    lambda conn: _each_again(conn, name, items))
+            by_item: list[list[asyncpg.Record]] = [[] for _ in items]
+            for record in records:
+                by_item[record["item"] - 1].append(record)
+            return list(by_item)
+
+        return await self._within_deadline(batch, once_or_each_again)
+
+    async def _within_deadline(self, name: str, work: Callable[[], Awaitable[T]]) -> T:
+        """``work`` within the deadline, its lost connection or timeout said as ``StoreError``."""
+        if self._connections.closing:
+            raise StoreClosed(f"{name}: the PostgreSQL store is closed")
+        try:
+            async with asyncio.timeout(self._deadline):
+                return await work()
+        except ConnectionLost as lost:
+            raise StoreError(f"{name}: connection lost: {lost}") from lost.__cause__
+        except TimeoutError as exc:  # only the deadline's: _run raises nothing else untranslated
+            raise no_answer(name, self._deadline) from exc
+
+    async def _run(self, name: str, names: tuple[str, ...], params: Params,
+                   connection: Connect, lock: str | None = None) -> list[asyncpg.Record]:
+        """The statements ``names`` in order on one connection, until one returns rows; with
+        ``lock``, in one transaction after taking that advisory lock."""
+        statements = _prepared(names, params)
+
+        async def run(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+            if lock is None:
+                return await _until_rows(conn, statements)
+            take_lock = statement(DIALECT, "advisory_lock")
+            async with conn.transaction():
+                await conn.execute(take_lock.sql, *take_lock.positional({"lock_name": lock}))
+                return await _until_rows(conn, statements)
+
+        return await self._connections.using(name, connection, run)
+
+
+def _prepared(names: Sequence[str], params: Params) -> list[tuple[str, list[object]]]:
+    """The statements ``names`` with their arguments, as asyncpg takes them."""
+    return [(stmt.sql, stmt.positional(params))
+            for stmt in (statement(DIALECT, each) for each in names)]
+
+
+async def _until_rows(conn: asyncpg.Connection, statements: Sequence[tuple[str, list[object]]]
+                      ) -> list[asyncpg.Record]:
+    """Each statement in turn, until one returns rows (the last one's rows, else none)."""
+    records: list[asyncpg.Record] = []
+    for sql, args in statements:
+        records = await conn.fetch(sql, *args)
+        if records:
+            break
+    return records
+
+
+async def _each_again(conn: asyncpg.Connection, name: str, items: Sequence[Params]) -> Answers:
+    """After a batch's connection failed (it committed whole, or not at all): each item's
+    statements per ``AGAIN[name]``, one item after the other on ``conn``, as the item's own
+    call would repeat them. A statement the server refuses fails its item only."""
+    answers: Answers = []
+    for params in items:
+        try:
+            answers.append(await _until_rows(conn, _prepared(AGAIN[name], params)))
+        except Exception as exc:
+            if not server_refused(exc):
+                raise
+            failed = refusal(name, exc)
+            failed.__cause__ = exc
+            answers.append(failed)
+    return answers
