@@ -32,13 +32,14 @@ from sidecar.core.batch import batch_answer, claim_digest, filtered_body
 from sidecar.core.body import Body, NotJson
 from sidecar.core.bodyreplay import guard_key, ids_digest
 from sidecar.core.decision import (
-    QUEUE_ROW_RETRY_AFTER,
     AnswerRecorded,
     Busy,
     MirrorFailure,
+    QueueOwned,
     TakeOver,
     Wait,
     decide,
+    finishes_in_forward_mode,
     rejects_other_body,
     status_class,
 )
@@ -251,9 +252,7 @@ class Pipeline:
             return accepted(event_id, first=True)
         row = enqueued.row
         assert row is not None
-        if row.state is EventState.FAILED or (
-                row.state is EventState.PROCESSING
-                and await self._store.queue_entry(provider.key, event_id) is None):
+        if finishes_in_forward_mode(row):
             return None
         self._known.remember_accepted(provider.key, event_id, row.body_sha256,
                                       self._known.until(asked, provider.retention, row))
@@ -383,13 +382,8 @@ class Pipeline:
                         return _Settled(refuse("in_flight", "row_locked", lease=1), row.attempt)
                     if attempt is not None:
                         return _Ours(item, attempt, Result.TAKEOVER, digest, until)
-                    asked = self._known.now()
-                    before, row = row, await self._store.get(provider.key, event_id)
-                    if _untakeable(before, row):
-                        # Nobody took it and it is as it was: a queue-mode row (its delivery
-                        # workers own it, after a switch back to forward mode).
-                        return _Settled(refuse("in_flight", "queued",
-                                               lease=QUEUE_ROW_RETRY_AFTER), before.attempt)
+                    asked = self._known.now()  # another delivery took it: read it again
+                    row = await self._store.get(provider.key, event_id)
                 case Wait(pause):
                     await asyncio.sleep(pause)
                     waits += 1
@@ -399,6 +393,9 @@ class Pipeline:
                     return _Settled(refuse("in_flight", lease=retry_after), row.attempt)
                 case MirrorFailure(failed):
                     return _Settled(mirrored(failed.outcome, failed.response), failed.attempt)
+                case QueueOwned(retry_after):
+                    return _Settled(refuse("in_flight", "queued", lease=retry_after),
+                                    row.attempt)
         raise StoreError("event row kept changing; giving up this delivery")
 
     async def _claim(self, provider: ProviderConfig, event_id: str, digest: bytes,
@@ -457,7 +454,7 @@ class Pipeline:
             self._known.remember_done(EventRow(
                 provider.key, o.item.event_id, EventState.DONE, o.attempt, o.digest,
                 received_at=now, updated_at=now, lease_until=None, outcome=result.outcome,
-                response=result.response, latency_ms=result.latency_ms, now=now,
+                response=result.response, latency_ms=result.latency_ms, now=now, in_queue=False,
             ), o.until)
 
     def _app_headers(self, inbound: Inbound) -> tuple[tuple[str, str], ...]:
@@ -482,13 +479,6 @@ class Pipeline:
 def _recorded(row: EventRow) -> _Settled:
     """A done row's answer: the recorded response, replayed."""
     return _Settled(replayed(row.response, row.attempt), row.attempt)
-
-
-def _untakeable(before: EventRow, after: EventRow | None) -> bool:
-    """A take-over that found nothing to take, of a row nobody changed meanwhile: the store
-    refuses it (``take_over`` leaves queue rows alone), so asking again would loop."""
-    return (after is not None and after.state is before.state is EventState.PROCESSING
-            and after.attempt == before.attempt and not after.lease_live)
 
 
 def order_key_of(provider: ProviderConfig, body: Body) -> str | None:

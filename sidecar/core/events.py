@@ -86,6 +86,11 @@ class EventRow:
 
     Times are seconds since the Unix epoch, taken from the database clock so that several
     proxy replicas with skewed clocks agree on lease expiry.
+
+    ``in_queue``: the row has a queue entry, read with it — queue mode's delivery workers own
+    the event until it is done (queued, in flight with them, or dead; the entry goes with the
+    ``done`` state). The store's fact, so that ``core.decision`` can tell a queue-mode row from
+    a forward-mode one in the same state.
     """
 
     provider: str
@@ -100,6 +105,7 @@ class EventRow:
     response: RecordedResponse | None
     latency_ms: float | None
     now: float  # database clock when this row was read
+    in_queue: bool
 
     @property
     def lease_live(self) -> bool:

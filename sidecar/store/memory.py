@@ -52,12 +52,12 @@ class _Event:
     response: RecordedResponse | None = None
     latency_ms: float | None = None
 
-    def read(self, now: float) -> EventRow:
+    def read(self, now: float, *, in_queue: bool) -> EventRow:
         return EventRow(
             provider=self.provider, event_id=self.event_id, state=self.state,
             attempt=self.attempt, body_sha256=self.body_sha256, received_at=self.received_at,
             updated_at=self.updated_at, lease_until=self.lease_until, outcome=self.outcome,
-            response=self.response, latency_ms=self.latency_ms, now=now,
+            response=self.response, latency_ms=self.latency_ms, now=now, in_queue=in_queue,
         )
 
     def lease_expired(self, now: float) -> bool:
@@ -137,6 +137,9 @@ class MemoryStore:
             raise StoreClosed(f"{what}: the memory store is closed")
         return float(self._clock())
 
+    def _read(self, event: _Event, now: float) -> EventRow:
+        return event.read(now, in_queue=(event.provider, event.event_id) in self._queue)
+
     @contextlib.asynccontextmanager
     async def hold_row(self, provider: str, event_id: str) -> AsyncIterator[None]:
         """For tests: while inside, the row counts as locked by another database session (an
@@ -167,11 +170,11 @@ class MemoryStore:
         now = await self._now("claim")
         event = self._events.get((provider, event_id))
         if event is not None:
-            return Claim(won=False, row=event.read(now))
+            return Claim(won=False, row=self._read(event, now))
         event = _Event(provider, event_id, bytes(body_sha256), received_at=now, payload=payload,
                        updated_at=now, lease_owner=owner, lease_until=now + float(lease_seconds))
         self._events[(provider, event_id)] = event
-        return Claim(won=True, row=event.read(now))
+        return Claim(won=True, row=self._read(event, now))
 
     async def take_over(
         self, provider: str, event_id: str, lease_seconds: float, owner: str
@@ -213,7 +216,7 @@ class MemoryStore:
     async def get(self, provider: str, event_id: str) -> EventRow | None:
         now = await self._now("get")
         event = self._events.get((provider, event_id))
-        return event.read(now) if event is not None else None
+        return self._read(event, now) if event is not None else None
 
     async def list_events(
         self,
@@ -232,7 +235,7 @@ class MemoryStore:
             and (cutoff is None or e.received_before(cutoff))
         ]
         found.sort(key=lambda e: (-e.received_at, e.provider, e.event_id))
-        return [e.read(now) for e in found[:max(limit, 0)]]
+        return [self._read(e, now) for e in found[:max(limit, 0)]]
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
         await self._now("get_payload")
@@ -316,7 +319,7 @@ class MemoryStore:
         key = (provider, event_id)
         event = self._events.get(key)
         if event is not None:
-            return Enqueued(accepted=False, row=event.read(now))
+            return Enqueued(accepted=False, row=self._read(event, now))
         if max_depth is not None and sum(
                 1 for k in self._queue if k[0] == provider and self._pending(k)) >= max_depth:
             return Enqueued(accepted=False, row=None, full=True)
