@@ -5,7 +5,7 @@ stuck or failed event, re-drive a failed event from its stored payload, and re-q
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -227,14 +227,13 @@ async def redrive(config: Config, store: OperatorStore, forwarder: Forwarder, ow
         raise OperationError(409, f"event {provider_key}:{event_id} is {state}; only failed "
                                   "events, expired attempts and dead (queue mode) events can "
                                   "be re-driven")
-    body = payload.body
     if provider.event_id.is_batch:
         # The stored request is the batch that first carried this event: send only this item.
-        items = batch_items(provider.event_id, body, dict(payload.headers))
-        body = filtered_body(provider.event_id, body,
-                             {i.position for i in items if i.event_id == event_id}, items)
-    done = await forwarder.forward(provider, [(event_id, attempt)], payload.method,
-                                   payload.path, payload.headers, body)
+        items = batch_items(provider.event_id, payload.body, dict(payload.headers))
+        payload = replace(payload, body=filtered_body(
+            provider.event_id, payload.body,
+            {i.position for i in items if i.event_id == event_id}, items))
+    done = await forwarder.forward(provider, [(event_id, attempt)], payload)
     return RedriveResult(
         attempt=attempt, state=done.result.state.value,
         status=done.response.status if done.response else None,

@@ -68,6 +68,14 @@ class AttemptResult:
     latency_ms: float
 
 
+class Recorded(enum.Enum):
+    """What became of a forward's result write on the rows it was for."""
+
+    WRITTEN = "written"  # on every row
+    SUPERSEDED = "superseded"  # a newer attempt had taken a row over: nothing written there
+    FAILED = "failed"  # the store failed, retries included (``Forwarded.record_error``)
+
+
 @dataclass(frozen=True, slots=True)
 class Forwarded:
     """One forward to the app and the recording of its result on the rows it was for."""
@@ -76,8 +84,8 @@ class Forwarded:
     result: AttemptResult
     response: RecordedResponse | None  # None when the app gave no HTTP answer
     upstream_error: str | None
-    recorded: bool | None  # True written; False superseded by a newer attempt; None store error
-    record_error: str | None = None
+    recorded: Recorded
+    record_error: str | None = None  # why, when ``recorded`` is FAILED
 
 
 @dataclass(frozen=True, slots=True)
