@@ -137,8 +137,9 @@ class NonceBinding:
 
 @dataclass(frozen=True, slots=True)
 class StoredRequest:
-    """The first delivery's request, kept for providers with ``store_payload: true`` so that an
-    operator can re-drive a failed event."""
+    """A request as the app gets it (its headers by the trusted-hops rule): what a forward
+    sends, and the first delivery's request, kept for providers with ``store_payload: true``
+    so that an operator can re-drive a failed event, and for queue mode's workers."""
 
     method: str
     path: str  # path and query as received
