@@ -53,33 +53,40 @@ def _original(owner: Any, name: str) -> Any:
 
 
 def _store_error_500() -> None:
-    import sidecar.delivery as delivery
+    # The modules of the pipeline that answer a store failure (``refuse("store_error")``).
+    from sidecar.delivery import forward, pipeline
 
-    refuse = _original(delivery, "refuse")
+    for module in (pipeline, forward):
+        refuse = _original(module, "refuse")
 
-    def broken(rule_name: str, *args: Any, **kwargs: Any) -> Any:
-        return refuse("internal_error" if rule_name == "store_error" else rule_name,
-                      *args, **kwargs)
+        def broken(rule_name: str, *args: Any, _refuse: Any = refuse, **kwargs: Any) -> Any:
+            return _refuse("internal_error" if rule_name == "store_error" else rule_name,
+                           *args, **kwargs)
 
-    delivery.refuse = broken  # type: ignore[attr-defined]
+        module.refuse = broken  # type: ignore[attr-defined]
 
 
 def _double_forward() -> None:
-    from sidecar.core.events import EventState
-    from sidecar.delivery import Pipeline
+    import dataclasses
 
-    claim = _original(Pipeline, "_claim")
+    from sidecar.core.events import EventState
+    from sidecar.delivery.forward import ForwardMode
+
+    claim = _original(ForwardMode, "_claim")
 
     async def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
-        row = await claim(self, *args, **kwargs)
-        return None if row is not None and row.state is EventState.PROCESSING else row
+        claimed = await claim(self, *args, **kwargs)
+        if claimed.row.state is EventState.PROCESSING:
+            return dataclasses.replace(claimed, won=True)
+        return claimed
 
-    Pipeline._claim = broken  # type: ignore[method-assign]
+    ForwardMode._claim = broken  # type: ignore[method-assign]
 
 
 def _relay_unrecorded() -> None:
     import dataclasses
 
+    from sidecar.core.events import Recorded
     from sidecar.forwarding import Forwarder
 
     forward = _original(Forwarder, "forward")
@@ -88,7 +95,9 @@ def _relay_unrecorded() -> None:
         done = await forward(self, *args, **kwargs)
         # The pipeline no longer learns that the result write failed: it relays the app's
         # answer (the forwarder still logs record_failed, as before the fix).
-        return dataclasses.replace(done, record_error=None) if done.record_error else done
+        if done.recorded is Recorded.FAILED:
+            return dataclasses.replace(done, recorded=Recorded.WRITTEN, record_error=None)
+        return done
 
     Forwarder.forward = broken  # type: ignore[method-assign]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from sidecar.config.model import ProviderConfig
 from sidecar.core.batch import batch_key
@@ -18,9 +18,12 @@ from sidecar.core.errors import StoreClosed, StoreError, UpstreamError
 from sidecar.core.events import (
     AttemptResult,
     EventRow,
+    EventState,
     Forwarded,
     Outcome,
+    Recorded,
     RecordedResponse,
+    StoredRequest,
 )
 from sidecar.core.headers import (
     ATTEMPT_HEADER,
@@ -70,29 +73,26 @@ class Forwarder:
         self._signing_keys = signing_keys  # current keys (file secrets are re-read)
         self._clock = clock
 
-    async def forward(
-        self, provider: ProviderConfig, rows: Sequence[tuple[str, int]], method: str,
-        path: str, headers: Iterable[tuple[str, str]], body: bytes,
-    ) -> Forwarded:
-        """Forward once on behalf of ``rows`` (``(event_id, attempt)`` pairs: one, or the
-        items a batch delivery claimed) and record the result on each of them."""
+    async def forward(self, provider: ProviderConfig, rows: Sequence[tuple[str, int]],
+                      request: StoredRequest) -> Forwarded:
+        """Forward ``request`` once on behalf of ``rows`` (``(event_id, attempt)`` pairs: one,
+        or the items a batch delivery claimed) and record the result on each of them."""
         attempt = max(attempt for _, attempt in rows)
         # The rows' leases began at their claims, just before this forward — for a batch up to
         # inflight_wait before (its items are claimed in turn, waiting on in-flight ones).
         lease_ends = (asyncio.get_running_loop().time() + provider.lease
                       - (provider.inflight_wait if provider.event_id.is_batch else 0.0))
-        sent = await self.send(provider, [event_id for event_id, _ in rows], attempt, method,
-                               path, headers, body)
+        sent = await self.send(provider, [event_id for event_id, _ in rows], attempt, request)
         recorded, record_error = await self._record(provider.key, rows, sent.result,
                                                     lease_ends - LEASE_MARGIN)
         return Forwarded(attempt, sent.result, sent.response, sent.error, recorded,
                          record_error)
 
     async def send(self, provider: ProviderConfig, ids: Sequence[str], attempt: int,
-                   method: str, path: str, headers: Iterable[tuple[str, str]],
-                   body: bytes) -> Sent:
-        """Send once to the app on behalf of the events ``ids``, telling it ``attempt``, and
-        classify its answer (nothing recorded: the caller writes the result)."""
+                   request: StoredRequest) -> Sent:
+        """Send ``request`` once to the app on behalf of the events ``ids``, telling it
+        ``attempt``, and classify its answer (nothing recorded: the caller writes the
+        result)."""
         added = {
             PROVIDER_HEADER: provider.key,
             ATTEMPT_HEADER: str(attempt),
@@ -110,18 +110,19 @@ class Forwarder:
             # Signed at each forward, so a re-drive hours later still verifies; replaces any
             # webhook-* headers of a Standard Webhooks provider, in every spelling (the app
             # verifies the proxy; see forwardable_headers).
-            added.update(forward_signature(keys, added[IDEMPOTENCY_HEADER], body,
+            added.update(forward_signature(keys, added[IDEMPOTENCY_HEADER], request.body,
                                            self._clock()))
         started = time.monotonic()
         response: RecordedResponse | None = None
         error: str | None = None
         try:
             response = await self._upstream.send(
-                method, path, forwardable_headers(headers, added), body)
+                request.method, request.path, forwardable_headers(request.headers, added),
+                request.body)
             outcome = Outcome.RESPONSE
         except UpstreamError as exc:
-            outcome = Outcome(exc.outcome)
-            error = exc.detail or exc.outcome
+            outcome = exc.outcome
+            error = exc.detail or exc.outcome.value
         elapsed = time.monotonic() - started
         self._metrics.upstream_latency.labels(provider.key).observe(elapsed)
         result = result_of(outcome, response, elapsed * 1000, provider.final_statuses)
@@ -129,17 +130,12 @@ class Forwarder:
         return Sent(result, response, error)
 
     async def _record(self, provider: str, rows: Sequence[tuple[str, int]],
-                      result: AttemptResult, until: float) -> tuple[bool | None, str | None]:
-        """Write the result on every row, protected from cancellation of the caller (a
-        shutdown past its timeout, or a client that went away): all writes are started before
-        any is awaited, go on regardless, and are awaited on shutdown. A failed write is tried
-        again until ``until`` (loop time, before the leases end)."""
-        tasks = [asyncio.ensure_future(self._write(provider, event_id, attempt, result, until))
-                 for event_id, attempt in rows]
-        for task in tasks:
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
-        outcomes = await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+                      result: AttemptResult, until: float) -> tuple[Recorded, str | None]:
+        """Write the result on every row (``shielded``). A failed write is tried again until
+        ``until`` (loop time, before the leases end)."""
+        outcomes = await shielded(
+            [self._write(provider, event_id, attempt, result, until)
+             for event_id, attempt in rows], self._pending)
         error: str | None = None
         for (event_id, attempt), outcome in zip(rows, outcomes, strict=True):
             if isinstance(outcome, StoreError):
@@ -155,15 +151,28 @@ class Forwarder:
                 log.warning("attempt_superseded", provider=provider, event_id=event_id,
                             attempt=attempt)
         if error is not None:
-            return None, error
-        return all(outcomes), None
+            return Recorded.FAILED, error
+        return (Recorded.WRITTEN if all(outcomes) else Recorded.SUPERSEDED), None
 
     async def _write(self, provider: str, event_id: str, attempt: int, result: AttemptResult,
                      until: float) -> bool:
         return await write_until(
             lambda: self._store.complete(provider, event_id, attempt, result),
-            lambda row: _holds(row, attempt, result),
+            lambda row: holds(row, attempt, result.state, result),
             self._store, provider, event_id, attempt, until)
+
+
+async def shielded(writes: Iterable[Coroutine[Any, Any, bool]],
+                   pending: set[asyncio.Task[bool]]) -> list[bool | BaseException]:
+    """Run result writes protected from cancellation of the caller (a shutdown past its
+    timeout, or a client that went away): all are started before any is awaited, go on
+    regardless, and are in ``pending`` (awaited on shutdown) until they end. Their answers,
+    or what they raised, in order."""
+    tasks = [asyncio.ensure_future(write) for write in writes]
+    for task in tasks:
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+    return await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
 
 
 async def write_until(write: Callable[[], Awaitable[bool]],
@@ -214,8 +223,10 @@ async def write_until(write: Callable[[], Awaitable[bool]],
     return written
 
 
-def _holds(row: EventRow | None, attempt: int, result: AttemptResult) -> bool:
-    """Whether ``row`` holds exactly ``result`` as the outcome of ``attempt``."""
-    return (row is not None and row.attempt == attempt and row.state is result.state
+def holds(row: EventRow | None, attempt: int, state: EventState,
+          result: AttemptResult) -> bool:
+    """Whether ``row`` holds exactly ``result`` as the outcome of ``attempt``, in ``state``:
+    a write whose answer was lost, that committed."""
+    return (row is not None and row.attempt == attempt and row.state is state
             and row.outcome is result.outcome and row.response == result.response
             and row.latency_ms == result.latency_ms)

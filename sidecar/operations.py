@@ -5,7 +5,7 @@ stuck or failed event, re-drive a failed event from its stored payload, and re-q
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,10 +51,6 @@ REDRIVE_LIMIT = 1000
 
 # Listed by the CLI and named in errors; the store accepts each ``EventState``.
 STATES = tuple(state.value for state in EventState)
-
-# A queued event with an entry in the queue table has one of these states: ``processing`` while
-# a worker forwards it. ``done`` and ``failed`` rows never have one, so ``show`` does not ask.
-_QUEUE_STATES = frozenset({EventState.QUEUED, EventState.PROCESSING, EventState.DEAD})
 
 
 def describe(row: EventRow, *, with_body: bool = False) -> dict[str, Any]:
@@ -155,8 +151,7 @@ async def show(store: OperatorStore, provider: str, event_id: str) -> dict[str, 
     payload = await store.get_payload(provider, event_id)
     data["payload_stored"] = payload is not None
     data["request"] = describe_request(payload) if payload is not None else None
-    entry = (await store.queue_entry(provider, event_id)
-             if row.state in _QUEUE_STATES else None)
+    entry = await store.queue_entry(provider, event_id) if row.in_queue else None
     data["queue"] = describe_queue(entry) if entry is not None else None
     return data
 
@@ -180,7 +175,7 @@ async def release(store: OperatorStore, provider: str, event_id: str, *,
         if row.state is EventState.DEAD:
             raise OperationError(409, f"event {provider}:{event_id} is dead (queue mode): "
                                       "release does not apply; re-queue it with redrive")
-        if row.state in _QUEUE_STATES and await store.queue_entry(provider, event_id):
+        if row.in_queue:
             raise OperationError(
                 409, f"event {provider}:{event_id} is {row.state.value} in its provider's "
                      "queue (queue mode): the delivery workers own it and release does not "
@@ -232,14 +227,13 @@ async def redrive(config: Config, store: OperatorStore, forwarder: Forwarder, ow
         raise OperationError(409, f"event {provider_key}:{event_id} is {state}; only failed "
                                   "events, expired attempts and dead (queue mode) events can "
                                   "be re-driven")
-    body = payload.body
     if provider.event_id.is_batch:
         # The stored request is the batch that first carried this event: send only this item.
-        items = batch_items(provider.event_id, body, dict(payload.headers))
-        body = filtered_body(provider.event_id, body,
-                             {i.position for i in items if i.event_id == event_id}, items)
-    done = await forwarder.forward(provider, [(event_id, attempt)], payload.method,
-                                   payload.path, payload.headers, body)
+        items = batch_items(provider.event_id, payload.body, dict(payload.headers))
+        payload = replace(payload, body=filtered_body(
+            provider.event_id, payload.body,
+            {i.position for i in items if i.event_id == event_id}, items))
+    done = await forwarder.forward(provider, [(event_id, attempt)], payload)
     return RedriveResult(
         attempt=attempt, state=done.result.state.value,
         status=done.response.status if done.response else None,

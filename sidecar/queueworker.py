@@ -21,17 +21,10 @@ from sidecar.config.model import Mode, ProviderConfig
 from sidecar.core.answers import header
 from sidecar.core.decision import status_class
 from sidecar.core.errors import StoreError
-from sidecar.core.events import (
-    AttemptResult,
-    EventRow,
-    EventState,
-    Outcome,
-    QueuedWork,
-    Settlement,
-)
+from sidecar.core.events import AttemptResult, EventState, Outcome, QueuedWork, Settlement
 from sidecar.core.ports import QueueWorkerStore
-from sidecar.core.queueing import RetryPolicy, settlement, unreachable_pause
-from sidecar.forwarding import LEASE_MARGIN, Forwarder, Sent, write_until
+from sidecar.core.queueing import RetryPolicy, ended, settlement, unreachable_pause
+from sidecar.forwarding import LEASE_MARGIN, Forwarder, Sent, holds, shielded, write_until
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 
@@ -181,7 +174,7 @@ class QueueWorker:
                           policy=self._policy, now=now, rand=self._rand, error=error)
         self._pace(ends)
         written = await self._settle(work, ends, lease_ends - LEASE_MARGIN)
-        outcome = _label(ends) if written else "superseded"
+        outcome = ended(ends) if written else "superseded"
         self._metrics.queue_attempts.labels(self.provider, outcome).inc()
         if written and ends.state is EventState.DEAD:
             self._metrics.dead_lettered.labels(self.provider).inc()
@@ -203,12 +196,10 @@ class QueueWorker:
     async def _send(self, work: QueuedWork) -> Sent:
         """The forward; a bug in it counts as an attempt whose outcome is unknown (the request
         may have gone out), so the event is retried, and dies by its budget, as any other."""
-        request = work.request
         started = time.monotonic()
         try:
             return await self._forwarder.send(self._provider, [work.event_id], work.attempt,
-                                              request.method, request.path, request.headers,
-                                              request.body)
+                                              work.request)
         except Exception as exc:
             log.exception("queue_forward_crashed", provider=self.provider,
                           event_id=work.event_id, attempt=work.attempt)
@@ -236,32 +227,17 @@ class QueueWorker:
         """Write the settlement, retried while the lease lasts; shielded from cancellation and
         drained on shutdown like forward mode's result writes. None: it could not be written
         (the lease then ends and the event is taken again, attempt + 1)."""
-        write = asyncio.ensure_future(write_until(
+        # A take that did not reach the app gives its attempt back (``Settlement.reached``).
+        attempt = work.attempt if ends.reached else work.attempt - 1
+        [written] = await shielded([write_until(
             lambda: self._store.settle_queued(self.provider, work.event_id, work.tries, ends),
-            lambda row: _holds(row, work, ends), self._store, self.provider, work.event_id,
-            work.attempt, until))
-        self._pending.add(write)
-        write.add_done_callback(self._pending.discard)
-        try:
-            return await asyncio.shield(write)
-        except StoreError:
+            lambda row: holds(row, attempt, ends.state, ends.result), self._store,
+            self.provider, work.event_id, work.attempt, until)], self._pending)
+        if isinstance(written, StoreError):
             return None
-
-
-def _label(ends: Settlement) -> str:
-    if ends.state is EventState.DONE:
-        return "done"
-    if ends.state is EventState.DEAD:
-        return "dead"
-    return "retry" if ends.reached else "unreachable"
-
-
-def _holds(row: EventRow | None, work: QueuedWork, ends: Settlement) -> bool:
-    """Whether ``row`` holds this settlement of this take (a lost answer that committed)."""
-    attempt = work.attempt if ends.reached else work.attempt - 1
-    return (row is not None and row.state is ends.state and row.attempt == attempt
-            and row.outcome is ends.result.outcome
-            and row.latency_ms == ends.result.latency_ms)
+        if isinstance(written, BaseException):
+            raise written
+        return written
 
 
 def _report_listen_end(task: asyncio.Task[None]) -> None:

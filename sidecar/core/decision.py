@@ -57,7 +57,16 @@ class MirrorFailure:
     row: EventRow
 
 
-Decision = AnswerRecorded | TakeOver | Wait | Busy | MirrorFailure
+@dataclass(frozen=True, slots=True)
+class QueueOwned:
+    """A queue-mode row whose worker's attempt ended without a result (its lease expired),
+    met under a provider now in forward mode: the delivery workers take it again, this
+    delivery never takes it over. Answer 409 with ``Retry-After``."""
+
+    retry_after: int = QUEUE_ROW_RETRY_AFTER
+
+
+Decision = AnswerRecorded | TakeOver | Wait | Busy | MirrorFailure | QueueOwned
 
 
 def decide(row: EventRow, *, waits: int, wait_left: float) -> Decision:
@@ -78,12 +87,22 @@ def decide(row: EventRow, *, waits: int, wait_left: float) -> Decision:
         return Busy(retry_after=QUEUE_ROW_RETRY_AFTER)
     # processing
     if not row.lease_live:
-        return TakeOver()
+        # A crashed attempt: forward mode's is taken over; a delivery worker's is not (the
+        # store's take_over leaves queue rows alone, so asking would only loop).
+        return QueueOwned() if row.in_queue else TakeOver()
     remaining = (row.lease_until or row.now) - row.now
     if wait_left <= 0:
         return Busy(retry_after=max(1, math.ceil(min(remaining, 60.0))))
     backoff = min(FIRST_POLL * 2 ** min(waits, 16), MAX_POLL)
     return Wait(pause=min(backoff, wait_left, remaining))
+
+
+def finishes_in_forward_mode(row: EventRow) -> bool:
+    """Queue mode found the event's row already there: whether forward mode wrote it and has
+    not finished it (failed, or an attempt in flight or crashed). Forward mode's rules then
+    finish it, so a provider is never told "accepted" for an event no worker would deliver.
+    A done row is answered "accepted" whichever mode wrote it."""
+    return row.state is not EventState.DONE and not row.in_queue
 
 
 def rejects_other_body(seen_sha256: bytes, body_sha256: bytes, policy: str) -> bool | None:

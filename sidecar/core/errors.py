@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sidecar.core.events import Outcome
+
 
 class SidecarError(Exception):
     """Root of every error this project raises on purpose."""
@@ -58,10 +60,10 @@ class SchemaError(StoreError):
 
 
 class UpstreamError(SidecarError):
-    """The upstream gave no HTTP answer. ``outcome`` is ``timeout``, ``connect_error`` or
-    ``disconnected``; after ``timeout`` or ``disconnected`` the app may have processed it."""
+    """The upstream gave no HTTP answer. ``outcome`` is ``TIMEOUT``, ``CONNECT_ERROR`` or
+    ``DISCONNECTED``; after ``TIMEOUT`` or ``DISCONNECTED`` the app may have processed it."""
 
-    def __init__(self, outcome: str, detail: str = "") -> None:
+    def __init__(self, outcome: Outcome, detail: str = "") -> None:
         self.outcome = outcome
         self.detail = detail
         super().__init__(f"{outcome}: {detail}" if detail else outcome)

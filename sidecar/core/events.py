@@ -68,6 +68,14 @@ class AttemptResult:
     latency_ms: float
 
 
+class Recorded(enum.Enum):
+    """What became of a forward's result write on the rows it was for."""
+
+    WRITTEN = "written"  # on every row
+    SUPERSEDED = "superseded"  # a newer attempt had taken a row over: nothing written there
+    FAILED = "failed"  # the store failed, retries included (``Forwarded.record_error``)
+
+
 @dataclass(frozen=True, slots=True)
 class Forwarded:
     """One forward to the app and the recording of its result on the rows it was for."""
@@ -76,8 +84,8 @@ class Forwarded:
     result: AttemptResult
     response: RecordedResponse | None  # None when the app gave no HTTP answer
     upstream_error: str | None
-    recorded: bool | None  # True written; False superseded by a newer attempt; None store error
-    record_error: str | None = None
+    recorded: Recorded
+    record_error: str | None = None  # why, when ``recorded`` is FAILED
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +94,11 @@ class EventRow:
 
     Times are seconds since the Unix epoch, taken from the database clock so that several
     proxy replicas with skewed clocks agree on lease expiry.
+
+    ``in_queue``: the row has a queue entry, read with it — queue mode's delivery workers own
+    the event until it is done (queued, in flight with them, or dead; the entry goes with the
+    ``done`` state). The store's fact, so that ``core.decision`` can tell a queue-mode row from
+    a forward-mode one in the same state.
     """
 
     provider: str
@@ -100,6 +113,7 @@ class EventRow:
     response: RecordedResponse | None
     latency_ms: float | None
     now: float  # database clock when this row was read
+    in_queue: bool
 
     @property
     def lease_live(self) -> bool:
@@ -123,8 +137,9 @@ class NonceBinding:
 
 @dataclass(frozen=True, slots=True)
 class StoredRequest:
-    """The first delivery's request, kept for providers with ``store_payload: true`` so that an
-    operator can re-drive a failed event."""
+    """A request as the app gets it (its headers by the trusted-hops rule): what a forward
+    sends, and the first delivery's request, kept for providers with ``store_payload: true``
+    so that an operator can re-drive a failed event, and for queue mode's workers."""
 
     method: str
     path: str  # path and query as received

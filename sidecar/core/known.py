@@ -66,8 +66,6 @@ class KnownAnswers:
         self._entries: OrderedDict[tuple[str, str, str], tuple[object, float, int]] = (
             OrderedDict())
         self._size = 0
-        self.hits = 0
-        self.misses = 0
 
     @property
     def enabled(self) -> bool:
@@ -135,16 +133,13 @@ class KnownAnswers:
     def _get(self, key: tuple[str, str, str]) -> object | None:
         entry = self._entries.get(key)
         if entry is None:
-            self.misses += 1
             return None
         fact, expires, size = entry
         if expires <= self._clock():
             del self._entries[key]
             self._size -= size
-            self.misses += 1
             return None
         self._entries.move_to_end(key)
-        self.hits += 1
         return fact
 
     def _put(self, key: tuple[str, str, str], fact: object, until: float, size: int) -> None:

@@ -3,9 +3,9 @@
 Each caller is typed by the role it plays, and sees only that role's verbs:
 
     RowReader         get                                       whether a lost write landed
-    EventStore        + queue_entry, take_over, complete        the forwarder's result write
+    EventStore        + take_over, complete                     the forwarder's result write
     DeliveryStore     + claim, enqueue, bind_nonce              the delivery pipeline
-    OperatorStore     + list_events, get_payload, release, …    the events CLI and admin API
+    OperatorStore     + list_events, queue_entry, release, …    the events CLI and admin API
     QueueWorkerStore  get, take_queued, settle_queued, …        queue mode's delivery workers
     UpkeepStore       purge, purge_nonces, stuck_counts, …      maintenance, probes, gauges
     Store             all of them, and close                    the adapters, the composition
@@ -42,12 +42,8 @@ class RowReader(Protocol):
 
 
 class EventStore(RowReader, Protocol):
-    """The verbs on one event's attempts, whoever holds it: read its row or queue entry, take
-    a failed or abandoned attempt over, record an attempt's result (the forwarder's write)."""
-
-    async def queue_entry(self, provider: str, event_id: str) -> QueueEntry | None:
-        """The event's queue entry, or None (not queued, or done)."""
-        ...
+    """The verbs on one event's attempts, whoever holds it: read its row, take a failed or
+    abandoned attempt over, record an attempt's result (the forwarder's write)."""
 
     async def take_over(
         self, provider: str, event_id: str, lease_seconds: float, owner: str
@@ -182,7 +178,12 @@ class UpkeepStore(Protocol):
 
 class OperatorStore(EventStore, Protocol):
     """What the operator's verbs (``events`` CLI, admin API) need besides an event's attempts:
-    list, read the stored request, release, re-drive dead events."""
+    list, read the stored request and the queue entry, release, re-drive dead events."""
+
+    async def queue_entry(self, provider: str, event_id: str) -> QueueEntry | None:
+        """The event's queue entry, or None (not queued, or done): where an event of
+        ``EventRow.in_queue`` stands in its provider's queue."""
+        ...
 
     async def list_events(
         self,

@@ -79,6 +79,16 @@ def settlement(result: AttemptResult, *, round_attempts: int, age: float,
     return Settlement(EventState.QUEUED, result, retry_in=delay, error=error)
 
 
+def ended(ends: Settlement) -> str:
+    """How a try ended, in a word (the ``result`` of its metric and log line): ``done``,
+    ``dead``, ``retry``, or ``unreachable`` (due again, not counted as an attempt)."""
+    if ends.state is EventState.DONE:
+        return "done"
+    if ends.state is EventState.DEAD:
+        return "dead"
+    return "retry" if ends.reached else "unreachable"
+
+
 def unreachable_pause(failures: int, policy: RetryPolicy) -> float:
     """How long a provider's workers wait before the next probe after ``failures`` (≥ 1)
     consecutive tries that could not connect to the app."""

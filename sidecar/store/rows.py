@@ -36,7 +36,8 @@ def _float(value: Any) -> float | None:
 
 
 def event_row(record: Record) -> EventRow:
-    """An ``EventRow`` from a record with the columns of the ``get`` queries."""
+    """An ``EventRow`` from a record with the columns of the ``get`` queries
+    (``event_row.fragment.sql`` and ``in_queue``)."""
     status = record["response_status"]
     response: RecordedResponse | None = None
     if status is not None:
@@ -61,6 +62,7 @@ def event_row(record: Record) -> EventRow:
         response=response,
         latency_ms=_float(record["latency_ms"]),
         now=float(record["now"]),
+        in_queue=bool(record["in_queue"]),
     )
 
 

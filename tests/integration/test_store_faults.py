@@ -25,7 +25,14 @@ from aiohttp import web
 from sidecar.config.loader import parse_config
 from sidecar.config.model import ProviderConfig
 from sidecar.core.errors import RowLocked, StoreError
-from sidecar.core.events import AttemptResult, EventState, Outcome, RecordedResponse
+from sidecar.core.events import (
+    AttemptResult,
+    EventState,
+    Outcome,
+    Recorded,
+    RecordedResponse,
+    StoredRequest,
+)
 from sidecar.forwarding import Forwarder
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.storelog import StoreLog
@@ -52,6 +59,7 @@ pytestmark = pytest.mark.postgres
 APP = "webhook-sidecar"  # the store's application_name: how its backends are told apart
 BODY = b"\x01" * 32
 LEASE = 30.0
+REQUEST = StoredRequest("POST", "/", (), b"{}")  # what a forward sends
 DONE = AttemptResult(EventState.DONE, Outcome.RESPONSE,
                      RecordedResponse(200, (("Content-Type", "application/json"),), b"{}"), 7.25)
 
@@ -355,7 +363,7 @@ async def test_a_result_write_meeting_a_locked_row_is_retried_until_it_is_record
         with structlog.testing.capture_logs() as logs:
             async with row_locked(dsn, "evt_1") as holder:
                 forward = asyncio.create_task(_forwarder(store).forward(
-                    _stripe("30s"), [("evt_1", 1)], "POST", "/", [], b"{}"))
+                    _stripe("30s"), [("evt_1", 1)], REQUEST))
 
                 async def retrying() -> bool:
                     return any(e["event"] == "record_retrying" for e in logs)
@@ -363,7 +371,7 @@ async def test_a_result_write_meeting_a_locked_row_is_retried_until_it_is_record
                 await until(retrying, "the result write meets the lock and is retried")
                 assert not forward.done() and not holder.is_closed()
             done = await forward  # the lock is gone: the next try records the result
-        assert done.recorded is True and done.record_error is None
+        assert done.recorded is Recorded.WRITTEN and done.record_error is None
         assert [e["event"] for e in logs if e["event"].startswith("record_")] == [
             "record_retrying", "record_recovered"]
         row = await store.get("stripe", "evt_1")
@@ -375,12 +383,12 @@ async def test_a_result_write_is_not_retried_past_the_lease(dsn: str) -> None:
         await store.claim("stripe", "evt_1", BODY, 2.5, "proxy")
         async with row_locked(dsn, "evt_1"):
             took, done = await timed(_forwarder(store).forward(
-                _stripe("2500ms"), [("evt_1", 1)], "POST", "/", [], b"{}"))
+                _stripe("2500ms"), [("evt_1", 1)], REQUEST))
             row = await store.get("stripe", "evt_1")  # a read does not wait for the lock
         # The retries stop a second before the lease ends, whatever the lock does. (A try cut
         # off then may still commit once the lock goes, before the server sees its cancel:
         # fenced by the attempt, like any late write.)
-        assert done.recorded is None and "locked" in (done.record_error or ""), done
+        assert done.recorded is Recorded.FAILED and "locked" in (done.record_error or ""), done
         assert 1.0 < took < 2.0, took
         assert row is not None and row.state is EventState.PROCESSING
 

@@ -248,6 +248,40 @@ async def test_the_stored_request_round_trips_byte_exact(store: Store) -> None:
     assert await store.get_payload("acme", event_id) == request
 
 
+async def test_every_row_read_tells_whether_the_event_is_in_a_queue(store: Store) -> None:
+    """``EventRow.in_queue``: the row has a queue entry (waiting, in flight with a worker, or
+    dead), from every verb that answers rows, and in the same read as the row. A forward-mode
+    row never has one, nor does a queued event once done (its entry goes)."""
+    await _queued(store, "evt_q", "evt_dead", "evt_done")
+    assert (await store.claim("stripe", "evt_fwd", BODY, LEASE, "proxy")).row.in_queue is False
+
+    async def facts(event_id: str) -> set[bool]:
+        """``in_queue`` as each row-answering verb reads it."""
+        read = [await _row(store, "stripe", event_id)]
+        read += [r for r in await store.list_events(provider="stripe", limit=100)
+                 if r.event_id == event_id]
+        enqueued = await store.enqueue("stripe", event_id, BODY, REQUEST)
+        claims = await asyncio.gather(*(store.claim("stripe", event_id, BODY, LEASE, f"p{n}")
+                                        for n in range(8)))  # together: a batch, too
+        assert enqueued.row is not None and not any(c.won for c in claims)
+        read += [enqueued.row, *(c.row for c in claims)]
+        assert len(read) == 11 and {r.event_id for r in read} == {event_id}
+        return {r.in_queue for r in read}
+
+    assert await facts("evt_q") == {True}, "waiting"
+    assert await facts("evt_fwd") == {False}, "claimed in forward mode"
+    taken = {w.event_id: w for w in await _take(store, limit=3)}
+    assert await facts("evt_q") == {True}, "in flight with a worker"
+    assert await store.settle_queued("stripe", "evt_dead", taken["evt_dead"].tries, DEAD)
+    assert await facts("evt_dead") == {True}, "dead"
+    assert await store.settle_queued("stripe", "evt_done", taken["evt_done"].tries, DONE)
+    assert await facts("evt_done") == {False}, "done: the entry is gone"
+    assert await store.requeue_dead("stripe", "evt_dead") == ["evt_dead"]
+    assert await facts("evt_dead") == {True}, "re-driven"
+    assert await store.complete("stripe", "evt_fwd", 1, FAILED_500)
+    assert await facts("evt_fwd") == {False}, "failed in forward mode"
+
+
 # == take ====================================================================================
 
 

@@ -14,10 +14,12 @@ from sidecar.core.decision import (
     AnswerRecorded,
     Busy,
     MirrorFailure,
+    QueueOwned,
     TakeOver,
     Wait,
     classify,
     decide,
+    finishes_in_forward_mode,
     rejects_other_body,
     result_of,
 )
@@ -31,7 +33,7 @@ FINAL = frozenset({400, 422})  # a provider whose app wants these rejections rec
 def row(state: EventState, lease_until: float | None = None, **kw: object) -> EventRow:
     base = EventRow(provider="p", event_id="e", state=state, attempt=1, body_sha256=b"h",
                     received_at=NOW - 5, updated_at=NOW - 1, lease_until=lease_until,
-                    outcome=None, response=None, latency_ms=None, now=NOW)
+                    outcome=None, response=None, latency_ms=None, now=NOW, in_queue=False)
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
@@ -50,9 +52,42 @@ def test_failed_is_taken_over_on_arrival_but_mirrored_after_waiting() -> None:
 def test_a_queue_row_under_forward_mode_is_busy_never_taken_over(state: EventState) -> None:
     """A provider switched back to forward mode before its queue drained: the row belongs to
     the delivery workers (or an operator's re-drive), so the provider is told to come back."""
-    queued = row(state, attempt=0)
+    queued = row(state, attempt=0, in_queue=True)
     assert decide(queued, waits=0, wait_left=1) == Busy(retry_after=QUEUE_ROW_RETRY_AFTER)
     assert decide(queued, waits=3, wait_left=0) == Busy(retry_after=QUEUE_ROW_RETRY_AFTER)
+
+
+@pytest.mark.parametrize(("waits", "wait_left"), [(0, 1.0), (1, 1.0), (3, 0.0)])
+def test_a_queue_row_whose_worker_crashed_is_left_to_the_workers(waits: int,
+                                                                  wait_left: float) -> None:
+    """Processing with an expired lease: a forward-mode attempt that crashed is taken over;
+    a delivery worker's is not (the workers take it again), however long this one waited."""
+    crashed = row(EventState.PROCESSING, lease_until=NOW - 0.001)
+    assert decide(crashed, waits=waits, wait_left=wait_left) == TakeOver()
+    in_queue = replace(crashed, in_queue=True)
+    assert decide(in_queue, waits=waits, wait_left=wait_left) == QueueOwned(
+        retry_after=QUEUE_ROW_RETRY_AFTER)
+
+
+def test_a_queue_row_in_flight_with_a_worker_is_waited_on_like_any_attempt() -> None:
+    live = row(EventState.PROCESSING, lease_until=NOW + 30, in_queue=True)
+    assert decide(live, waits=0, wait_left=0.5) == Wait(pause=FIRST_POLL)
+    assert decide(live, waits=1, wait_left=0) == Busy(retry_after=30)
+
+
+@pytest.mark.parametrize(("state", "in_queue", "forward"), [
+    (EventState.DONE, False, False),  # answered "accepted", whichever mode wrote it
+    (EventState.QUEUED, True, False),  # the queue's: accepted again
+    (EventState.DEAD, True, False),
+    (EventState.PROCESSING, True, False),  # a worker's attempt, live or crashed
+    (EventState.PROCESSING, False, True),  # forward mode's attempt, live or crashed
+    (EventState.FAILED, False, True),  # forward mode's failure: taken over there
+])
+def test_queue_mode_leaves_to_forward_mode_only_what_forward_mode_has_not_finished(
+        state: EventState, in_queue: bool, forward: bool) -> None:
+    for lease_until in (NOW + 30, NOW - 1, None):
+        found = row(state, lease_until=lease_until, in_queue=in_queue)
+        assert finishes_in_forward_mode(found) is forward
 
 
 def test_live_lease_waits_then_is_busy() -> None:

@@ -43,7 +43,7 @@ class Clock:
 def done_row(event_id: str, body: bytes = b"{}", *, received: float = 0.0,
              now: float = 0.0, state: EventState = EventState.DONE) -> EventRow:
     return EventRow("stripe", event_id, state, 1, b"h" * 32, received, received, None,
-                    Outcome.RESPONSE, RecordedResponse(200, (), body), 1.0, now)
+                    Outcome.RESPONSE, RecordedResponse(200, (), body), 1.0, now, in_queue=False)
 
 
 def test_done_rows_are_kept_until_retention_would_delete_them() -> None:

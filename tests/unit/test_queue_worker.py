@@ -340,6 +340,29 @@ async def test_an_event_failed_in_forward_mode_finishes_in_forward_mode_after_a_
     assert await q.store.queue_entry("stripe", "evt_1") is None
 
 
+async def test_an_event_in_flight_in_forward_mode_is_waited_on_after_a_switch() -> None:
+    """Its row is processing without a queue entry: queue mode leaves it to forward mode's
+    rules, which wait for that attempt and answer its result, never "accepted" for an event
+    no worker would deliver."""
+    forward_config = parse_config(base_config("http://127.0.0.1:9", "sqlite:///u.db"), env={})
+    q = Queue()
+    before = pipeline_for(forward_config, store=q.store, upstream=q.upstream, clock=q.clock)
+    body = stripe_event("evt_1")
+    q.upstream.gate.clear()  # the forward-mode attempt is held at the app
+    first = asyncio.create_task(before.deliver(forward_config.providers[0],
+                                               inbound(body, stripe_headers(body))))
+    await asyncio.wait_for(q.upstream.arrived.wait(), 2)
+    again = asyncio.create_task(q.send("evt_1"))  # the provider now in queue mode
+    await settle()
+    assert not again.done(), "waiting on the attempt in flight"
+    q.upstream.gate.set()
+    assert (await asyncio.wait_for(first, 2)).result is Result.NEW
+    answer = await asyncio.wait_for(again, 2)
+    assert (answer.status, answer.result) == (200, Result.DUPLICATE)
+    assert len(q.upstream.requests) == 1
+    assert await q.store.queue_entry("stripe", "evt_1") is None
+
+
 async def test_store_trouble_is_answered_503_and_the_provider_keeps_the_event() -> None:
     q = Queue()
     await q.store.close()  # every verb now raises StoreError, as a store that is down

@@ -12,6 +12,7 @@ from sidecar.core.queueing import (
     UNREACHABLE_MAX_PAUSE,
     RetryPolicy,
     backoff,
+    ended,
     retry_after,
     settlement,
     unreachable_pause,
@@ -82,6 +83,19 @@ CASES = [
 def test_settlement_truth_table(name: str, res: AttemptResult, attempts: int, age: float,
                                 retry: str | None, expected: tuple[object, ...]) -> None:
     assert ends(res, attempts=attempts, age=age, retry_after_value=retry) == expected
+
+
+@pytest.mark.parametrize(("res", "word"), [
+    (result(EventState.DONE, status=200), "done"),
+    (result(EventState.FAILED), "retry"),
+    (result(EventState.FAILED, Outcome.CONNECT_ERROR), "unreachable"),
+])
+def test_how_a_try_ended_in_a_word(res: AttemptResult, word: str) -> None:
+    assert ended(settlement(res, round_attempts=1, age=0.0, retry_after_value=None,
+                            policy=POLICY, now=NOW, rand=lambda: 0.5)) == word
+    dead = settlement(res, round_attempts=1, age=POLICY.max_age, retry_after_value=None,
+                      policy=POLICY, now=NOW, rand=lambda: 0.5)
+    assert ended(dead) == ("done" if word == "done" else "dead")
 
 
 def test_backoff_doubles_to_the_ceiling_with_equal_jitter() -> None:

@@ -9,8 +9,8 @@ URL, to which HubSpot and Twilio add the query string of the request.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import TypeAlias, cast, overload
+from collections.abc import Sequence
+from typing import TypeAlias
 
 from sidecar.core.fields import as_mapping
 from sidecar.core.signing.delivery import Delivery, SignedDelivery
@@ -53,31 +53,13 @@ def decode_signing_key(spec: SignatureSpec, raw: str, path: str) -> bytes:
     return decode_declarative_signing_key(spec, raw, path)
 
 
-@overload
-def verify(spec: SignatureSpec, keys: Sequence[bytes], delivery: Delivery, now: float) -> None: ...
-
-
-# Transitional: the pipeline (``sidecar/delivery.py``) still passes the delivery's parts one by
-# one. Once it passes a ``Delivery``, delete this overload and the branch that serves it.
-@overload
-def verify(spec: SignatureSpec, keys: Sequence[bytes], body: bytes, headers: Mapping[str, str],
-           now: float, /, *, method: str = "POST", query: str = "") -> None: ...
-
-
-def verify(spec: SignatureSpec, keys: Sequence[bytes], delivery: Delivery | bytes,
-           now: float | Mapping[str, str], *parts: float, method: str = "POST",
-           query: str = "") -> None:
+def verify(spec: SignatureSpec, keys: Sequence[bytes], delivery: Delivery, now: float) -> None:
     """Return if ``delivery`` is authentic under any of ``keys``; else raise
     ``VerificationError`` (and nothing else, whatever the request holds)."""
-    if isinstance(delivery, Delivery):
-        when = cast(float, now)
-    else:  # the transitional form: (…, body, headers, now, method=…, query=…)
-        delivery = Delivery(delivery, cast(Mapping[str, str], now), method, query)
-        (when,) = parts
     if isinstance(spec, PluginSpec):
-        spec.scheme.verify(keys, delivery, when)
+        spec.scheme.verify(keys, delivery, now)
     else:
-        verify_declarative(spec, keys, delivery, when)
+        verify_declarative(spec, keys, delivery, now)
 
 
 def sign_delivery(spec: SignatureSpec, key: bytes, delivery: Delivery,

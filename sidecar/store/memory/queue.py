@@ -27,7 +27,7 @@ class QueueVerbs(Tables):
         key = (provider, event_id)
         event = self._events.get(key)
         if event is not None:
-            return Enqueued(accepted=False, row=event.read(now))
+            return Enqueued(accepted=False, row=self._read(event, now))
         if max_depth is not None and sum(
                 1 for k in self._queue if k[0] == provider and self._pending(k)) >= max_depth:
             return Enqueued(accepted=False, row=None, full=True)

@@ -70,11 +70,11 @@ class MemoryStore(QueueVerbs):
         now = await self._now("claim")
         event = self._events.get((provider, event_id))
         if event is not None:
-            return Claim(won=False, row=event.read(now))
+            return Claim(won=False, row=self._read(event, now))
         event = Event(provider, event_id, bytes(body_sha256), received_at=now, payload=payload,
                       updated_at=now, lease_owner=owner, lease_until=now + float(lease_seconds))
         self._events[(provider, event_id)] = event
-        return Claim(won=True, row=event.read(now))
+        return Claim(won=True, row=self._read(event, now))
 
     async def take_over(
         self, provider: str, event_id: str, lease_seconds: float, owner: str
@@ -106,7 +106,7 @@ class MemoryStore(QueueVerbs):
     async def get(self, provider: str, event_id: str) -> EventRow | None:
         now = await self._now("get")
         event = self._events.get((provider, event_id))
-        return event.read(now) if event is not None else None
+        return self._read(event, now) if event is not None else None
 
     async def list_events(self, provider: str | None = None, state: EventState | None = None,
                           limit: int = 100, older_than_seconds: float | None = None,
@@ -121,7 +121,7 @@ class MemoryStore(QueueVerbs):
             and (cutoff is None or e.received_before(cutoff))
         ]
         found.sort(key=lambda e: (-e.received_at, e.provider, e.event_id))
-        return [e.read(now) for e in found[:max(limit, 0)]]
+        return [self._read(e, now) for e in found[:max(limit, 0)]]
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
         await self._now("get_payload")

@@ -40,12 +40,12 @@ class Event:
     response: RecordedResponse | None = None
     latency_ms: float | None = None
 
-    def read(self, now: float) -> EventRow:
+    def read(self, now: float, *, in_queue: bool) -> EventRow:
         return EventRow(
             provider=self.provider, event_id=self.event_id, state=self.state,
             attempt=self.attempt, body_sha256=self.body_sha256, received_at=self.received_at,
             updated_at=self.updated_at, lease_until=self.lease_until, outcome=self.outcome,
-            response=self.response, latency_ms=self.latency_ms, now=now,
+            response=self.response, latency_ms=self.latency_ms, now=now, in_queue=in_queue,
         )
 
     def lease_expired(self, now: float) -> bool:
@@ -120,6 +120,10 @@ class Tables:
     def _writable(self, what: str, key: Key) -> None:
         if key in self._held:
             raise RowLocked(f"{what}: the event row is locked by another session")
+
+    def _read(self, event: Event, now: float) -> EventRow:
+        """The row as the verbs answer it: with whether it has a queue entry."""
+        return event.read(now, in_queue=(event.provider, event.event_id) in self._queue)
 
     def _pending(self, key: Key) -> bool:
         """The event has a queue entry that is not dead."""

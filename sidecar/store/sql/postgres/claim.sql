@@ -5,7 +5,8 @@
 -- The winner gets its inserted row (won = true). A loser whose competitor committed before this
 -- statement's snapshot gets the existing row (won = false). A loser whose competitor committed
 -- after the snapshot (the INSERT waited for it, then did nothing) gets no row at all: the caller
--- then reads the row with a new statement (get.sql).
+-- then reads the row with a new statement (get.sql). Only an existing row can have a queue entry:
+-- the probe runs on that branch alone.
 WITH t AS (
     SELECT clock_timestamp() AS ts
 ), ins AS (
@@ -22,10 +23,10 @@ WITH t AS (
               e.updated_at, e.lease_until, e.outcome, e.response_status, e.response_headers,
               e.response_body, e.latency_ms
 )
-SELECT true AS won, {{event_row}}
+SELECT true AS won, {{event_row}}, false AS in_queue
   FROM ins
 UNION ALL
-SELECT false AS won, {{event_row}}
-  FROM webhook_event
+SELECT false AS won, {{event_row}}, {{in_queue}}
+  FROM webhook_event AS e
  WHERE provider = :provider::text AND event_id = :event_id::text
    AND NOT EXISTS (SELECT 1 FROM ins);

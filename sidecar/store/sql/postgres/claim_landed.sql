@@ -6,7 +6,7 @@
 -- whole lease, to an attempt that is never forwarded. No row: the first run did not commit
 -- (or has not yet, on a backend that outlived its connection — then claim.sql waits for it and
 -- answers "lost", which is safe: the event waits for its lease like a crashed attempt's).
-SELECT true AS won, {{event_row}}
-  FROM webhook_event
+SELECT true AS won, {{event_row}}, {{in_queue}}
+  FROM webhook_event AS e
  WHERE provider = :provider::text AND event_id = :event_id::text
    AND state = 'processing' AND lease_owner = :owner::text;

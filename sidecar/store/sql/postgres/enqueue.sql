@@ -59,7 +59,7 @@ WITH t AS MATERIALIZED (
 SELECT woke.n > 0 AS accepted, NOT room.ok AS full, existing.*
   FROM woke
  CROSS JOIN room
-  LEFT JOIN (SELECT {{event_row}}
-               FROM webhook_event
+  LEFT JOIN (SELECT {{event_row}}, {{in_queue}}
+               FROM webhook_event AS e
               WHERE provider = :provider::text AND event_id = :event_id::text
                 AND NOT EXISTS (SELECT 1 FROM ins)) AS existing ON true;

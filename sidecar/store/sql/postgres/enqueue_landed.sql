@@ -7,7 +7,7 @@
 -- No row: the first run did not commit; or a worker has taken the entry since (its take
 -- replaces the token), and the repeat answers the row as existing. A first run still alive on
 -- a backend that outlived its connection makes the repeat wait for it, as in claim_landed.sql.
-SELECT true AS accepted, false AS full, {{event_row}}
+SELECT true AS accepted, false AS full, {{event_row}}, {{in_queue}}
   FROM webhook_event AS e
  WHERE provider = :provider::text AND event_id = :event_id::text
    AND EXISTS (SELECT 1

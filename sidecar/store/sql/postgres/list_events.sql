@@ -1,7 +1,7 @@
 -- Rows newest first. :provider, :state and :older_than (a minimum age in seconds) filter unless
 -- NULL.
-SELECT {{event_row}}
-  FROM webhook_event
+SELECT {{event_row}}, {{in_queue}}
+  FROM webhook_event AS e
  WHERE (:provider::text IS NULL OR provider = :provider::text)
    AND (:state::text IS NULL OR state = :state::text)
    AND (:older_than::float8 IS NULL

@@ -1,3 +1,4 @@
-SELECT {{event_row}}
-  FROM webhook_event
+-- One row with the database clock, and whether it has a queue entry.
+SELECT {{event_row}}, {{in_queue}}
+  FROM webhook_event AS e
  WHERE provider = :provider AND event_id = :event_id;

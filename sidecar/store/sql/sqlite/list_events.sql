@@ -1,5 +1,5 @@
-SELECT {{event_row}}
-  FROM webhook_event
+SELECT {{event_row}}, {{in_queue}}
+  FROM webhook_event AS e
  WHERE (:provider IS NULL OR provider = :provider)
    AND (:state IS NULL OR state = :state)
    AND (:older_than IS NULL

@@ -1,0 +1,60 @@
+"""``Pipeline.deliver``: one request on a provider's route in, its answer out, through the
+shared steps (``steps``) and the provider's mode (``forward``, ``queue``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from sidecar.config.model import Mode, ProviderConfig
+from sidecar.core.answers import Answer, refuse
+from sidecar.core.body import Body
+from sidecar.core.errors import StoreError
+from sidecar.core.forwarded import Network
+from sidecar.core.known import KnownAnswers
+from sidecar.core.ports import DeliveryStore
+from sidecar.delivery.context import Delivery, Inbound, Trace
+from sidecar.delivery.forward import ForwardMode
+from sidecar.delivery.ports import Forwarding, Keys, Observer
+from sidecar.delivery.queue import QueueMode
+from sidecar.delivery.steps import Steps
+
+
+class Pipeline:
+    """Built once at start-up; ``deliver`` is called once per request."""
+
+    def __init__(self, *, store: DeliveryStore, forwarder: Forwarding, keyring: Keys, owner: str,
+                 observer: Observer, clock: Callable[[], float] = time.time,
+                 trusted_proxies: Sequence[Network] = (),
+                 known: KnownAnswers | None = None,
+                 on_queued: Callable[[str], None] = lambda provider: None) -> None:
+        # Done events and replay-guard bindings this process has seen (``core.known``).
+        known = known if known is not None else KnownAnswers(0)
+        self._steps = Steps(store=store, keyring=keyring, known=known, observer=observer,
+                            clock=clock, trusted_proxies=trusted_proxies)
+        self._forward = ForwardMode(self._steps, store=store, forwarder=forwarder, known=known,
+                                    owner=owner, clock=clock)
+        self._queue = QueueMode(self._steps, store=store, known=known, on_queued=on_queued)
+
+    async def deliver(self, provider: ProviderConfig, inbound: Inbound) -> Answer:
+        trace = Trace()
+        try:
+            answer = await self._deliver(Delivery(provider, inbound, Body(inbound.body), trace))
+        except StoreError as exc:
+            trace.fields["error"] = str(exc)
+            answer = refuse("store_error")
+        except Exception as exc:  # a bug: answered 500, logged with its traceback, counted
+            trace.fields["exc_info"] = exc
+            answer = refuse("internal_error")
+        return trace.finish(answer)
+
+    async def _deliver(self, delivery: Delivery) -> Answer:
+        admitted = await self._steps.admit(delivery)
+        if isinstance(admitted, Answer):
+            return admitted
+        if admitted.provider.mode is Mode.QUEUE:
+            answer = await self._queue.accept(admitted)
+            if answer is not None:
+                return answer
+            # The event was first seen in forward mode: it finishes in forward mode.
+        return await self._forward.deliver(admitted)

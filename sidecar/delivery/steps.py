@@ -1,0 +1,134 @@
+"""The steps every delivery takes before its mode's, and what both modes do when they claim.
+
+    verify ─ bind nonce ─ handshake ─ event ids ─ body replay        (``Steps.admit``)
+
+Each step takes the delivery and either answers it (a refusal, a handshake) or lets it go on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from sidecar.core.answers import Answer, Result, refuse
+from sidecar.core.bodyreplay import guard_key, ids_digest
+from sidecar.core.decision import rejects_other_body
+from sidecar.core.errors import EventIdError, VerificationError
+from sidecar.core.eventid import EventIdSpec, delivery_items, extract_event_id
+from sidecar.core.forwarded import Network, forwarding_headers
+from sidecar.core.handshake import handshake_answer
+from sidecar.core.known import KnownAnswers
+from sidecar.core.ports import DeliveryStore
+from sidecar.core.signing import Delivery as SignedRequest
+from sidecar.core.signing import verify
+from sidecar.delivery.context import Delivery, Inbound
+from sidecar.delivery.ports import Keys, Observer
+
+T = TypeVar("T")
+
+
+class Steps:
+    """The shared steps, built once with the collaborators they use."""
+
+    def __init__(self, *, store: DeliveryStore, keyring: Keys, known: KnownAnswers,
+                 observer: Observer, clock: Callable[[], float],
+                 trusted_proxies: Sequence[Network]) -> None:
+        self._store = store
+        self._keyring = keyring
+        self._known = known
+        self._observer = observer
+        self._clock = clock
+        self._trusted_proxies = tuple(trusted_proxies)  # empty: no peer is trusted
+
+    async def admit(self, delivery: Delivery) -> Delivery | Answer:
+        """Verify … body replay: the answer that ends the delivery here, or the delivery with
+        its items, for its mode."""
+        provider, inbound, body = delivery.provider, delivery.inbound, delivery.body
+        keys = self._keyring.key_bytes(provider.key)
+        try:
+            verify(provider.signature, keys,
+                   SignedRequest(body.raw, inbound.headers, inbound.method, inbound.query),
+                   self._clock())
+        except VerificationError as exc:
+            return refuse("invalid_signature", exc.reason)
+
+        if provider.replay_nonce is not None:
+            refused = await self._check_nonce(delivery, provider.replay_nonce)
+            if refused is not None:
+                return refused
+
+        if provider.handshake is not None:
+            handshake = handshake_answer(provider.handshake, body, inbound.headers, keys)
+            if handshake is not None:
+                return Answer(handshake.status, (("Content-Type", handshake.content_type),),
+                              handshake.body, Result.HANDSHAKE)
+
+        try:
+            delivery = delivery.with_items(
+                delivery_items(provider.event_id, body, inbound.headers))
+        except EventIdError as exc:
+            return refuse("no_event_id", exc.reason)
+        delivery.trace.event_id = delivery.items[0].event_id
+        if provider.event_id.is_batch:
+            delivery.trace.fields["batch_size"] = len(delivery.items)
+        if provider.guards_body_replay and await self._replayed_body(delivery):
+            return refuse("replayed_body")
+        return delivery
+
+    async def _check_nonce(self, delivery: Delivery, spec: EventIdSpec) -> Answer | None:
+        """For schemes that sign a nonce but not the body (Mailgun): bind the nonce to this
+        body on first sight; the same signed nonce with another body is a reused signature."""
+        body = delivery.body
+        try:
+            nonce = extract_event_id(spec, body, delivery.inbound.headers)
+        except EventIdError:
+            return refuse("invalid_signature", "missing_nonce")
+        bound = await self._store.bind_nonce(delivery.key, nonce, body.sha256)
+        if bound.digest != body.sha256:
+            return refuse("invalid_signature", "replayed_signature")
+        return None
+
+    async def _replayed_body(self, delivery: Delivery) -> bool:
+        """Whether this verified body was first seen under other event ids (``core.bodyreplay``:
+        a captured body resent under a fresh, unsigned id). The first sight binds it."""
+        provider = delivery.provider
+        ids = ids_digest([item.event_id for item in delivery.items])
+        guard = guard_key(delivery.body.sha256)
+        bound = self._known.bound(provider.key, guard)
+        if bound is None:
+            asked = self._known.now()
+            binding = await self._store.bind_nonce(provider.key, guard, ids)
+            bound = binding.digest
+            self._known.remember_bound(provider.key, guard, bound,
+                                       self._known.until(asked, provider.retention, binding))
+        return bound != ids
+
+    # -- what both modes do when they claim ---------------------------------------------------
+
+    async def claimed(self, delivery: Delivery, claim: Awaitable[T]) -> T:
+        """The store's answer to ``claim`` (a claim, or queue mode's enqueue), timed: observed,
+        and the first one's time noted on the trace."""
+        started = time.monotonic()
+        answer = await claim
+        seconds = time.monotonic() - started
+        self._observer.claimed(delivery.key, seconds)
+        delivery.trace.fields.setdefault("claim_ms", round(seconds * 1000, 2))
+        return answer
+
+    def refuses_other_body(self, delivery: Delivery, event_id: str, seen: bytes,
+                           digest: bytes) -> bool:
+        """A known event arriving with another body: counted and noted; whether the
+        provider's policy refuses it (``core.decision.rejects_other_body``)."""
+        rejected = rejects_other_body(seen, digest, delivery.provider.on_payload_mismatch)
+        if rejected is None:
+            return False
+        self._observer.payload_mismatch(delivery.key, event_id)
+        delivery.trace.fields["payload_mismatch"] = True
+        return rejected
+
+    def app_headers(self, inbound: Inbound) -> tuple[tuple[str, str], ...]:
+        """The headers the app gets, now and on a re-drive: forwarding headers by the
+        trusted-hops rule (``core.forwarded``). Signatures are verified on the raw ones."""
+        return forwarding_headers(inbound.headers.items(), inbound.peer, inbound.scheme,
+                                  self._trusted_proxies)
