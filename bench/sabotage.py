@@ -87,7 +87,7 @@ def _relay_unrecorded() -> None:
     import dataclasses
 
     from sidecar.core.events import Recorded
-    from sidecar.forwarding import Forwarder
+    from sidecar.forwarding.forwarder import Forwarder
 
     forward = _original(Forwarder, "forward")
 

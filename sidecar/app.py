@@ -19,7 +19,9 @@ from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import Store
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
-from sidecar.forwarding import Forwarder
+from sidecar.forwarding.forwarder import Forwarder
+from sidecar.forwarding.queueworker import QueueWorkers
+from sidecar.forwarding.upstream import Upstream
 from sidecar.http.admin import admin_routes
 from sidecar.http.appkeys import (
     CONFIG,
@@ -33,15 +35,13 @@ from sidecar.http.appkeys import (
 )
 from sidecar.http.listener import tracked
 from sidecar.http.proxy import delivery_handler, unrouted
-from sidecar.maintenance import Maintenance
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.storelog import StoreLog
 from sidecar.obs.telemetry import DeliveryTelemetry
-from sidecar.queueworker import QueueWorkers
+from sidecar.ops.maintenance import Maintenance
 from sidecar.store.postgres import PostgresStore
 from sidecar.store.sqlite import SQLiteStore
-from sidecar.upstream import Upstream
 
 log = get_logger("sidecar.app")
 

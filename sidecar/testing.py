@@ -29,7 +29,7 @@ from sidecar.core.events import Outcome, RecordedResponse
 from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import Store
 from sidecar.delivery import Inbound, Pipeline
-from sidecar.forwarding import Forwarder
+from sidecar.forwarding.forwarder import Forwarder
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.telemetry import DeliveryTelemetry
 from sidecar.store.memory import MemoryStore

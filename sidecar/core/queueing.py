@@ -1,6 +1,7 @@
 """Queue mode's rules, as pure functions: when a queued event is tried again, when it is dead,
 and how long a provider's delivery pauses while the app cannot be reached. The delivery
-workers (``sidecar.queueworker``) only carry these out; the store writes the ``Settlement``.
+workers (``sidecar.forwarding.queueworker``) only carry these out; the store writes the
+``Settlement``.
 
     try ─┬─ 2xx (or a final status) ─────────────────────────────── done
          ├─ could not connect ── not an attempt: due again, the provider pauses ── queued

@@ -12,7 +12,7 @@ from sidecar.core.events import Forwarded, StoredRequest
 
 class Forwarding(Protocol):
     """Forwards ``request`` once on behalf of ``rows`` (``(event_id, attempt)``) and records the
-    result on each row (``sidecar.forwarding.Forwarder``)."""
+    result on each row (``sidecar.forwarding.forwarder.Forwarder``)."""
 
     async def forward(self, provider: ProviderConfig, rows: Sequence[tuple[str, int]],
                       request: StoredRequest) -> Forwarded: ...

@@ -1,5 +1,6 @@
 """Queue mode: store the event with its request in one statement and answer 200 at once; the
-delivery workers (``sidecar.queueworker``) forward it. A redelivery is answered the same."""
+delivery workers (``sidecar.forwarding.queueworker``) forward it. A redelivery is answered the
+same."""
 
 from __future__ import annotations
 

@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from sidecar import operations
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, StoreError
 from sidecar.http.appkeys import CONFIG, FORWARDER, GROUP, METRICS, OWNER, STORE
 from sidecar.obs.logs import get_logger
+from sidecar.ops import events as operations
 
 log = get_logger("sidecar.admin")
 

@@ -10,7 +10,7 @@ from sidecar.config.model import Config
 from sidecar.core.ports import Store
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
-from sidecar.forwarding import Forwarder
+from sidecar.forwarding.forwarder import Forwarder
 from sidecar.obs.metrics import Metrics
 
 CONFIG = web.AppKey("config", Config)

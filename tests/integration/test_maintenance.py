@@ -12,8 +12,8 @@ from sidecar.config.loader import parse_config
 from sidecar.core.bodyreplay import guard_key, ids_digest
 from sidecar.core.events import AttemptResult, EventState, Outcome, RecordedResponse
 from sidecar.core.ports import Store
-from sidecar.maintenance import Maintenance
 from sidecar.obs.metrics import Metrics
+from sidecar.ops.maintenance import Maintenance
 from tests.backdoor import Backdoor
 from tests.support import base_config
 

@@ -33,7 +33,7 @@ from sidecar.core.events import (
     RecordedResponse,
     StoredRequest,
 )
-from sidecar.forwarding import Forwarder
+from sidecar.forwarding.forwarder import Forwarder
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.storelog import StoreLog
 from sidecar.serve import start, stop

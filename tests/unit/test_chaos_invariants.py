@@ -382,7 +382,8 @@ def test_a_killed_replica_counts_as_a_fault() -> None:
 
 
 def test_queue_workers_log_lines_become_forwards() -> None:
-    """``bench.chaos.logs.from_logs`` on the queue workers' lines (``sidecar/queueworker.py``):
+    """``bench.chaos.logs.from_logs`` on the queue workers' lines
+    (``sidecar/forwarding/queueworker.py``):
     an unreachable try is no attempt; a try without an answer, a superseded one and an unwritten
     settlement are unknown outcomes; a replaced replica keeps its index."""
     def line(event: str, attempt: int, result: str, status_class: str = "2xx",

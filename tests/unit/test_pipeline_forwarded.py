@@ -13,9 +13,9 @@ from sidecar.config.loader import parse_config
 from sidecar.config.model import Config
 from sidecar.core.answers import Result
 from sidecar.core.events import RecordedResponse
-from sidecar.forwarding import Forwarder
+from sidecar.forwarding.forwarder import Forwarder
 from sidecar.obs.metrics import Metrics
-from sidecar.operations import redrive
+from sidecar.ops.events import redrive
 from sidecar.testing import FakeUpstream, MemoryStore, inbound, pipeline_for
 from tests.support import base_config, stripe_event, stripe_headers
 

@@ -21,9 +21,9 @@ from sidecar.config.loader import parse_config
 from sidecar.config.model import Config, ProviderConfig
 from sidecar.core.answers import Answer, Result
 from sidecar.core.events import EventState, Outcome, RecordedResponse, StoredRequest
-from sidecar.forwarding import Forwarder
+from sidecar.forwarding.forwarder import Forwarder
+from sidecar.forwarding.queueworker import QueueWorker, QueueWorkers
 from sidecar.obs.metrics import Metrics
-from sidecar.queueworker import QueueWorker, QueueWorkers
 from sidecar.testing import FakeUpstream, MemoryStore, SentRequest, inbound, pipeline_for
 from tests.support import base_config, stripe_event, stripe_headers
 

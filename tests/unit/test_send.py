@@ -19,11 +19,11 @@ from aiohttp import web
 from nacl.signing import SigningKey
 
 from sidecar.cli import main
+from sidecar.cli.send import refusal
 from sidecar.config.presets import load_preset
 from sidecar.core.errors import VerificationError
 from sidecar.core.eventid import delivery_items, parse_event_id_spec
 from sidecar.core.signing import Delivery, decode_secret, parse_signature_spec, verify
-from sidecar.send import refusal
 
 PAYLOAD = b'{"id":"evt_send_1","type":"invoice.paid","event_id":"Ev1","data":{}}'
 

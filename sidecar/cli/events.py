@@ -11,15 +11,15 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from sidecar import operations
 from sidecar.app import open_store
 from sidecar.config.keyring import Keyring
 from sidecar.config.loader import Secrets
 from sidecar.config.model import Config
 from sidecar.core.durations import parse_duration
-from sidecar.forwarding import Forwarder
+from sidecar.forwarding.forwarder import Forwarder
+from sidecar.forwarding.upstream import Upstream
 from sidecar.obs.metrics import Metrics
-from sidecar.upstream import Upstream
+from sidecar.ops import events as operations
 
 
 def configure_parser(parser: argparse.ArgumentParser,

@@ -14,7 +14,7 @@ from sidecar.core.batch import filtered_body
 from sidecar.core.eventid import batch_items
 from sidecar.core.events import EventRow, EventState, QueueEntry, StoredRequest
 from sidecar.core.ports import OperatorStore
-from sidecar.forwarding import Forwarder
+from sidecar.forwarding.forwarder import Forwarder
 
 
 class OperationError(Exception):

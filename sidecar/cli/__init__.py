@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(func=_check_config)
 
     events = sub.add_parser("events", help="list, show, release or re-drive events")
-    from sidecar.events_cli import configure_parser
+    from sidecar.cli.events import configure_parser
 
     configure_parser(events, with_config)
     events.set_defaults(func=_events)
@@ -172,7 +172,7 @@ def _print_problems(error: ConfigError, source: str | None) -> None:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from sidecar.events_cli import run, secrets_needed
+    from sidecar.cli.events import run, secrets_needed
 
     config = _load(args, secrets_needed(args))
     configure_logging("warning", config.log_format)
@@ -180,18 +180,18 @@ def _events(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from sidecar.demo import run_demo
+    from sidecar.cli.demo import run_demo
 
     return asyncio.run(run_demo(quiet=args.quiet))
 
 
 def _configure_send(parser: argparse.ArgumentParser) -> None:
-    from sidecar.send import configure_parser
+    from sidecar.cli.send import configure_parser
 
     configure_parser(parser)
 
 
 def _send(args: argparse.Namespace) -> int:
-    from sidecar.send import run
+    from sidecar.cli.send import run
 
     return run(args)

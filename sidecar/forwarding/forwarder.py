@@ -34,9 +34,9 @@ from sidecar.core.headers import (
 )
 from sidecar.core.ports import EventStore, RowReader
 from sidecar.core.signing.forward import forward_signature
+from sidecar.forwarding.upstream import forwardable_headers
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
-from sidecar.upstream import forwardable_headers
 
 log = get_logger("sidecar.forwarding")
 
@@ -55,7 +55,7 @@ class Sent:
 
 
 class Sender(Protocol):
-    """Sends one request to the app (``sidecar.upstream.Upstream``, or a test double)."""
+    """Sends one request to the app (``sidecar.forwarding.upstream.Upstream``, or a test double)."""
 
     async def send(self, method: str, path_qs: str, headers: list[tuple[str, str]],
                    body: bytes) -> RecordedResponse: ...

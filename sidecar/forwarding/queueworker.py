@@ -24,7 +24,7 @@ from sidecar.core.errors import StoreError
 from sidecar.core.events import AttemptResult, EventState, Outcome, QueuedWork, Settlement
 from sidecar.core.ports import QueueWorkerStore
 from sidecar.core.queueing import RetryPolicy, ended, settlement, unreachable_pause
-from sidecar.forwarding import LEASE_MARGIN, Forwarder, Sent, holds, shielded, write_until
+from sidecar.forwarding.forwarder import LEASE_MARGIN, Forwarder, Sent, holds, shielded, write_until
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 
