@@ -54,7 +54,7 @@ def profile_summary(folded: Path, top: int = 15) -> str:
               for name, n in sorted(own.items(), key=lambda x: -x[1])[:top]]
     lines.append("under webhook-sidecar's functions (inclusive):")
     ranked = sorted(((n, f) for f, n in under.items()
-                     if not re.search(r"\((sidecar/__main__|sidecar/cli)\.py", f)),
+                     if not re.search(r"\((sidecar/__main__|sidecar/cli/__init__)\.py", f)),
                     key=lambda x: -x[0])
     lines += [f"  {n / total:6.1%}  {frame}" for n, frame in ranked[:top]]
     return "\n".join(lines)
