@@ -409,6 +409,9 @@ class Config:
     }), "Provider routes by key (lower-case letters, digits, - and _; at most 63).",
         required=True)
     warnings: tuple[str, ...]  # not a key: filled by the loader
+    # Not a key: the key paths of the secrets the load left unread (``loader.Secrets``): such a
+    # config is for the store commands (``events``); nothing serves it (``app.require_secrets``).
+    unread_secrets: frozenset[str]
 
     @property
     def max_body_bytes(self) -> int:
