@@ -13,6 +13,7 @@ from sidecar.app import build_apps
 from sidecar.config.loader import Secrets, parse_config
 from sidecar.core.errors import ConfigError
 from sidecar.serve import start
+from sidecar.workers import ConfigFile, supervise
 
 
 def data(**top: Any) -> dict[str, Any]:
@@ -36,6 +37,9 @@ def test_a_config_loaded_without_its_secrets_is_not_served(secrets: Secrets) -> 
     assert "providers.<key>.secrets" in str(info.value)
     with pytest.raises(ConfigError, match="loaded without its secrets"):
         asyncio.run(start(config))
+    grouped = parse_config(data(workers=2), env={}, secrets=secrets)
+    with pytest.raises(ConfigError, match="loaded without its secrets"):
+        asyncio.run(supervise(grouped, ConfigFile("", "config.yaml", ".")))
 
 
 def test_a_config_loaded_with_its_secrets_is_served() -> None:
