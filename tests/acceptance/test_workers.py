@@ -2,9 +2,13 @@
 on PostgreSQL. Connections reach both workers; each event still reaches the app once; /metrics
 sums the workers; the admin listener and the store upkeep run once; SIGTERM drains the group
 within shutdown_timeout + 2 s; a worker killed stops the group with a non-zero exit; a
-supervisor killed takes its workers with it. A worker that falls silent (stopped, or its event
-loop blocked in a handler) is replaced while deliveries go on being answered, and /healthz says
-so; so it does of a silent supervisor."""
+supervisor killed takes its workers with it, a stopped one too. A worker that falls silent
+(stopped, or its event loop blocked in a handler) is replaced while deliveries go on being
+answered, and /healthz says so; so it does of a silent supervisor. A replacement starts from
+the config the group started with; one that cannot start (the store down, the OS refusing its
+process) leaves its seat vacant and is tried again while the other worker answers; a worker
+that stalls in its start-up takes no connection and is given up on; Ctrl-C during a start-up
+stops the group cleanly."""
 
 from __future__ import annotations
 
