@@ -575,11 +575,11 @@ async def test_a_replacement_that_cannot_reach_the_store_waits_while_the_group_a
         proc = await ProxyProcess(path).start()
         try:
             await store_outage_while_a_worker_is_replaced(proc, cluster)
-        finally:
-            await proc.kill()
+        finally:  # the workers first: a stopped one would hold the supervisor's stderr open
             for pid in worker_pids(proc):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            await proc.kill()
     finally:
         await stub.stop()
 
@@ -708,12 +708,12 @@ async def test_a_worker_that_stalls_before_its_first_heartbeat_is_given_up_on(
                 assert await health(client, proc) \
                     == (200, {"status": "ok", "workers_vacant": [1]})
             assert await proc.wait(timeout=10 * timeout + 10) == 1
-        finally:
-            await proc.kill()
+        finally:  # the stalled worker first: it holds the supervisor's stderr open
             for pid in [e["pid"] for e in proc.logs
                         if e.get("event") == "worker_start_stalled_by_test"]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            await proc.kill()
     finally:
         await stub.stop()
     took = time.monotonic() - started
