@@ -15,6 +15,7 @@ from aiohttp import web
 
 from sidecar.config.keyring import Keyring
 from sidecar.config.model import Config, StoreConfig
+from sidecar.core.errors import ConfigError
 from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import Store
 from sidecar.core.workergroup import GroupHealth
@@ -104,6 +105,15 @@ async def open_store(config: StoreConfig) -> Store:
     )
 
 
+def require_secrets(config: Config) -> None:
+    """Refuse to serve a config loaded without its secrets (``Secrets.NONE`` or ``SIGNING``,
+    as the ``events`` commands load it): its deliveries would be checked against no key, its
+    forwards go out unsigned, its admin API have no token."""
+    if config.unread_secrets:
+        raise ConfigError("", "this configuration was loaded without its secrets ("
+                          + ", ".join(sorted(config.unread_secrets)) + "): it cannot be served")
+
+
 def build_apps(
     config: Config,
     *,
@@ -117,7 +127,9 @@ def build_apps(
     """The two apps. ``store_upkeep=False``: no retention sweeps or stuck-row gauge in this
     process (with ``workers`` > 1 one worker runs them for the group); secret reloads run in
     every process, as each has its own keyring. ``group``: the worker group as its supervisor
-    says (the worker serving the admin listener): in /healthz and /metrics."""
+    says (the worker serving the admin listener): in /healthz and /metrics. Refuses a config
+    loaded without its secrets (``require_secrets``)."""
+    require_secrets(config)
     proxy = web.Application(client_max_size=config.max_body_bytes + 1,
                             middlewares=[tracked, unrouted])
     shutdown = Shutdown()

@@ -37,10 +37,11 @@ _SPARE_FILES: Final = 64
 @dataclass(frozen=True, slots=True)
 class WorkerSeat:
     """What a worker process gets from its supervisor (``sidecar.workers``), as inherited file
-    descriptors: its listening socket (and the admin one, for the first worker), its end of the
-    channel to the supervisor (``sidecar.core.workergroup``: it says ready and sends its
-    heartbeat there; end of file means the supervisor is gone), and the directory the group's
-    metrics are kept in."""
+    descriptors: its socket (and the admin one, for the first worker), its end of the channel
+    to the supervisor (``sidecar.core.workergroup``: it says ready and sends its heartbeat
+    there; end of file means the supervisor is gone) and the config file's text as the
+    supervisor read it (with the path it came from and the folder its relative paths are
+    relative to); and the directory the group's metrics are kept in, and the supervisor's pid."""
 
     index: int
     count: int
@@ -48,6 +49,10 @@ class WorkerSeat:
     admin_fd: int | None
     channel_fd: int
     metrics_dir: str
+    config_fd: int
+    config_path: str
+    config_folder: str
+    supervisor: int
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -194,7 +199,8 @@ async def serve_worker(config: Config, worker: WorkerSeat) -> int:
         writer.write(READY)
         listening = asyncio.create_task(supervisor(), name="supervisor")
         try:
-            code = await _until_stopped(running, stopping)
+            # SIGINT (Ctrl-C reaches the whole group) is ignored: the supervisor stops the group.
+            code = await _until_stopped(running, stopping, signals=(signal.SIGTERM,))
         finally:
             listening.cancel()
     finally:
@@ -213,10 +219,12 @@ async def _beat(channel: asyncio.StreamWriter, interval: float) -> None:
         await asyncio.sleep(interval)
 
 
-async def _until_stopped(running: Running, stopping: asyncio.Event) -> int:
+async def _until_stopped(running: Running, stopping: asyncio.Event,
+                         signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
+                         ) -> int:
     _check_open_files(running)
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in signals:
         loop.add_signal_handler(signum, stopping.set)
     await stopping.wait()
     log.info("shutting_down", timeout_s=running.config.shutdown_timeout)

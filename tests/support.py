@@ -175,11 +175,14 @@ def base_config(upstream_url: str, store_url: str, **overrides: Any) -> dict[str
 class ProxyProcess:
     """``python -m sidecar run`` as a real subprocess, logging JSON lines to stderr.
     ``env``: variables added to its environment; ``open_files``: its open-file limit (soft and
-    hard, as ``ulimit -n`` sets it), inherited by any worker process it starts."""
+    hard, as ``ulimit -n`` sets it), inherited by any worker process it starts; ``argv0``: the
+    path the interpreter is started under (its ``sys.executable``, which a supervisor starts
+    its workers with), instead of this interpreter's own."""
 
     config_path: Path
     env: dict[str, str] = field(default_factory=dict)
     open_files: int | None = None
+    argv0: str | None = None
     proc: asyncio.subprocess.Process | None = None
     listen: str = ""
     admin: str = ""
@@ -195,16 +198,20 @@ class ProxyProcess:
     def admin_url(self) -> str:
         return f"http://{self.admin}"
 
-    async def start(self, timeout: float = 20.0) -> ProxyProcess:
-        command = [sys.executable, "-m", "sidecar", "run", "--config", str(self.config_path)]
+    async def start(self, timeout: float = 20.0, until: str = "listening") -> ProxyProcess:
+        """Started, once it logs ``until`` (by default ``listening``, whose addresses become
+        ``url`` and ``admin_url``)."""
+        command = [self.argv0 or sys.executable, "-m", "sidecar", "run", "--config",
+                   str(self.config_path)]
         if self.open_files is not None:  # the shell execs the proxy: same pid, lower limit
             command = ["sh", "-c", f'ulimit -n {self.open_files} && exec "$@"', "sh", *command]
         self.proc = await asyncio.create_subprocess_exec(
             *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             cwd=str(REPO), env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+            executable=sys.executable if self.argv0 and self.open_files is None else None,
         )
         listening: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._reader = asyncio.create_task(self._read(listening))
+        self._reader = asyncio.create_task(self._read(listening, until))
         try:
             await asyncio.wait_for(asyncio.shield(listening), timeout)
         except (TimeoutError, RuntimeError):
@@ -212,7 +219,7 @@ class ProxyProcess:
             raise RuntimeError("proxy did not start:\n" + "\n".join(self.raw_logs)) from None
         return self
 
-    async def _read(self, listening: asyncio.Future[None]) -> None:
+    async def _read(self, listening: asyncio.Future[None], until: str) -> None:
         assert self.proc is not None and self.proc.stderr is not None
         async for raw in self.proc.stderr:
             line = raw.decode(errors="replace").rstrip()
@@ -220,8 +227,9 @@ class ProxyProcess:
             with contextlib.suppress(ValueError):
                 entry = json.loads(line)
                 self.logs.append(entry)
-                if entry.get("event") == "listening" and not listening.done():
+                if entry.get("event") == "listening" and not self.listen:
                     self.listen, self.admin = entry["listen"], entry["admin_listen"]
+                if entry.get("event") == until and not listening.done():
                     listening.set_result(None)
         if not listening.done():
             listening.set_exception(RuntimeError("exited"))

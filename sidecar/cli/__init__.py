@@ -7,11 +7,12 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from sidecar import __version__
-from sidecar.config.loader import Secrets, load_config_file
+from sidecar.config.loader import Secrets, load_config_file, load_config_text
 from sidecar.config.model import Config
-from sidecar.config.problems import ConfigProblems
+from sidecar.config.problems import ConfigProblems, Problem
 from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError, SchemaError, StoreError
 from sidecar.obs.logs import configure_logging
@@ -106,19 +107,36 @@ def _load(args: argparse.Namespace, secrets: Secrets = Secrets.ALL) -> Config:
 
 
 def _run(args: argparse.Namespace) -> int:
-    config = _load(args)
-    configure_logging(config.log_level, config.log_format)
     if args.worker is not None:  # one of `workers` processes, started by the supervisor
         from sidecar.workers import run_worker
 
-        return run_worker(config, args.worker)
+        return run_worker(args.worker)  # the config is the supervisor's copy
+    if not args.config:
+        raise ConfigError("", f"no config file: pass --config PATH or set ${CONFIG_ENV}")
+    # Read once: a group's workers start from this very text (sidecar.workers).
+    text = _read_config_file(args.config)
+    folder = str(Path(args.config).resolve().parent)
+    config = load_config_text(text, base_dir=Path(folder), source=args.config)
+    configure_logging(config.log_level, config.log_format)
     if config.workers > 1:
-        from sidecar.workers import supervise
+        from sidecar.workers import ConfigFile, supervise
 
-        return asyncio.run(supervise(config, os.path.abspath(args.config)))
+        return asyncio.run(supervise(config, ConfigFile(text, args.config, folder)))
     from sidecar.serve import serve
 
     return asyncio.run(serve(config))
+
+
+def _read_config_file(path: str) -> str:
+    """The config file's text, with the loader's messages when it cannot be had (as
+    ``load_config_file`` reads it)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigProblems([Problem("", f"cannot read config file {path}: "
+                                          f"{exc.strerror}")]) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigProblems([Problem("", f"config file {path} is not UTF-8 text")]) from exc
 
 
 def _migrate(args: argparse.Namespace) -> int:

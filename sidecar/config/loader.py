@@ -145,7 +145,8 @@ def _config(data: object, load: Load) -> Config | None:
                              "admin_token is unset: /admin/* answers only requests from "
                              "loopback (403 otherwise); /healthz, /readyz and /metrics answer "
                              "everyone")
-    return Config(**TOP.fill(values), warnings=tuple(load.warnings))
+    return Config(**TOP.fill(values), warnings=tuple(load.warnings),
+                  unread_secrets=frozenset(load.unread))
 
 
 def _is_loopback(host: str) -> bool:

@@ -366,14 +366,17 @@ class Config:
                                   "keep it above the idle timeout of a load balancer in front "
                                   "(and above Prometheus' scrape interval).",
                                   yaml_default="75s")
-    max_connections: int = setting(Integer(1), "Open connections on listen at most; more are "
-                                   "closed at once, unanswered (senders retry). Keep it below "
-                                   "the open-file limit.",
+    max_connections: int = setting(Integer(1), "Open connections on listen at most. At the "
+                                   "cap a new one takes the place of the connection idle "
+                                   "longest, which is closed; while every one is inside a "
+                                   "request, the new one is closed at once, unanswered "
+                                   "(senders retry). Keep it below the open-file limit.",
                                    yaml_default=1000)
     admin_max_connections: int = setting(Integer(1), "Open connections on admin_listen at most "
-                                         "(its own cap, not shared with max_connections); more "
-                                         "are closed at once, unanswered. Probes and Prometheus "
-                                         "need a few.", yaml_default=64)
+                                         "(its own cap, not shared with max_connections), with "
+                                         "the same rule at the cap: idle connections cannot "
+                                         "lock out a probe. Probes and Prometheus need a few.",
+                                         yaml_default=64)
     workers: int = setting(ProcessCount(), "Processes serving listen, each with its own store "
                            "pool and app connections (max_connections, store.pool_max_size "
                            "and upstream.max_connections apply to each); the kernel spreads "
@@ -383,7 +386,8 @@ class Config:
     worker_timeout: float = setting(Duration(positive=True), "With workers > 1: a worker whose "
                                     "event loop has not sent its heartbeat (every fifth of "
                                     "this) for this long is killed and replaced; /healthz "
-                                    "answers 503 until its successor listens.",
+                                    "answers 503 until its successor listens. A worker "
+                                    "starting has ten times this to listen.",
                                     yaml_default="5s")
     answer_cache: int = setting(SizeOrZero(), "Memory each process keeps of done events, of "
                                 "events accepted in queue mode and of bodies bound by the "
@@ -406,6 +410,9 @@ class Config:
     }), "Provider routes by key (lower-case letters, digits, - and _; at most 63).",
         required=True)
     warnings: tuple[str, ...]  # not a key: filled by the loader
+    # Not a key: the key paths of the secrets the load left unread (``loader.Secrets``): such a
+    # config is for the store commands (``events``); nothing serves it (``app.require_secrets``).
+    unread_secrets: frozenset[str]
 
     @property
     def max_body_bytes(self) -> int:

@@ -35,7 +35,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         problem = group.problem(asyncio.get_running_loop().time()) if group is not None else None
         if problem is not None:
             return web.json_response({"status": "unavailable", **problem}, status=503)
-        return web.json_response({"status": "ok"})
+        return web.json_response({"status": "ok", **(group.details() if group else {})})
 
     async def readyz(_: web.Request) -> web.Response:
         try:

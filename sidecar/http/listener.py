@@ -8,8 +8,11 @@ connections held to one cannot use up the files the other needs.
 - Headers come in time: a connection must complete its request's headers within
   ``header_read_timeout`` of opening, or of the first byte after its previous answer; a
   kept-alive connection may stay silent ``idle_timeout``. Past either it is closed, unanswered.
-- At most ``max_connections`` (``admin_max_connections``) are open; one more is closed as soon
-  as it is accepted.
+- At most ``max_connections`` (``admin_max_connections``) are open. At the cap a new connection
+  takes the place of the one idle longest — kept alive since its last answer, or silent since
+  it opened — which is closed: connections held open cannot lock out the next sender (a probe,
+  a provider). Only while every connection is inside a request is the new one closed instead,
+  as soon as it is accepted.
 - A failed accept (out of files: EMFILE, ENFILE; or of kernel memory) is counted, and logged as
   one ``accept_failed`` line per burst (:class:`AcceptFailures`), where asyncio would log each
   one with a traceback — up to a hundred per turn of the loop.
@@ -55,7 +58,8 @@ from sidecar.obs.logs import get_logger
 log = get_logger("sidecar.listener")
 
 LINGER: Final = 1.0  # seconds a refused sender may go on sending (dropped) before the close
-REFUSALS_LOGGED_EVERY: Final = 10.0  # seconds between two `connection_refused` lines
+# Seconds between two `connection_refused` (or `idle_connections_closed`) lines of a listener.
+REFUSALS_LOGGED_EVERY: Final = 10.0
 # asyncio tries a failed accept again after 1 s (ACCEPT_RETRY_DELAY): a listener that has not
 # failed for longer than this is accepting again, and its burst is over.
 ACCEPT_BURST_QUIET: Final = 2.5
@@ -116,6 +120,26 @@ class Bounds:
                    config.admin_max_connections)
 
 
+@dataclass(slots=True)
+class _Tally:
+    """Connections a listener refused (or closed to make room), logged as one line at most
+    every ``REFUSALS_LOGGED_EVERY`` seconds, with the count since the previous line."""
+
+    event: str
+    counted: str  # the field the count is logged as
+    count: int = 0
+    logged: float | None = None
+
+    def add(self, bounds: Bounds, **fields: object) -> None:
+        self.count += 1
+        now = asyncio.get_running_loop().time()
+        if self.logged is None or now - self.logged >= REFUSALS_LOGGED_EVERY:
+            log.warning(self.event, listener=bounds.name, max_connections=bounds.max_connections,
+                        **{self.counted: self.count}, **fields)
+            self.count = 0
+            self.logged = now
+
+
 class Listener:
     """Owns a listening socket of a set-up ``web.AppRunner``: its connections and the requests
     in progress on them."""
@@ -124,14 +148,17 @@ class Listener:
         self._runner = runner
         self.bounds = bounds
         self._server: asyncio.Server | None = None
-        self._connections: set[BoundedConnection] = set()
+        # Open connections, the one idle longest first (moved last after each answer).
+        self._connections: dict[BoundedConnection, None] = {}
         self._requests: set[asyncio.Task[Any]] = set()
-        self._refused = 0
-        self._refusal_logged: float | None = None
+        self._refused = _Tally("connection_refused", "refused")
+        self._made_room = _Tally("idle_connections_closed", "closed")
 
     async def open(self, address: Address | socket.socket) -> Address:
-        """Listen on ``address``, or accept on a listening socket bound already (a worker's,
-        from its supervisor); the address as bound (a port 0 becomes the real one)."""
+        """Listen on ``address``, or on a socket bound already (a worker's, from its
+        supervisor), with an accept queue of ``SOMAXCONN`` (as the kernel caps it): connections
+        that arrive while no worker accepts on it wait there. The address as bound (a port 0
+        becomes the real one)."""
         manager = self._runner.server
         if manager is None:
             raise RuntimeError("AppRunner.setup() was not awaited")
@@ -141,7 +168,8 @@ class Listener:
             return BoundedConnection(manager, self, loop=loop)
 
         if isinstance(address, socket.socket):
-            self._server = await loop.create_server(connection, sock=address)
+            self._server = await loop.create_server(connection, sock=address,
+                                                    backlog=socket.SOMAXCONN)
         else:
             self._server = await loop.create_server(connection, address.host, address.port)
         host, port = self._server.sockets[0].getsockname()[:2]
@@ -154,21 +182,27 @@ class Listener:
                 and any(own.fileno() == fileno() for own in self._server.sockets))
 
     def admit(self, connection: BoundedConnection) -> bool:
-        if len(self._connections) < self.bounds.max_connections:
-            self._connections.add(connection)
-            return True
-        self._refused += 1
-        now = asyncio.get_running_loop().time()
-        if self._refusal_logged is None or now - self._refusal_logged >= REFUSALS_LOGGED_EVERY:
-            log.warning("connection_refused", reason="too_many_connections",
-                        listener=self.bounds.name, max_connections=self.bounds.max_connections,
-                        refused=self._refused)
-            self._refused = 0
-            self._refusal_logged = now
-        return False
+        """Whether a new connection is served; at the cap, the connection idle longest is
+        closed to make room for it, unless every one is inside a request."""
+        if len(self._connections) >= self.bounds.max_connections:
+            idle = next((other for other in self._connections if not other.busy), None)
+            if idle is None:
+                self._refused.add(self.bounds, reason="too_many_connections")
+                return False
+            del self._connections[idle]
+            idle.force_close()
+            self._made_room.add(self.bounds)
+        self._connections[connection] = None
+        return True
+
+    def answered(self, connection: BoundedConnection) -> None:
+        """``connection`` is idle from now: the last to give way."""
+        if connection in self._connections:  # not closed meanwhile
+            del self._connections[connection]
+            self._connections[connection] = None
 
     def forget(self, connection: BoundedConnection) -> None:
-        self._connections.discard(connection)
+        self._connections.pop(connection, None)
 
     def track(self, task: asyncio.Task[Any]) -> None:
         self._requests.add(task)
@@ -259,6 +293,11 @@ class BoundedConnection(web.RequestHandler):
             self._expect_headers()
         super().data_received(data)
 
+    @property
+    def busy(self) -> bool:
+        """Inside a request: from its complete headers to the end of its answer."""
+        return self._busy
+
     def stop(self) -> None:
         """Shutdown: no further request on this connection."""
         if self._busy:
@@ -311,6 +350,7 @@ class BoundedConnection(web.RequestHandler):
         finally:
             self._busy = False
             self._idle = True
+            self._listener.answered(self)
 
     async def _linger(self) -> None:
         """Close in stages: the answer is out; stop sending, drop what the sender still sends

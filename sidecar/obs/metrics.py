@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import values as _values
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
@@ -113,7 +113,8 @@ class Metrics:
 
     def export_group(self, group: GroupHealth) -> None:
         """The worker serving /metrics for a group exports the supervisor's count of replaced
-        workers (kept by the supervisor, so a replaced first worker loses none of it)."""
+        workers (kept by the supervisor, so a replaced first worker loses none of it) and of
+        vacant seats."""
         self._group = group
         if self.multiprocess_dir is None:
             self.registry.register(_GroupCollector(group))
@@ -138,6 +139,10 @@ class _GroupCollector(Collector):
             "webhook_workers_replaced", "Workers (workers > 1) killed and replaced by the "
             "supervisor because their event loop missed its heartbeat for worker_timeout.",
             value=self._group.replaced)
+        yield GaugeMetricFamily(
+            "webhook_workers_vacant", "Seats of the group (workers > 1) without a worker "
+            "listening: starting, or tried again after their worker could not start; their "
+            "connections go to the other workers.", value=len(self._group.vacant))
 
 
 def multiprocess_enabled() -> bool:

@@ -2,15 +2,20 @@
 on PostgreSQL. Connections reach both workers; each event still reaches the app once; /metrics
 sums the workers; the admin listener and the store upkeep run once; SIGTERM drains the group
 within shutdown_timeout + 2 s; a worker killed stops the group with a non-zero exit; a
-supervisor killed takes its workers with it. A worker that falls silent (stopped, or its event
-loop blocked in a handler) is replaced while deliveries go on being answered, and /healthz says
-so; so it does of a silent supervisor."""
+supervisor killed takes its workers with it, a stopped one too. A worker that falls silent
+(stopped, or its event loop blocked in a handler) is replaced while deliveries go on being
+answered, and /healthz says so; so it does of a silent supervisor. A replacement starts from
+the config the group started with; one that cannot start (the store down, the OS refusing its
+process) leaves its seat vacant and is tried again while the other worker answers; a worker
+that stalls in its start-up takes no connection and is given up on; Ctrl-C during a start-up
+stops the group cleanly."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -27,10 +32,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.app import SHUTDOWN_OVERRUN
-from tests.acceptance.conftest import Deployment, deploy
+from tests.acceptance.conftest import Deployment, deploy, run_cli
+from tests.pgserver import ThrowawayCluster, free_port
 from tests.support import (
     REPO,
     ProxyProcess,
+    StubApp,
     base_config,
     post,
     stripe_event,
@@ -278,22 +285,6 @@ async def test_a_worker_killed_stops_the_group_with_a_failure(group: Deployment)
     assert not any(running(pid) for pid in pids)
 
 
-async def test_the_workers_stop_when_the_supervisor_is_killed(group: Deployment) -> None:
-    await group.start(1)
-    proc = group.procs[0]
-    assert proc.proc is not None
-    pids = next(e["pids"] for e in proc.logs if e.get("event") == "listening")
-    proc.proc.kill()
-    # The workers share the supervisor's stderr: it reaches end of file when they are gone.
-    await proc.wait(timeout=10.0 + SHUTDOWN_OVERRUN + 5)
-    group.procs = []
-    gone = sorted(e["worker"] for e in proc.logs if e.get("event") == "supervisor_gone")
-    assert gone == [0, 1]
-    assert sorted(e["worker"] for e in proc.logs if e.get("event") == "stopped") == [0, 1]
-    # A process closes its files before it is a zombie: its stderr's end of file comes first.
-    await until(lambda: not any(running(pid) for pid in pids), timeout=5)
-
-
 async def test_a_worker_that_cannot_start_stops_the_group_with_its_status(
     tmp_path: Path,
 ) -> None:
@@ -360,6 +351,17 @@ async def health_turns(client: aiohttp.ClientSession, proc: ProxyProcess, status
             answer, body = await health(client, proc)
             if answer == status:
                 return time.monotonic() - started, body
+            await asyncio.sleep(0.02)  # polling the endpoint under test, bounded above
+
+
+async def listens(client: aiohttp.ClientSession, proc: ProxyProcess, timeout: float) -> None:
+    """Polls /healthz until the admin listener answers (its socket listens once worker 0 does:
+    connections are refused until then)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            with contextlib.suppress(aiohttp.ClientConnectorError):
+                await health(client, proc)
+                return
             await asyncio.sleep(0.02)  # polling the endpoint under test, bounded above
 
 
@@ -504,3 +506,297 @@ async def test_a_fourth_silence_within_ten_minutes_stops_the_group(
     assert [e["exit_code"] for e in proc.logs if e.get("event") == "stopped"
             and "worker" not in e] == [1]
     await until(lambda: not any(running(pid) for pid in silent), timeout=5)
+
+
+# -- what a group does when a worker cannot start, or its supervisor is gone -------------------
+
+def hooks(**variables: str) -> dict[str, str]:
+    """The environment that loads tests/hooks/sitecustomize.py into the proxy's processes (it
+    imports this repository's ``sidecar`` before the interpreter adds the working directory to
+    its path), with the hook's ``variables``."""
+    path = [str(REPO / "tests" / "hooks"), str(REPO), os.environ.get("PYTHONPATH")]
+    return {"PYTHONPATH": os.pathsep.join(filter(None, path)), **variables}
+
+
+def replacements(proc: ProxyProcess) -> list[dict[str, Any]]:
+    return [e for e in proc.logs if e.get("event") == "worker_replaced"]
+
+
+@pytest.mark.parametrize("edit", ["a_provider_added", "a_broken_file"])
+async def test_a_replacement_starts_from_the_config_the_group_started_with(
+    quick_group: Deployment, edit: str,
+) -> None:
+    """The config file changes under a running group (Kubernetes updates a mounted ConfigMap in
+    place): a worker that replaces a silent one starts from the bytes its supervisor read at
+    start-up, so the group never serves two configurations at once, and a file broken meanwhile
+    does not stop the group."""
+    await quick_group.start(1)
+    proc = quick_group.procs[0]
+    pids = next(e["pids"] for e in proc.logs if e.get("event") == "listening")
+    if edit == "a_provider_added":
+        changed = {**quick_group.config, "providers": {
+            **quick_group.config["providers"],
+            "stripe_new": {**quick_group.config["providers"]["stripe"],
+                           "path": "/webhooks/stripe-new"}}}
+        write_config(quick_group.tmp, changed)
+    else:
+        (quick_group.tmp / "config.yaml").write_text("providers: [not, a, mapping\n")
+
+    os.kill(pids[1], signal.SIGSTOP)
+    replaced = await proc.wait_for_log("worker_replaced", timeout=20.0)
+    assert replaced["worker"] == 1
+    bodies = [stripe_event(f"evt_config_{i}") for i in range(20)]
+    # 20 connections: each worker gets some (all on one: a chance of 2 in a million).
+    assert await post_each_on_its_own_connection(proc.url + "/webhooks/stripe-new", bodies,
+                                                 timeout=10.0) == [404] * 20
+    assert await post_each_on_its_own_connection(proc.url + STRIPE, bodies,
+                                                 timeout=10.0) == [200] * 20
+    assert {e["worker"] for e in deliveries(proc)} == {0, 1}
+    assert await proc.terminate(timeout=20) == 0
+    quick_group.procs = []
+
+
+async def test_a_replacement_that_cannot_reach_the_store_waits_while_the_group_answers_503(
+    pg_throwaway_cluster: ThrowawayCluster, tmp_path: Path,
+) -> None:
+    """PostgreSQL is down when a silent worker is replaced: its successor cannot start (the
+    store is unavailable), so its seat stays vacant — its socket closed, so the kernel gives
+    its connections to the other worker, which answers each delivery 503 as the documented
+    outage answer — and the seat is tried again, with a backoff, until the store is back. The
+    group does not stop."""
+    cluster = pg_throwaway_cluster
+    stub = await StubApp().start()
+    try:
+        config = base_config(stub.url, cluster.dsn, workers=WORKERS,
+                             worker_timeout=f"{WORKER_TIMEOUT}s")
+        path = write_config(tmp_path, config)
+        code, _, err = await run_cli("migrate", "--config", str(path))
+        assert code == 0, err
+        proc = await ProxyProcess(path).start()
+        try:
+            await store_outage_while_a_worker_is_replaced(proc, cluster)
+        finally:  # the workers first: a stopped one would hold the supervisor's stderr open
+            for pid in worker_pids(proc):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            await proc.kill()
+    finally:
+        await stub.stop()
+
+
+async def store_outage_while_a_worker_is_replaced(proc: ProxyProcess,
+                                                  cluster: ThrowawayCluster) -> None:
+    pids = next(e["pids"] for e in proc.logs if e.get("event") == "listening")
+    await asyncio.to_thread(cluster.stop)
+    os.kill(pids[1], signal.SIGSTOP)
+    failed = await proc.wait_for_log("worker_start_failed", timeout=20.0)
+    assert (failed["worker"], failed["cause"], failed["action"]) == (1, "exited", "retry")
+    assert failed["exit_code"] == 1 and failed["retry_in_s"] > 0
+
+    answers = await deliver_each_on_its_own_connection(
+        proc.url + STRIPE, [stripe_event(f"evt_outage_{i}") for i in range(20)], timeout=10.0)
+    slowest = max(seconds for _, seconds in answers)
+    assert [status for status, _ in answers] == [503] * 20, answers
+    async with aiohttp.ClientSession() as client:
+        status, body = await health(client, proc)
+        assert (status, body) == (200, {"status": "ok", "workers_vacant": [1]})
+        vacant = await metric(proc, client, "webhook_workers_vacant")
+        assert vacant == {(): 1.0}
+
+        await asyncio.to_thread(cluster.start)
+        replaced = await proc.wait_for_log("worker_replaced", timeout=30.0)
+        assert replaced["worker"] == 1 and replaced["pid"] not in pids
+        answers = await deliver_each_on_its_own_connection(
+            proc.url + STRIPE, [stripe_event(f"evt_back_{i}") for i in range(20)], timeout=10.0)
+        assert [status for status, _ in answers] == [200] * 20
+        assert await health(client, proc) == (200, {"status": "ok"})
+    tries = [e for e in proc.logs if e.get("event") == "worker_start_failed"]
+    print(f"store down: 20 deliveries answered 503, slowest {slowest:.2f} s; the seat was tried "
+          f"{len(tries) + 1} times, back {replaced['took_s']:.2f} s after the kill")
+    assert all(e["action"] == "retry" for e in tries)
+    assert await proc.terminate(timeout=20) == 0
+
+
+def interpreter_link(tmp: Path) -> Path:
+    """A folder that passes for this interpreter's environment (its ``pyvenv.cfg``, its
+    ``lib``), whose ``bin/python`` links to this interpreter: a proxy started under that path
+    starts its workers with it, as long as the link is there."""
+    prefix = Path(sys.prefix)
+    home = tmp / "python"
+    (home / "bin").mkdir(parents=True)
+    if (prefix / "pyvenv.cfg").exists():
+        shutil.copy(prefix / "pyvenv.cfg", home / "pyvenv.cfg")
+        (home / "lib").symlink_to(prefix / "lib")
+    python = home / "bin" / "python"
+    python.symlink_to(sys.executable)
+    return python
+
+
+async def test_a_worker_that_cannot_be_spawned_stops_the_group_cleanly(tmp_path: Path) -> None:
+    """The interpreter the supervisor was started from is gone (an upgrade removed it): the OS
+    refuses to start worker 0 (ENOENT). One ``worker_start_failed`` line says so, no traceback,
+    and the group stops with exit status 1."""
+    python = interpreter_link(tmp_path)
+    python.unlink()
+    config = base_config("http://127.0.0.1:9", f"sqlite:///{tmp_path / 'events.db'}",
+                         workers=WORKERS)
+    proc = ProxyProcess(write_config(tmp_path, config), argv0=str(python))
+    with pytest.raises(RuntimeError, match="did not start"):
+        await proc.start()
+    assert proc.proc is not None and proc.proc.returncode == 1
+    failed = [e for e in proc.logs if e.get("event") == "worker_start_failed"]
+    assert [(e["worker"], e["cause"], e["action"]) for e in failed] \
+        == [(0, "spawn_error", "stop_group")]
+    assert "No such file" in failed[0]["error"]
+    assert [e["exit_code"] for e in proc.logs if e.get("event") == "stopped"] == [1]
+    assert not any("Traceback" in line for line in proc.raw_logs), proc.raw_logs
+
+
+async def test_a_replacement_that_cannot_be_spawned_leaves_the_group_serving(
+    quick_group: Deployment,
+) -> None:
+    """The interpreter goes away under a running group, then a worker falls silent: its
+    successor cannot be started (ENOENT). The healthy worker is neither killed nor stopped: it
+    answers every delivery (the vacant seat's socket is closed, so none waits there), and the
+    seat is tried again until a worker starts — here once the interpreter is back."""
+    python = interpreter_link(quick_group.tmp)
+    proc = await ProxyProcess(write_config(quick_group.tmp, quick_group.config),
+                              argv0=str(python)).start()
+    quick_group.procs = [proc]
+    pids = next(e["pids"] for e in proc.logs if e.get("event") == "listening")
+    python.unlink()
+    os.kill(pids[1], signal.SIGSTOP)
+    failed = await proc.wait_for_log("worker_start_failed", timeout=20.0)
+    assert (failed["worker"], failed["cause"], failed["action"]) == (1, "spawn_error", "retry")
+
+    bodies = [stripe_event(f"evt_unspawned_{i}") for i in range(20)]
+    assert await post_each_on_its_own_connection(proc.url + STRIPE, bodies, timeout=10.0) \
+        == [200] * 20
+    assert running(pids[0])
+    python.symlink_to(sys.executable)
+    replaced = await proc.wait_for_log("worker_replaced", timeout=20.0)
+    assert replaced["worker"] == 1
+    assert await proc.terminate(timeout=20) == 0
+    quick_group.procs = []
+    assert not any("Traceback" in line for line in proc.raw_logs)
+
+
+async def test_a_worker_that_stalls_before_its_first_heartbeat_is_given_up_on(
+    tmp_path: Path,
+) -> None:
+    """Worker 1 stalls in its start-up, its event loop blocked before its first heartbeat.
+    Meanwhile its seat takes no connection — every delivery is answered by worker 0 — and
+    /healthz names the seat vacant. Past 10 worker_timeouts it is killed; the group, which
+    never started, stops with exit status 1, as a single process that cannot start does."""
+    timeout = 0.5
+    stub = await StubApp().start()
+    try:
+        config = base_config(stub.url, f"sqlite:///{tmp_path / 'events.db'}", workers=WORKERS,
+                             worker_timeout=f"{timeout}s", listen=f"127.0.0.1:{free_port()}",
+                             admin_listen=f"127.0.0.1:{free_port()}")
+        proc = ProxyProcess(write_config(tmp_path, config),
+                            env=hooks(STALL_START_WORKER="1", STALL_START_SYNC="1"))
+        await proc.start(until="worker_start_stalled_by_test")
+        started = time.monotonic()
+        proc.listen, proc.admin = config["listen"], config["admin_listen"]
+        try:
+            async with aiohttp.ClientSession() as client:
+                await listens(client, proc, timeout=10.0)  # worker 0
+                bodies = [stripe_event(f"evt_stall_{i}") for i in range(20)]
+                assert await post_each_on_its_own_connection(proc.url + STRIPE, bodies,
+                                                             timeout=3.0) == [200] * 20
+                assert await health(client, proc) \
+                    == (200, {"status": "ok", "workers_vacant": [1]})
+            assert await proc.wait(timeout=10 * timeout + 10) == 1
+        finally:  # the stalled worker first: it holds the supervisor's stderr open
+            for pid in [e["pid"] for e in proc.logs
+                        if e.get("event") == "worker_start_stalled_by_test"]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            await proc.kill()
+    finally:
+        await stub.stop()
+    took = time.monotonic() - started
+    print(f"a worker stalled at start: given up on {took:.2f} s after it stalled")
+    failed = [e for e in proc.logs if e.get("event") == "worker_start_failed"]
+    assert [(e["worker"], e["cause"], e["action"]) for e in failed] \
+        == [(1, "start_timeout", "stop_group")]
+    assert failed[0]["timeout_s"] == 10 * timeout
+    assert took < 10 * timeout + 5
+    assert [e["exit_code"] for e in proc.logs if e.get("event") == "stopped"
+            and "worker" not in e] == [1]
+
+
+async def test_each_seat_queues_up_to_somaxconn_connections(quick_group: Deployment) -> None:
+    """A seat's accept queue holds what the kernel allows (``SOMAXCONN``, capped by
+    net.core.somaxconn), not asyncio's default of 100: connections that arrive while a worker
+    is silent wait there for its successor."""
+    if shutil.which("ss") is None:
+        pytest.skip("needs ss (iproute2) to read a listening socket's backlog")
+    await quick_group.start(1)
+    proc = quick_group.procs[0]
+    port = proc.listen.rsplit(":", 1)[1]
+    ss = await asyncio.create_subprocess_exec("ss", "-Hltn", f"sport = :{port}",
+                                              stdout=asyncio.subprocess.PIPE)
+    out, _ = await ss.communicate()
+    backlogs = [int(line.split()[2]) for line in out.decode().splitlines() if line.strip()]
+    assert backlogs == [min(socket.SOMAXCONN, somaxconn())] * WORKERS
+
+
+def somaxconn() -> int:
+    """The kernel's cap on a listening socket's backlog."""
+    return int(Path("/proc/sys/net/core/somaxconn").read_text())
+
+
+async def test_the_workers_die_with_the_supervisor_a_stopped_one_too(
+    quick_group: Deployment,
+) -> None:
+    """The supervisor SIGKILLed (the OOM killer, kill -9) while worker 1 is stopped: every
+    worker dies with it (PR_SET_PDEATHSIG), the stopped one too, which could never read its
+    channel's end of file; no orphan keeps a socket on the port, so a new connection is
+    refused rather than queued for no one."""
+    await quick_group.start(1)
+    proc = quick_group.procs[0]
+    assert proc.proc is not None
+    pids = next(e["pids"] for e in proc.logs if e.get("event") == "listening")
+    port = int(proc.listen.rsplit(":", 1)[1])
+    os.kill(pids[1], signal.SIGSTOP)
+    started = time.monotonic()
+    proc.proc.kill()
+    await until(lambda: not any(running(pid) for pid in pids), timeout=5)
+    print(f"supervisor killed: its workers gone {time.monotonic() - started:.3f} s later")
+    await proc.wait(timeout=5)
+    quick_group.procs = []
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+async def test_sigint_while_a_replacement_starts_stops_the_group_cleanly(
+    quick_group: Deployment,
+) -> None:
+    """Ctrl-C reaches every process of the group. A worker still starting ignores it (the
+    supervisor stops the group): it starts, and the group stops as on SIGTERM — exit 0, no
+    worker failed, no traceback."""
+    gate = quick_group.tmp / "stall"
+    proc = await ProxyProcess(write_config(quick_group.tmp, quick_group.config),
+                              env=hooks(STALL_START_WORKER="1",
+                                        STALL_START_WHILE=str(gate))).start()
+    quick_group.procs = [proc]
+    assert proc.proc is not None
+    pids = next(e["pids"] for e in proc.logs if e.get("event") == "listening")
+    gate.touch()
+    os.kill(pids[1], signal.SIGSTOP)
+    stalled = await proc.wait_for_log("worker_start_stalled_by_test", timeout=20.0)
+    os.kill(stalled["pid"], signal.SIGINT)  # while it starts…
+    gate.unlink()  # …then let it go on
+    try:
+        replaced = await proc.wait_for_log("worker_replaced", timeout=20.0)
+    except TimeoutError:
+        pytest.fail("the worker did not start after SIGINT:\n" + "\n".join(proc.raw_logs[-8:]))
+    assert replaced["pid"] == stalled["pid"]
+    for pid in (proc.proc.pid, pids[0], replaced["pid"]):
+        os.kill(pid, signal.SIGINT)
+    assert await proc.wait(timeout=20) == 0
+    quick_group.procs = []
+    assert not [e for e in proc.logs if e.get("event") in ("worker_failed", "worker_exited")]
+    assert not any("Traceback" in line for line in proc.raw_logs)

@@ -303,7 +303,8 @@ def test_every_model_field_is_a_key_but_those_the_loader_fills(prefix: str) -> N
     declared = BLOCKS[prefix]
     assert declared.model is not None
     fields = {field.name for field in dataclasses.fields(declared.model)}
-    loader_fills = {"": {"warnings"}, "providers.<key>": {"key"}}.get(prefix, set())
+    loader_fills = {"": {"warnings", "unread_secrets"},
+                    "providers.<key>": {"key"}}.get(prefix, set())
     assert fields - _filled(declared) == loader_fills
 
 
