@@ -14,7 +14,8 @@ APPLICATION_NAME = "webhook-sidecar"  # what the proxy's pool sets (sidecar/stor
 # The answer bound, from the config. Before forwarding, a delivery makes at most
 # CALLS_BEFORE_FORWARD store calls outside its in-flight wait (the claim, its re-read, a
 # take-over), each bounded by acquire_timeout + statement_timeout + 1 s (the margin asyncpg's
-# command_timeout adds, sidecar/app.py). Then the forward and the result write: together at
+# command_timeout adds, sidecar/runtime/wiring.py). Then the forward and the result write:
+# together at
 # most the lease (the write is retried only until just before the lease ends, which began at
 # the claim), or upstream.timeout plus one store call, whichever is longer. Plus SLACK for
 # scheduling on a shared machine.

@@ -108,21 +108,21 @@ def _load(args: argparse.Namespace, secrets: Secrets = Secrets.ALL) -> Config:
 
 def _run(args: argparse.Namespace) -> int:
     if args.worker is not None:  # one of `workers` processes, started by the supervisor
-        from sidecar.workers import run_worker
+        from sidecar.runtime.workers import run_worker
 
         return run_worker(args.worker)  # the config is the supervisor's copy
     if not args.config:
         raise ConfigError("", f"no config file: pass --config PATH or set ${CONFIG_ENV}")
-    # Read once: a group's workers start from this very text (sidecar.workers).
+    # Read once: a group's workers start from this very text (sidecar.runtime.workers).
     text = _read_config_file(args.config)
     folder = str(Path(args.config).resolve().parent)
     config = load_config_text(text, base_dir=Path(folder), source=args.config)
     configure_logging(config.log_level, config.log_format)
     if config.workers > 1:
-        from sidecar.workers import ConfigFile, supervise
+        from sidecar.runtime.workers import ConfigFile, supervise
 
         return asyncio.run(supervise(config, ConfigFile(text, args.config, folder)))
-    from sidecar.serve import serve
+    from sidecar.runtime.serve import serve
 
     return asyncio.run(serve(config))
 
@@ -140,7 +140,7 @@ def _read_config_file(path: str) -> str:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from sidecar.app import open_store
+    from sidecar.runtime.wiring import open_store
     from sidecar.store.postgres import migrate_postgres
 
     config = _load(args)

@@ -21,7 +21,7 @@ from sidecar.config.loader import parse_config
 from sidecar.config.model import Config
 from sidecar.core.signing import Delivery, sign
 from sidecar.obs.logs import configure_logging
-from sidecar.serve import start, stop
+from sidecar.runtime.serve import start, stop
 
 BURST = 25
 

@@ -11,7 +11,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from sidecar.app import open_store
 from sidecar.config.keyring import Keyring
 from sidecar.config.loader import Secrets
 from sidecar.config.model import Config
@@ -20,6 +19,7 @@ from sidecar.forwarding.forwarder import Forwarder
 from sidecar.forwarding.upstream import Upstream
 from sidecar.obs.metrics import Metrics
 from sidecar.ops import events as operations
+from sidecar.runtime.wiring import open_store
 
 
 def configure_parser(parser: argparse.ArgumentParser,

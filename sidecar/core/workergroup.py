@@ -1,7 +1,7 @@
 """What a worker group (``workers`` > 1) says about itself over the channel between the
-supervisor and each worker (``sidecar.workers``, ``sidecar.serve``), what ``/healthz`` makes of
-it, and the group's clock: heartbeats, the start deadline, the pace of new tries. Pure data: the
-clock is passed in, nothing here does I/O.
+supervisor and each worker (``sidecar.runtime.workers``, ``sidecar.runtime.serve``), what
+``/healthz`` makes of it, and the group's clock: heartbeats, the start deadline, the pace of
+new tries. Pure data: the clock is passed in, nothing here does I/O.
 
 A worker says ``ready`` once it listens, and ``beat`` every ``worker_timeout`` /
 ``BEATS_PER_TIMEOUT`` seconds from its event loop, so a worker whose loop is blocked, or whose

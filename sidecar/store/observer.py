@@ -1,8 +1,8 @@
 """What a store reports besides its answers: a database outage, and queue mode's notifications.
 
 The store says what happened; ``sidecar.obs.storelog.StoreLog`` writes it as log lines
-(``store_unavailable``, ``store_recovered``, ``queue_listen_lost``, …) and ``sidecar.app``
-passes it in. A store made without one reports nothing.
+(``store_unavailable``, ``store_recovered``, ``queue_listen_lost``, …) and
+``sidecar.runtime.wiring`` passes it in. A store made without one reports nothing.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import time
 
 import aiohttp
 
-from sidecar.app import SHUTDOWN_OVERRUN
+from sidecar.runtime.wiring import SHUTDOWN_OVERRUN
 from tests.acceptance.conftest import Deployment
 from tests.support import post, stripe_event, stripe_headers
 

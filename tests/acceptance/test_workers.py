@@ -31,7 +31,7 @@ import asyncpg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.app import SHUTDOWN_OVERRUN
+from sidecar.runtime.wiring import SHUTDOWN_OVERRUN
 from tests.acceptance.conftest import Deployment, deploy, run_cli
 from tests.pgserver import ThrowawayCluster, free_port
 from tests.support import (

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from standardwebhooks import Webhook
 
-from sidecar.app import SHUTDOWN_OVERRUN
+from sidecar.runtime.wiring import SHUTDOWN_OVERRUN
 from tests.deploy.chart_support import (
     CHART,
     REPO,

@@ -18,12 +18,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from sidecar.app import SHUTDOWN_OVERRUN
 from sidecar.config.blocks import BLOCKS, TOP
 from sidecar.config.loader import parse_config
 from sidecar.config.schema import SCHEMA_FILE
 from sidecar.config.schema.chart import CHART_OWNED, CHART_SCHEMA_FILE, chart_schema_text
 from sidecar.core.durations import parse_duration
+from sidecar.runtime.wiring import SHUTDOWN_OVERRUN
 from tests.deploy.chart_support import (
     CHART,
     KUBE_VERSIONS,

@@ -18,7 +18,7 @@ Two faults a worker of a group (``workers`` > 1) cannot be made to show from the
   its successor.
 
 The proxy's own code has no such route, stall or switch: this module wraps
-``sidecar.serve.build_apps`` and ``sidecar.serve.start`` from the outside.
+``sidecar.runtime.serve.build_apps`` and ``sidecar.runtime.serve.start`` from the outside.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-import sidecar.serve
+import sidecar.runtime.serve
 
 BLOCKED_FOR = 60.0  # longer than any test waits: the supervisor must end it
 STALL_POLL = 0.05  # how often a stalled start looks whether its file is gone
 
-_build_apps = sidecar.serve.build_apps
-_start = sidecar.serve.start
+_build_apps = sidecar.runtime.serve.build_apps
+_start = sidecar.runtime.serve.start
 
 
 def _worker() -> str:
@@ -54,7 +54,7 @@ async def _block_loop(_: web.Request) -> web.Response:
     return web.json_response({"worker": worker})
 
 
-def _with_blocking_route(*args: Any, **kwargs: Any) -> sidecar.serve.Apps:
+def _with_blocking_route(*args: Any, **kwargs: Any) -> sidecar.runtime.serve.Apps:
     apps = _build_apps(*args, **kwargs)
     apps.proxy.router.add_post("/test-only/block-loop", _block_loop)
     return apps
@@ -67,7 +67,7 @@ def _stalls() -> bool:
             and (gate is None or Path(gate).exists()))
 
 
-async def _stalling_start(*args: Any, **kwargs: Any) -> sidecar.serve.Running:
+async def _stalling_start(*args: Any, **kwargs: Any) -> sidecar.runtime.serve.Running:
     if _stalls():
         structlog.get_logger("tests.hooks").warning("worker_start_stalled_by_test",
                                                     pid=os.getpid())
@@ -78,5 +78,5 @@ async def _stalling_start(*args: Any, **kwargs: Any) -> sidecar.serve.Running:
     return await _start(*args, **kwargs)
 
 
-sidecar.serve.build_apps = _with_blocking_route
-sidecar.serve.start = _stalling_start
+sidecar.runtime.serve.build_apps = _with_blocking_route
+sidecar.runtime.serve.start = _stalling_start

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from sidecar.config.loader import parse_config
-from sidecar.serve import start, stop
+from sidecar.runtime.serve import start, stop
 from tests.support import StubApp, base_config, post, stripe_event, stripe_headers
 
 FORGED = {

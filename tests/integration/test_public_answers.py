@@ -14,7 +14,7 @@ import structlog
 from sidecar.config.loader import parse_config
 from sidecar.core.errors import StoreError
 from sidecar.obs.metrics import Metrics
-from sidecar.serve import Running, start, stop
+from sidecar.runtime.serve import Running, start, stop
 from sidecar.store.sqlite import SQLiteStore
 from tests.support import ClaimFails, StubApp, base_config, post, stripe_event, stripe_headers
 

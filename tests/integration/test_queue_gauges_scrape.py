@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar.config.loader import parse_config
 from sidecar.core.events import QueueStats
 from sidecar.ops import maintenance
-from sidecar.serve import Running, start, stop
+from sidecar.runtime.serve import Running, start, stop
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from tests.support import base_config, post, stripe_event, stripe_headers
 

@@ -10,10 +10,10 @@ import contextlib
 import aiohttp
 from structlog.testing import capture_logs
 
-from sidecar.app import CLOSE_GRACE, WRITES_GRACE
 from sidecar.config.loader import parse_config
 from sidecar.core.events import AttemptResult
-from sidecar.serve import start, stop
+from sidecar.runtime.serve import start, stop
+from sidecar.runtime.wiring import CLOSE_GRACE, WRITES_GRACE
 from sidecar.store.memory import MemoryStore
 from tests.support import StubApp, base_config, post, stripe_event, stripe_headers
 

@@ -36,9 +36,9 @@ from sidecar.core.events import (
 from sidecar.forwarding.forwarder import Forwarder
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.storelog import StoreLog
-from sidecar.serve import start, stop
+from sidecar.runtime.serve import start, stop
+from sidecar.runtime.testing import FakeUpstream
 from sidecar.store.postgres import PostgresStore
-from sidecar.testing import FakeUpstream
 from tests.pgserver import (
     ThrowawayCluster,
     migrated_database,

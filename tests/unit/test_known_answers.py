@@ -26,7 +26,7 @@ from sidecar.core.events import (
     Settlement,
 )
 from sidecar.core.known import ENTRY_OVERHEAD, KnownAnswers
-from sidecar.testing import FakeUpstream, MemoryStore, inbound, pipeline_for
+from sidecar.runtime.testing import FakeUpstream, MemoryStore, inbound, pipeline_for
 from tests.support import base_config, stripe_event, stripe_headers
 
 GITHUB_SECRET = "It's a Secret to Everybody"

@@ -26,7 +26,7 @@ from sidecar.core.errors import StoreError
 from sidecar.core.events import Claim, EventState, Outcome, RecordedResponse, StoredRequest
 from sidecar.delivery import Pipeline
 from sidecar.obs.metrics import Metrics
-from sidecar.testing import FakeUpstream, MemoryStore, inbound, pipeline_for
+from sidecar.runtime.testing import FakeUpstream, MemoryStore, inbound, pipeline_for
 from tests.support import base_config, stripe_event, stripe_headers
 
 SENDGRID_KEY = ec.generate_private_key(ec.SECP256R1())

@@ -1,5 +1,5 @@
-"""Forwarding headers through the real pipeline and forwarder (``sidecar.testing``): what the
-app receives and what is stored for re-drive follow the trusted-hops rule; the signature is
+"""Forwarding headers through the real pipeline and forwarder (``sidecar.runtime.testing``):
+what the app receives and what is stored for re-drive follow the trusted-hops rule; the signature is
 verified on the headers as received."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sidecar.core.events import RecordedResponse
 from sidecar.forwarding.forwarder import Forwarder
 from sidecar.obs.metrics import Metrics
 from sidecar.ops.events import redrive
-from sidecar.testing import FakeUpstream, MemoryStore, inbound, pipeline_for
+from sidecar.runtime.testing import FakeUpstream, MemoryStore, inbound, pipeline_for
 from tests.support import base_config, stripe_event, stripe_headers
 
 FORGED = [  # values found nowhere else in a request

@@ -24,7 +24,7 @@ from sidecar.core.events import EventState, Outcome, RecordedResponse, StoredReq
 from sidecar.forwarding.forwarder import Forwarder
 from sidecar.forwarding.queueworker import QueueWorker, QueueWorkers
 from sidecar.obs.metrics import Metrics
-from sidecar.testing import FakeUpstream, MemoryStore, SentRequest, inbound, pipeline_for
+from sidecar.runtime.testing import FakeUpstream, MemoryStore, SentRequest, inbound, pipeline_for
 from tests.support import base_config, stripe_event, stripe_headers
 
 

@@ -13,7 +13,7 @@ import structlog
 from sidecar.core.answers import Result
 from sidecar.core.errors import RowLocked, StoreClosed, StoreError
 from sidecar.core.events import AttemptResult, EventState, RecordedResponse
-from sidecar.testing import MemoryStore
+from sidecar.runtime.testing import MemoryStore
 from tests.unit.test_pipeline import World
 
 

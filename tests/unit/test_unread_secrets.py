@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from sidecar.app import build_apps
 from sidecar.config.loader import Secrets, parse_config
 from sidecar.core.errors import ConfigError
-from sidecar.serve import start
-from sidecar.workers import ConfigFile, supervise
+from sidecar.runtime.serve import start
+from sidecar.runtime.wiring import build_apps
+from sidecar.runtime.workers import ConfigFile, supervise
 
 
 def data(**top: Any) -> dict[str, Any]:

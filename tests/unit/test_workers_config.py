@@ -11,7 +11,7 @@ import pytest
 from sidecar.config.kinds import ProcessCount, available_cpus
 from sidecar.config.loader import parse_config
 from sidecar.core.errors import ConfigError
-from sidecar.serve import WorkerSeat
+from sidecar.runtime.serve import WorkerSeat
 
 MESSAGE = "must be an integer ≥ 1, or auto (one per CPU available)"
 

@@ -1,5 +1,5 @@
-"""``python -m sidecar.worker_main SEAT``: a worker process of a group (``workers`` > 1),
-started by its supervisor only (``sidecar.workers``).
+"""``python -m sidecar.runtime.worker_main SEAT``: a worker process of a group (``workers`` > 1),
+started by its supervisor only (``sidecar.runtime.workers``).
 
 Ctrl-C in a terminal sends SIGINT to every process of the group, and the supervisor alone acts
 on it: it stops each worker with SIGTERM. So a worker ignores SIGINT from its first line, before

@@ -1,6 +1,6 @@
 """``workers: N`` > 1: ``webhook-sidecar run`` becomes a small supervisor of N worker processes.
 
-Each worker is ``python -m sidecar.worker_main SEAT``: the whole proxy (its own event loop,
+Each worker is ``python -m sidecar.runtime.worker_main SEAT``: the whole proxy (its own event loop,
 store pool, app client, keyring and secret reloads) on a socket the supervisor bound for it.
 What the supervisor does, and why:
 
@@ -57,7 +57,7 @@ What the supervisor does, and why:
   the group stops (exit 1).
 - **Stop.** SIGTERM or SIGINT (Ctrl-C reaches every process of the group; the workers ignore
   it): every worker gets SIGTERM and runs the single process's graceful stop
-  (``sidecar.serve``); the group has exited ``shutdown_timeout`` + 2 s after the signal at
+  (``sidecar.runtime.serve``); the group has exited ``shutdown_timeout`` + 2 s after the signal at
   most: a worker still running just before that is killed. Exit status 0.
 - **A worker exits unexpectedly** after it listened (a crash, the OOM killer, SIGKILL from
   elsewhere): it is logged (``worker_exited``), the other workers are stopped gracefully as on
@@ -93,7 +93,6 @@ from typing import Final, Literal
 
 import structlog
 
-from sidecar.app import SHUTDOWN_OVERRUN, require_secrets
 from sidecar.config.loader import load_config_text
 from sidecar.config.model import Address, Config
 from sidecar.core.workergroup import (
@@ -105,7 +104,8 @@ from sidecar.core.workergroup import (
 )
 from sidecar.obs.logs import configure_logging, get_logger
 from sidecar.obs.metrics import MULTIPROC_ENV
-from sidecar.serve import WorkerSeat, serve_worker
+from sidecar.runtime.serve import WorkerSeat, serve_worker
+from sidecar.runtime.wiring import SHUTDOWN_OVERRUN, require_secrets
 
 log = get_logger("sidecar.workers")
 
@@ -118,7 +118,7 @@ SILENCE_GRACE: Final = 0.25
 REPLACEMENTS_ALLOWED: Final = 3
 REPLACEMENT_WINDOW: Final = 600.0
 PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
-WORKER_MODULE: Final = "sidecar.worker_main"
+WORKER_MODULE: Final = "sidecar.runtime.worker_main"
 
 
 def bind_listeners(address: Address, count: int, *, reuse_port: bool) -> list[socket.socket]:
@@ -202,7 +202,7 @@ def _die_with(parent: int) -> bool:
 
 
 def run_worker(seat_json: str) -> int:
-    """A worker process (``python -m sidecar.worker_main SEAT``): the config its supervisor
+    """A worker process (``python -m sidecar.runtime.worker_main SEAT``): the config its supervisor
     read, served on the sockets it bound; its log lines carry its index."""
     seat = WorkerSeat.from_json(seat_json)
     if not _die_with(seat.supervisor):

@@ -1,7 +1,7 @@
 """Test doubles for webhook-sidecar's own tests and for yours: an in-memory store, a scripted
 stand-in for the app, and a pipeline wired with them.
 
-    from sidecar.testing import FakeUpstream, MemoryStore, pipeline_for
+    from sidecar.runtime.testing import FakeUpstream, MemoryStore, pipeline_for
 
     upstream = FakeUpstream()                       # answers 200 {} unless told otherwise
     pipeline = pipeline_for(config, store=MemoryStore(), upstream=upstream)

@@ -16,12 +16,12 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from sidecar.app import CLOSE_GRACE, UNWIND_GRACE, Apps, build_apps
 from sidecar.config.model import Address, Config
 from sidecar.core.workergroup import BEAT, READY, GroupHealth, beat_interval
 from sidecar.http.listener import AcceptFailures, Bounds, Listener
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
+from sidecar.runtime.wiring import CLOSE_GRACE, UNWIND_GRACE, Apps, build_apps
 
 log = get_logger("sidecar.serve")
 
@@ -36,9 +36,9 @@ _SPARE_FILES: Final = 64
 
 @dataclass(frozen=True, slots=True)
 class WorkerSeat:
-    """What a worker process gets from its supervisor (``sidecar.workers``), as inherited file
-    descriptors: its socket (and the admin one, for the first worker), its end of the channel
-    to the supervisor (``sidecar.core.workergroup``: it says ready and sends its heartbeat
+    """What a worker process gets from its supervisor (``sidecar.runtime.workers``), as
+    inherited file descriptors: its socket (and the admin one, for the first worker), its end
+    of the channel to the supervisor (``sidecar.core.workergroup``: it says ready and sends its heartbeat
     there; end of file means the supervisor is gone) and the config file's text as the
     supervisor read it (with the path it came from and the folder its relative paths are
     relative to); and the directory the group's metrics are kept in, and the supervisor's pid."""
@@ -79,7 +79,8 @@ async def start(config: Config, *, listen_socket: socket.socket | None = None,
                 admin_socket: socket.socket | None = None, serve_admin: bool = True,
                 **build_kwargs: Any) -> Running:
     """Open the store and both listeners, each with its bounds (``sidecar.http.listener``): on
-    ``config``'s addresses, or on sockets bound already (a worker's, from ``sidecar.workers``).
+    ``config``'s addresses, or on sockets bound already (a worker's, from
+    ``sidecar.runtime.workers``).
     ``serve_admin=False``: no admin listener (a worker other than the first);
     ``admin_listen`` is then None."""
     apps = build_apps(config, **build_kwargs)
@@ -109,7 +110,7 @@ async def start(config: Config, *, listen_socket: socket.socket | None = None,
 
 
 async def stop(running: Running) -> None:
-    """Stop on one schedule (``sidecar.app``): stop accepting on both listeners, let
+    """Stop on one schedule (``sidecar.runtime.wiring``): stop accepting on both listeners, let
     deliveries in progress finish until shutdown_timeout, cancel the rest, let their result
     writes finish briefly, close the app client and the store. Returns at most
     CLOSE_GRACE + _CLEANUP_MARGIN seconds after shutdown_timeout."""
@@ -126,7 +127,8 @@ async def stop(running: Running) -> None:
         log.warning("deliveries_cancelled", count=cancelled,
                     timeout_s=running.config.shutdown_timeout)
     await admin
-    # Result writes, then the app client and the store (their own deadlines, sidecar.app).
+    # Result writes, then the app client and the store (their own deadlines,
+    # sidecar.runtime.wiring).
     await _within(running.proxy_runner.cleanup(), shutdown.left(CLOSE_GRACE) + _CLEANUP_MARGIN,
                   "proxy_listener")
     running.accept_failures.close()
@@ -162,7 +164,7 @@ async def serve(config: Config) -> int:
 
 
 async def serve_worker(config: Config, worker: WorkerSeat) -> int:
-    """One of ``workers`` > 1 processes (``sidecar.workers``): the proxy on the listening
+    """One of ``workers`` > 1 processes (``sidecar.runtime.workers``): the proxy on the listening
     socket its supervisor bound; the first worker also serves the admin listener (its /healthz
     reflecting the group, as the supervisor says) and runs the store upkeep (retention, the
     stuck-row gauge) for the group. Sends its heartbeat from its event loop from the start,
@@ -213,7 +215,7 @@ async def serve_worker(config: Config, worker: WorkerSeat) -> int:
 
 async def _beat(channel: asyncio.StreamWriter, interval: float) -> None:
     """The heartbeat: from the event loop itself, so a blocked loop or a stopped process
-    cannot send it (``sidecar.workers`` replaces a worker that falls silent)."""
+    cannot send it (``sidecar.runtime.workers`` replaces a worker that falls silent)."""
     while not channel.is_closing():
         channel.write(BEAT)
         await asyncio.sleep(interval)
