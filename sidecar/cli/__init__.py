@@ -140,21 +140,14 @@ def _read_config_file(path: str) -> str:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from sidecar.runtime.wiring import open_store
-    from sidecar.store.postgres import migrate_postgres
+    from sidecar.runtime.wiring import migrate_store
 
     config = _load(args)
     configure_logging(config.log_level, config.log_format)
-    if config.store.kind == "sqlite":
-        async def touch() -> None:
-            store = await open_store(config.store)  # the embedded store migrates itself
-            await store.close()
-
-        asyncio.run(touch())
+    applied = asyncio.run(migrate_store(config.store))
+    if config.store.kind == "sqlite":  # the embedded store migrates itself when opened
         print(f"sqlite store at {config.store.sqlite_path} is up to date")
-        return 0
-    applied = asyncio.run(migrate_postgres(config.store.url))
-    if applied:
+    elif applied:
         print("applied: " + ", ".join(applied))
     else:
         print("database schema is up to date")

@@ -11,15 +11,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from sidecar.config.keyring import Keyring
 from sidecar.config.loader import Secrets
 from sidecar.config.model import Config
 from sidecar.core.durations import parse_duration
-from sidecar.forwarding.forwarder import Forwarder
-from sidecar.forwarding.upstream import Upstream
-from sidecar.obs.metrics import Metrics
 from sidecar.ops import events as operations
-from sidecar.runtime.wiring import open_store
+from sidecar.runtime.wiring import open_store, operator_forwarder
 
 
 def configure_parser(parser: argparse.ArgumentParser,
@@ -143,18 +139,10 @@ async def _redrive(config: Config, store: Any, args: argparse.Namespace) -> int:
         print(f"re-queued {count} dead {args.provider} event{'' if count == 1 else 's'}: the "
               "running proxies' delivery workers deliver them", file=sys.stderr)
         return 0
-    upstream = Upstream(config.upstream)
-    await upstream.start()
-    pending: set[asyncio.Task[bool]] = set()
-    try:
-        owner = f"cli:{socket.gethostname()}:{os.getpid()}"
-        keyring = Keyring(config.providers, config.upstream.signing_secrets)
-        forwarder = Forwarder(store, upstream, Metrics(), pending,
-                              signing_keys=keyring.signing_keys)
+    owner = f"cli:{socket.gethostname()}:{os.getpid()}"
+    async with operator_forwarder(config, store) as forwarder:
         result = await operations.redrive(config, store, forwarder, owner, args.provider,
                                           args.event_id)
-    finally:
-        await upstream.close()
     if isinstance(result, operations.Requeued):
         print(f"re-queued {args.provider}:{args.event_id} (it was dead): the running proxies' "
               "delivery workers deliver it, as the next attempt; follow it with events show")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Protocol
 
 
 class NotJson(ValueError):
@@ -63,3 +64,22 @@ class Body:
 
     def __repr__(self) -> str:  # never the bytes: bodies stay out of logs
         return f"<Body {len(self.raw)} bytes>"
+
+
+class Readable(Protocol):
+    """A body arriving in pieces (aiohttp's ``StreamReader``, on either side of the proxy)."""
+
+    async def read(self, n: int = -1, /) -> bytes: ...
+
+
+async def read_bounded(stream: Readable, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the body; the rest is not read (the connection is then closed)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await stream.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

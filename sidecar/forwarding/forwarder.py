@@ -32,9 +32,9 @@ from sidecar.core.headers import (
     IDEMPOTENCY_HEADER,
     PROVIDER_HEADER,
 )
+from sidecar.core.hops import forwardable_headers
 from sidecar.core.ports import EventStore, RowReader
 from sidecar.core.signing.forward import forward_signature
-from sidecar.forwarding.upstream import forwardable_headers
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 

@@ -15,8 +15,8 @@ from multidict import CIMultiDict
 
 from sidecar.config.model import ProviderConfig
 from sidecar.core.answers import Answer, Result, refuse
+from sidecar.core.body import read_bounded
 from sidecar.delivery import Inbound
-from sidecar.forwarding.upstream import read_bounded
 from sidecar.http.appkeys import CONFIG, METRICS, PIPELINE
 from sidecar.http.listener import ProviderResponse
 from sidecar.obs.logs import get_logger

@@ -29,9 +29,8 @@ from sidecar.core.events import Outcome, RecordedResponse
 from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import Store
 from sidecar.delivery import Inbound, Pipeline
-from sidecar.forwarding.forwarder import Forwarder
 from sidecar.obs.metrics import Metrics
-from sidecar.obs.telemetry import DeliveryTelemetry
+from sidecar.runtime.wiring import build_forwarder, build_pipeline
 from sidecar.store.memory import MemoryStore
 
 __all__ = ["FakeUpstream", "MemoryStore", "SentRequest", "inbound", "pipeline_for"]
@@ -108,10 +107,8 @@ def pipeline_for(config: Config, *, store: Store | None = None,
     metrics = metrics or Metrics()
     store = store or MemoryStore(clock=clock)
     keyring = Keyring(config.providers, config.upstream.signing_secrets)
-    forwarder = Forwarder(store, upstream or FakeUpstream(), metrics, set(),
-                          signing_keys=keyring.signing_keys, clock=clock)
-    return Pipeline(store=store, forwarder=forwarder, keyring=keyring,
-                    known=KnownAnswers(config.answer_cache, clock),
-                    owner=owner, observer=DeliveryTelemetry(metrics), clock=clock,
-                    trusted_proxies=config.trusted_proxies)
+    forwarder = build_forwarder(store, upstream or FakeUpstream(), metrics, set(), keyring,
+                                clock=clock)
+    return build_pipeline(config, store, forwarder, keyring, metrics, owner=owner, clock=clock,
+                          known=KnownAnswers(config.answer_cache, clock))
 

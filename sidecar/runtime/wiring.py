@@ -1,8 +1,12 @@
-"""The composition root: the only module that names concrete adapters."""
+"""The composition root: the only module that names concrete adapters (the stores, the client
+to the app). Whoever needs the parts wired — the server, the ``events`` and ``migrate``
+commands, the test kit — asks here: ``open_store``, ``migrate_store``, ``build_forwarder``,
+``build_pipeline``, ``operator_forwarder``, ``build_apps``."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import socket
@@ -17,10 +21,10 @@ from sidecar.config.keyring import Keyring
 from sidecar.config.model import Config, StoreConfig
 from sidecar.core.errors import ConfigError
 from sidecar.core.known import KnownAnswers
-from sidecar.core.ports import Store
+from sidecar.core.ports import DeliveryStore, EventStore, Store
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
-from sidecar.forwarding.forwarder import Forwarder
+from sidecar.forwarding.forwarder import Forwarder, Sender
 from sidecar.forwarding.queueworker import QueueWorkers
 from sidecar.forwarding.upstream import Upstream
 from sidecar.http.admin import admin_routes
@@ -41,7 +45,7 @@ from sidecar.obs.metrics import Metrics
 from sidecar.obs.storelog import StoreLog
 from sidecar.obs.telemetry import DeliveryTelemetry
 from sidecar.ops.maintenance import Maintenance
-from sidecar.store.postgres import PostgresStore
+from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
 
 log = get_logger("sidecar.app")
@@ -105,6 +109,51 @@ async def open_store(config: StoreConfig) -> Store:
     )
 
 
+async def migrate_store(config: StoreConfig) -> list[str]:
+    """Bring the store's schema up to date; the migrations applied. The embedded store
+    migrates itself when opened, so for it this is an open and a close (and ``[]``)."""
+    if config.kind == "sqlite":
+        store = await open_store(config)
+        await store.close()
+        return []
+    return await migrate_postgres(config.url)
+
+
+def build_forwarder(store: EventStore, upstream: Sender, metrics: Metrics,
+                    pending: set[asyncio.Task[bool]], keyring: Keyring, *,
+                    clock: Callable[[], float] = time.time) -> Forwarder:
+    """The forwarder: sends one attempt to the app (signed with the keyring's forward keys)
+    and records its result on the row; result writes it starts are kept in ``pending``."""
+    return Forwarder(store, upstream, metrics, pending, signing_keys=keyring.signing_keys,
+                     clock=clock)
+
+
+def build_pipeline(config: Config, store: DeliveryStore, forwarder: Forwarder,
+                   keyring: Keyring, metrics: Metrics, *, owner: str,
+                   clock: Callable[[], float] = time.time, known: KnownAnswers | None = None,
+                   on_queued: Callable[[str], None] = lambda provider: None) -> Pipeline:
+    """The delivery pipeline, with the memory of known answers ``config.answer_cache`` asks
+    for unless ``known`` is given."""
+    return Pipeline(store=store, forwarder=forwarder, keyring=keyring, owner=owner,
+                    observer=DeliveryTelemetry(metrics), clock=clock,
+                    trusted_proxies=config.trusted_proxies,
+                    known=known if known is not None else KnownAnswers(config.answer_cache),
+                    on_queued=on_queued)
+
+
+@contextlib.asynccontextmanager
+async def operator_forwarder(config: Config, store: EventStore) -> AsyncIterator[Forwarder]:
+    """A forwarder for an operator's re-drive (``events redrive``): its own client to the app,
+    closed when the block ends."""
+    upstream = Upstream(config.upstream)
+    await upstream.start()
+    try:
+        yield build_forwarder(store, upstream, Metrics(), set(),
+                              Keyring(config.providers, config.upstream.signing_secrets))
+    finally:
+        await upstream.close()
+
+
 def require_secrets(config: Config) -> None:
     """Refuse to serve a config loaded without its secrets (``Secrets.NONE`` or ``SIGNING``,
     as the ``events`` commands load it): its deliveries would be checked against no key, its
@@ -152,15 +201,13 @@ def build_apps(
         opened = store or await open_store(config.store)
         app[STORE] = opened
         await upstream.start()
-        forwarder = Forwarder(opened, upstream, metrics, pending,
-                              signing_keys=keyring.signing_keys, clock=clock or time.time)
+        forwarder = build_forwarder(opened, upstream, metrics, pending, keyring,
+                                    clock=clock or time.time)
         app[FORWARDER] = forwarder
         queue = QueueWorkers(config.providers, opened, forwarder, metrics, owner, pending,
                              notify=config.store.notify, clock=clock or time.time)
-        app[PIPELINE] = Pipeline(store=opened, forwarder=forwarder, keyring=keyring, owner=owner,
-                                 observer=DeliveryTelemetry(metrics), clock=clock or time.time,
-                                 trusted_proxies=config.trusted_proxies,
-                                 known=KnownAnswers(config.answer_cache), on_queued=queue.wake)
+        app[PIPELINE] = build_pipeline(config, opened, forwarder, keyring, metrics, owner=owner,
+                                       clock=clock or time.time, on_queued=queue.wake)
         for warning in config.warnings:
             log.warning("config_warning", message=warning)
         upkeep = Maintenance(config, opened, metrics, keyring)

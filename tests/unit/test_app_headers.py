@@ -1,5 +1,5 @@
 """Which inbound headers may reach the app
-(``sidecar.forwarding.upstream.forwardable_headers``): none that
+(``sidecar.core.hops.forwardable_headers``): none that
 a CGI or WSGI server (wsgiref, gunicorn, uWSGI, PHP-FPM) would read as a header the proxy sets
 on the forward, in whatever spelling it arrives. As a truth table, and as a property over
 arbitrary headers."""
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.core.headers import cgi_name
-from sidecar.forwarding.upstream import forwardable_headers
+from sidecar.core.hops import forwardable_headers
 
 Headers = tuple[tuple[str, str], ...]
 
