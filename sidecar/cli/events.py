@@ -14,6 +14,7 @@ from typing import Any
 from sidecar.config.loader import Secrets
 from sidecar.config.model import Config
 from sidecar.core.durations import parse_duration
+from sidecar.core.errors import OperationError
 from sidecar.ops import events as operations
 from sidecar.runtime.wiring import open_store, operator_forwarder
 
@@ -79,7 +80,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         return asyncio.run(_run(config, args))
-    except operations.OperationError as exc:
+    except OperationError as exc:
         print(f"webhook-sidecar: {exc}", file=sys.stderr)
         return 1
 

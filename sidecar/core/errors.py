@@ -67,3 +67,12 @@ class UpstreamError(SidecarError):
         self.outcome = outcome
         self.detail = detail
         super().__init__(f"{outcome}: {detail}" if detail else outcome)
+
+
+class OperationError(SidecarError):
+    """An operator request (``events`` CLI, admin API) that cannot be carried out: no such
+    event, a state the verb refuses. ``status`` is its HTTP equivalent."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)

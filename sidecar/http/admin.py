@@ -12,7 +12,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from sidecar.core.durations import parse_duration
-from sidecar.core.errors import ConfigError, StoreError
+from sidecar.core.errors import ConfigError, OperationError, StoreError
 from sidecar.http.appkeys import CONFIG, FORWARDER, GROUP, METRICS, OWNER, STORE
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
@@ -76,7 +76,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
                                         "without a scheme is deprecated")
             try:
                 return web.json_response(await handler(request))
-            except operations.OperationError as exc:
+            except OperationError as exc:
                 return web.json_response({"error": str(exc)}, status=exc.status)
             except StoreError as exc:
                 return web.json_response({"error": f"store unavailable: {exc}"}, status=503,
@@ -97,7 +97,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
     async def release(request: web.Request) -> Any:
         force = request.query.get("force", "false").lower()
         if force not in ("true", "false", "1", "0"):
-            raise operations.OperationError(400, "force must be true or false")
+            raise OperationError(400, "force must be true or false")
         return await operations.release(proxy_app[STORE], *_key(request),
                                         force=force in ("true", "1"))
 
@@ -166,7 +166,7 @@ def _age_and_limit(request: web.Request, *, default_limit: int) -> tuple[float |
                  if "older_than" in query else None)
         limit = int(query.get("limit", str(default_limit)))
     except (ConfigError, ValueError) as exc:
-        raise operations.OperationError(
+        raise OperationError(
             400, "older_than must be a duration (600, 10m, 2h) and limit a number") from exc
     return older, limit
 

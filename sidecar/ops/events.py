@@ -11,18 +11,11 @@ from typing import Any
 
 from sidecar.config.model import Config, Mode, ProviderConfig
 from sidecar.core.batch import filtered_body
+from sidecar.core.errors import OperationError
 from sidecar.core.eventid import batch_items
 from sidecar.core.events import EventRow, EventState, QueueEntry, StoredRequest
 from sidecar.core.ports import OperatorStore
 from sidecar.forwarding.forwarder import Forwarder
-
-
-class OperationError(Exception):
-    """An operator request that cannot be carried out; ``status`` is its HTTP equivalent."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True)
