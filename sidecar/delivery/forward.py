@@ -61,7 +61,7 @@ class _Ours:
     item: BatchItem
     attempt: int
     result: Result  # NEW or TAKEOVER
-    digest: bytes  # what the row holds as the body's hash (``claim_digest``)
+    digest: bytes  # the body hash the row holds: this delivery's, or a taken-over row's
     until: float  # if it ends done: when retention deletes the row (``KnownAnswers.until``)
 
 
@@ -167,7 +167,8 @@ class ForwardMode:
                         recorded, self._known.until(asked, provider.retention, recorded))
                     return _recorded(recorded)
                 case TakeOver():
-                    # A take-over keeps the row's first receipt: so does its answer's memory.
+                    # A take-over keeps the row's first receipt and body hash: so does its
+                    # answer's memory.
                     until = self._known.until(asked, provider.retention, row)
                     try:
                         attempt = await self._store.take_over(provider.key, event_id,
@@ -175,7 +176,7 @@ class ForwardMode:
                     except RowLocked:  # another session holds the row: as good as in flight
                         return _Settled(refuse("in_flight", "row_locked", lease=1), row.attempt)
                     if attempt is not None:
-                        return _Ours(item, attempt, Result.TAKEOVER, digest, until)
+                        return _Ours(item, attempt, Result.TAKEOVER, row.body_sha256, until)
                     asked = self._known.now()  # another delivery took it: read it again
                     row = await self._store.get(provider.key, event_id)
                 case Wait(pause):

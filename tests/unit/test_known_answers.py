@@ -380,3 +380,22 @@ async def test_an_event_accepted_in_queue_mode_is_remembered_from_its_receipt(
     results.append(await world.stripe(world.learner, "evt_1"))
     assert results == [Result.QUEUED, Result.DUPLICATE, Result.QUEUED]
     assert await world.store.queue_entry("stripe", "evt_1") is not None
+
+
+@pytest.mark.parametrize("answer_cache", CACHES)
+async def test_an_event_taken_over_with_another_body_is_remembered_with_the_rows_body(
+        answer_cache: int | str) -> None:
+    """A take-over keeps the row's body hash (the first delivery's); so does the memory of its
+    answer. Redeliveries of either body are then flagged (``payload_mismatch``) exactly as the
+    store would flag them: the second body, not the first."""
+    conf = config_with(answer_cache, stripe={"on_payload_mismatch": "duplicate"})
+    upstream = FakeUpstream(reply=lambda _: RecordedResponse(500, (), b"{}"))
+    pipeline = pipeline_for(conf, store=MemoryStore(), upstream=upstream)
+    assert (await deliver_stripe(pipeline, conf, "evt_1")).status == 500  # failed, body A
+    upstream.reply = lambda _: RecordedResponse(200, (), b"{}")
+    taken = await deliver_stripe(pipeline, conf, "evt_1", amount=999)  # body B takes it over
+    assert (taken.result, taken.log.get("payload_mismatch")) == (Result.TAKEOVER, True)
+    first = await deliver_stripe(pipeline, conf, "evt_1")
+    second = await deliver_stripe(pipeline, conf, "evt_1", amount=999)
+    assert [first.result, second.result] == [Result.DUPLICATE, Result.DUPLICATE]
+    assert [first.log.get("payload_mismatch"), second.log.get("payload_mismatch")] == [None, True]
