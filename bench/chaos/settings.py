@@ -9,7 +9,7 @@ from sidecar.config.model import Config, Mode
 from tests.support import base_config
 
 DATABASE = "sidecar_chaos"
-APPLICATION_NAME = "webhook-sidecar"  # what the proxy's pool sets (sidecar/store/postgres.py)
+APPLICATION_NAME = "webhook-sidecar"  # what the proxy's pool sets (sidecar/store/postgres/)
 
 # The answer bound, from the config. Before forwarding, a delivery makes at most
 # CALLS_BEFORE_FORWARD store calls outside its in-flight wait (the claim, its re-read, a
