@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 import structlog
 
-from sidecar.http import listener
-from sidecar.http.listener import AcceptFailures
+from sidecar.http.listener import AcceptFailures, accept
 from tests.support import until
 
 
@@ -32,8 +31,8 @@ async def until_logged(logs: list[dict[str, Any]], count: int) -> None:
 
 @pytest.fixture
 def short_bursts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(listener, "ACCEPT_BURST_QUIET", 0.2)
-    monkeypatch.setattr(listener, "REFUSALS_LOGGED_EVERY", 0.3)
+    monkeypatch.setattr(accept, "ACCEPT_BURST_QUIET", 0.2)
+    monkeypatch.setattr(accept, "REFUSALS_LOGGED_EVERY", 0.3)
 
 
 async def test_a_burst_is_one_line_with_its_count(short_bursts: None) -> None:

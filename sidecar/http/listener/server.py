@@ -1,0 +1,107 @@
+"""The listening socket of one listener (:class:`Listener`): its open connections, the one idle
+longest first, and the cap that closes it to make room for a new one; the requests in progress
+on them, and its part of the graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+from aiohttp import web
+
+from sidecar.config.model import Address
+from sidecar.http.listener.bounds import Bounds, Tally
+from sidecar.http.listener.connection import BoundedConnection
+
+
+class Listener:
+    """Owns a listening socket of a set-up ``web.AppRunner``: its connections and the requests
+    in progress on them."""
+
+    def __init__(self, runner: web.AppRunner, bounds: Bounds) -> None:
+        self._runner = runner
+        self.bounds = bounds
+        self._server: asyncio.Server | None = None
+        # Open connections, the one idle longest first (moved last after each answer).
+        self._connections: dict[BoundedConnection, None] = {}
+        self._requests: set[asyncio.Task[Any]] = set()
+        self._refused = Tally("connection_refused", "refused")
+        self._made_room = Tally("idle_connections_closed", "closed")
+
+    async def open(self, address: Address | socket.socket) -> Address:
+        """Listen on ``address``, or on a socket bound already (a worker's, from its
+        supervisor), with an accept queue of ``SOMAXCONN`` (as the kernel caps it): connections
+        that arrive while no worker accepts on it wait there. The address as bound (a port 0
+        becomes the real one)."""
+        manager = self._runner.server
+        if manager is None:
+            raise RuntimeError("AppRunner.setup() was not awaited")
+        loop = asyncio.get_running_loop()
+
+        def connection() -> BoundedConnection:
+            return BoundedConnection(manager, self, loop=loop)
+
+        if isinstance(address, socket.socket):
+            self._server = await loop.create_server(connection, sock=address,
+                                                    backlog=socket.SOMAXCONN)
+        else:
+            self._server = await loop.create_server(connection, address.host, address.port)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return Address(str(host), int(port))
+
+    def owns(self, sock: object) -> bool:
+        """Whether ``sock`` (a socket, or asyncio's view of one) is this listener's."""
+        fileno = getattr(sock, "fileno", None)
+        return (self._server is not None and callable(fileno)
+                and any(own.fileno() == fileno() for own in self._server.sockets))
+
+    def admit(self, connection: BoundedConnection) -> bool:
+        """Whether a new connection is served; at the cap, the connection idle longest is
+        closed to make room for it, unless every one is inside a request."""
+        if len(self._connections) >= self.bounds.max_connections:
+            idle = next((other for other in self._connections if not other.busy), None)
+            if idle is None:
+                self._refused.add(self.bounds, reason="too_many_connections")
+                return False
+            del self._connections[idle]
+            idle.force_close()
+            self._made_room.add(self.bounds)
+        self._connections[connection] = None
+        return True
+
+    def answered(self, connection: BoundedConnection) -> None:
+        """``connection`` is idle from now: the last to give way."""
+        if connection in self._connections:  # not closed meanwhile
+            del self._connections[connection]
+            self._connections[connection] = None
+
+    def forget(self, connection: BoundedConnection) -> None:
+        self._connections.pop(connection, None)
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    def close(self) -> None:
+        """Stop accepting. Idle connections are closed now; busy ones after their answer."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.stop()
+
+    async def drain(self, deadline: float, grace: float) -> int:
+        """Let requests in progress finish until ``deadline`` (event-loop time), then cancel
+        the rest and give them ``grace`` seconds to unwind; close every connection. Returns
+        how many were cancelled."""
+        loop = asyncio.get_running_loop()
+        if self._requests:
+            await asyncio.wait(set(self._requests), timeout=max(0.0, deadline - loop.time()))
+        late = set(self._requests)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=grace)
+        for connection in list(self._connections):
+            connection.force_close()
+        return len(late)

@@ -1,0 +1,165 @@
+"""The group: its seats, the workers it spawned into them, and what happens to them — a queue of
+happenings that the supervisor's loop (``supervisor``) takes in order. Spawning a worker in a
+seat, and listening to its channel (``ready``, then heartbeats), are here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+from collections import deque
+from typing import Final, Literal
+
+from sidecar.config.model import Config
+from sidecar.core.workergroup import READY, group_message, start_deadline
+from sidecar.obs.metrics import MULTIPROC_ENV
+from sidecar.runtime.serve import WorkerSeat
+from sidecar.runtime.workers.config_copy import ConfigFile
+from sidecar.runtime.workers.seats import Seat, Worker, address_of
+
+EXIT_WORKER_FAILED: Final = 1
+# A worker silent for worker_timeout gets this much longer to be heard (see Group._watch).
+SILENCE_GRACE: Final = 0.25
+WORKER_MODULE: Final = "sidecar.runtime.worker_main"
+
+Happening = Literal["ready", "silent", "late", "exited", "retry", "stop"]
+StartFailure = Literal["exited", "silent", "start_timeout", "spawn_error", "bind_error"]
+
+
+class Group:
+    """The workers, one per seat, and what happens to them (a queue of happenings, taken in
+    order by ``supervisor.run``)."""
+
+    def __init__(self, config: Config, config_file: ConfigFile, config_fd: int,
+                 listeners: list[socket.socket], admin: socket.socket, metrics_dir: str) -> None:
+        self.config = config
+        self.config_file = config_file
+        self.config_fd = config_fd
+        self.address = address_of(listeners[0])  # as bound: a vacant seat binds it again
+        self.seats = [Seat(index, sock) for index, sock in enumerate(listeners)]
+        self.admin = admin
+        self.metrics_dir = metrics_dir
+        self.env = {**os.environ, MULTIPROC_ENV: metrics_dir}
+        self.everyone: list[Worker] = []
+        self.happenings: asyncio.Queue[tuple[Happening, Worker | Seat | None]] = \
+            asyncio.Queue()
+        self.up = False  # every seat was served once: the group is listening
+        self.replaced = 0
+        self.replacements: deque[float] = deque()
+
+    async def spawn(self, seat: Seat) -> OSError | None:
+        """Start a worker in ``seat``; the OS's refusal (no more processes or files, the
+        interpreter gone) is returned, for the caller to decide."""
+        assert seat.sock is not None
+        try:
+            ours, theirs = socket.socketpair()
+        except OSError as exc:
+            return exc
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=ours)
+        except BaseException:
+            ours.close()
+            theirs.close()
+            raise
+        try:
+            chair = WorkerSeat(index=seat.index, count=len(self.seats),
+                               listen_fd=seat.sock.fileno(),
+                               admin_fd=self.admin.fileno() if seat.index == 0 else None,
+                               channel_fd=theirs.fileno(), metrics_dir=self.metrics_dir,
+                               config_fd=self.config_fd, config_path=self.config_file.path,
+                               config_folder=self.config_file.folder, supervisor=os.getpid())
+            fds = [chair.listen_fd, chair.channel_fd, chair.config_fd]
+            if chair.admin_fd is not None:
+                fds.append(chair.admin_fd)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", WORKER_MODULE, chair.to_json(), pass_fds=fds,
+                env=self.env, stdin=asyncio.subprocess.DEVNULL)
+        except OSError as exc:
+            writer.close()
+            return exc
+        except BaseException:
+            writer.close()
+            raise
+        finally:
+            theirs.close()  # the worker holds it now: its end of file is the worker's exit
+        worker = Worker(seat.index, proc, reader, writer)
+        worker.tasks = [asyncio.create_task(self._watch(worker)),
+                        asyncio.create_task(self._reap(worker))]
+        seat.worker = worker
+        self.everyone.append(worker)
+        self.tell()
+        return None
+
+    async def _watch(self, worker: Worker) -> None:
+        """What the worker says: ``ready`` once, then its heartbeat. Silence past
+        worker_timeout, once it has said anything, is a happening, and so is no ``ready``
+        within the start deadline. Before its first word it is only starting (importing,
+        reading its config), and its exit would tell."""
+        loop = asyncio.get_running_loop()
+        ready_by = loop.time() + start_deadline(self.config.worker_timeout)
+        heard = said_ready = False
+        while True:
+            timeout = self.config.worker_timeout if heard else None
+            if not said_ready:
+                left = max(0.0, ready_by - loop.time())
+                timeout = left if timeout is None else min(timeout, left)
+            try:
+                line = await _read_line(worker.reader, timeout)
+            except TimeoutError:
+                # One more look: after this process was itself stopped or starved, the timer
+                # and the worker's words buffered meanwhile are due together, and the timer
+                # must not win.
+                try:
+                    line = await _read_line(worker.reader, SILENCE_GRACE)
+                except TimeoutError:
+                    late = not said_ready and loop.time() >= ready_by
+                    self.happenings.put_nowait(("late" if late else "silent", worker))
+                    return
+            if not line:
+                return  # its end closed: it is exiting, and _reap tells
+            heard = True
+            if line == READY:
+                said_ready = True
+                self.happenings.put_nowait(("ready", worker))
+
+    async def _reap(self, worker: Worker) -> None:
+        await worker.proc.wait()
+        worker.writer.close()
+        self.happenings.put_nowait(("exited", worker))
+
+    def tell(self) -> None:
+        """Worker 0's word on the group (its /healthz and /metrics), now."""
+        first = self.seats[0].worker
+        if first is not None and not first.dismissed and not first.writer.is_closing():
+            down = [seat.index for seat in self.seats if seat.down]
+            vacant = [seat.index for seat in self.seats if not seat.served and not seat.down]
+            first.writer.write(group_message(down, vacant, self.replaced))
+
+    def stop(self) -> None:
+        self.happenings.put_nowait(("stop", None))
+
+    @staticmethod
+    def dismiss(worker: Worker) -> None:
+        worker.dismissed = True
+        if worker.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                worker.proc.kill()
+
+    def close_sockets(self) -> None:
+        for seat in self.seats:
+            if seat.retry is not None:
+                seat.retry.cancel()
+            if seat.sock is not None:
+                seat.sock.close()
+        self.admin.close()
+
+
+async def _read_line(reader: asyncio.StreamReader, timeout: float | None) -> bytes:
+    async with asyncio.timeout(timeout):
+        try:
+            return await reader.readline()
+        except (ConnectionError, ValueError):  # reset, or a line too long: not a worker's word
+            return b""
+

@@ -1,0 +1,81 @@
+"""The group's places: the sockets the supervisor binds for them (one a *seat*, all on one port
+with ``SO_REUSEPORT``), and the worker serving each seat, or starting in it."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass, field
+
+from sidecar.config.model import Address
+
+
+def bind_listeners(address: Address, count: int, *, reuse_port: bool) -> list[socket.socket]:
+    """``count`` sockets bound to ``address`` (the first address it resolves to), all on the
+    port the first one gets (``reuse_port``, needed for more than one). They do not listen yet:
+    each does once the worker it is handed to opens its listener."""
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(
+        address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:  # as asyncio binds: IPv6 only
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(sockaddr)
+            sockaddr = sock.getsockname()  # a port 0 is now the port the others bind
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def address_of(sock: socket.socket) -> Address:
+    host, port = sock.getsockname()[:2]
+    return Address(str(host), int(port))
+
+
+@dataclass(eq=False)
+class Worker:
+    """A worker process in its seat, and the supervisor's end of its channel."""
+
+    seat: int
+    proc: asyncio.subprocess.Process
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    ready: bool = False
+    # Given up on (silent, or its start failed): killed if need be; its exit is no failure.
+    dismissed: bool = False
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+@dataclass(eq=False)
+class Seat:
+    """A place in the group: its socket, and the worker serving it (or starting in it)."""
+
+    index: int
+    sock: socket.socket | None  # None: closed, while the seat is vacant until its next try
+    worker: Worker | None = None
+    listening: bool = False  # a worker listened on the socket: connections queue on it
+    lost_at: float | None = None  # when it lost its worker; None while it has one serving
+    failures: int = 0  # its worker's starts that failed in a row
+    retry: asyncio.TimerHandle | None = None
+
+    @property
+    def served(self) -> bool:
+        return self.worker is not None and self.worker.ready
+
+    @property
+    def down(self) -> bool:
+        """Connections wait on its socket for a worker that does not accept them (yet)."""
+        return self.listening and not self.served
+

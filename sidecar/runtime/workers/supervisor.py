@@ -1,0 +1,207 @@
+"""The supervisor's loop: it binds the group's sockets, spawns a worker in every seat, then
+takes the group's happenings in order — a worker ready, silent, late or gone, a vacant seat's
+retry, a signal — until the group stops (``stopping``). What it does with each, and why, is the
+package's docstring."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+from typing import Final
+
+from sidecar.config.model import Config
+from sidecar.core.workergroup import beat_interval, retry_delay, start_deadline
+from sidecar.obs.logs import get_logger
+from sidecar.runtime.wiring import require_secrets
+from sidecar.runtime.workers.config_copy import ConfigFile, config_copy
+from sidecar.runtime.workers.group import Group, Happening, StartFailure
+from sidecar.runtime.workers.seats import Seat, Worker, address_of, bind_listeners
+from sidecar.runtime.workers.stopping import close_group, how_it_ended, stop_workers
+
+log = get_logger("sidecar.workers")
+
+# Silent workers replaced within REPLACEMENT_WINDOW seconds before the group stops instead.
+REPLACEMENTS_ALLOWED: Final = 3
+REPLACEMENT_WINDOW: Final = 600.0
+# What a happening to a worker that has not said ready yet means.
+_START_FAILURES: Final[dict[Happening, StartFailure]] = {
+    "exited": "exited", "silent": "silent", "late": "start_timeout"}
+
+
+async def supervise(config: Config, config_file: ConfigFile) -> int:
+    """Run ``config.workers`` workers until SIGTERM/SIGINT, until one of them crashes, until
+    silences are too many, or until none serves any more (see the package's docstring); each
+    starts from ``config_file``'s text, which ``config`` was read from. Returns the exit
+    status."""
+    require_secrets(config)
+    loop = asyncio.get_running_loop()
+    listeners = bind_listeners(config.listen, config.workers, reuse_port=True)
+    try:
+        admin = bind_listeners(config.admin_listen, 1, reuse_port=False)[0]
+    except BaseException:
+        for sock in listeners:
+            sock.close()
+        raise
+    config_fd = config_copy(config_file.text)
+    metrics_dir = tempfile.mkdtemp(prefix="webhook-sidecar-metrics-")
+    group = Group(config, config_file, config_fd, listeners, admin, metrics_dir)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, group.stop)
+    try:
+        return await run(group)
+    finally:
+        await close_group(group)
+        os.close(config_fd)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+async def run(group: Group) -> int:
+    """Until a signal, a worker's crash, silences too many, or no worker left serving;
+    returns the exit status."""
+    for seat in group.seats:
+        refused = await group.spawn(seat)
+        if refused is not None:
+            _start_failed(group, seat, None, "spawn_error", error=str(refused))
+            return await stop_workers(group, failed=True, crashed=[])
+    announcing = asyncio.create_task(_announce(group))
+    try:
+        failed, crashed = await _until_done(group)
+    finally:
+        announcing.cancel()
+    return await stop_workers(group, failed, crashed)
+
+
+async def _announce(group: Group) -> None:
+    """Worker 0 hears from the supervisor at every heartbeat: silence means it is gone."""
+    interval = beat_interval(group.config.worker_timeout)
+    while True:
+        await asyncio.sleep(interval)
+        group.tell()
+
+
+async def _until_done(group: Group) -> tuple[bool, list[Worker]]:
+    """The happenings, in order, until the group stops: (whether it failed, the workers
+    whose exit made it fail)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        what, subject = await group.happenings.get()
+        if what == "stop":
+            return False, []
+        if isinstance(subject, Seat):  # "retry"
+            subject.retry = None
+            if not await _retry(group, subject):
+                return True, []
+            continue
+        assert subject is not None
+        worker, seat = subject, group.seats[subject.seat]
+        if seat.worker is not worker:  # given up on already
+            if what == "exited":
+                group.everyone.remove(worker)  # and gone: nothing left to stop or reap
+            continue
+        if what == "ready":
+            worker.ready = True
+            _ready(group, seat, worker, loop.time())
+        elif worker.ready and what == "silent":
+            if not await _replace(group, seat, worker, loop.time()):
+                return True, []
+        elif worker.ready and what == "exited":
+            return True, [worker]  # a crash
+        elif what == "exited" and not group.up:
+            return True, [worker]  # the group's start failed: with the worker's status
+        elif what in _START_FAILURES:
+            cause = _START_FAILURES[what]
+            timeout = (start_deadline(group.config.worker_timeout)
+                       if cause == "start_timeout" else group.config.worker_timeout)
+            details = {} if cause == "exited" else {"timeout_s": timeout}
+            if not _start_failed(group, seat, worker, cause, **details):
+                return True, []
+
+
+def _ready(group: Group, seat: Seat, worker: Worker, now: float) -> None:
+    seat.listening = True
+    seat.failures = 0
+    if seat.lost_at is not None:
+        log.warning("worker_replaced", worker=seat.index, pid=worker.pid,
+                    took_s=round(now - seat.lost_at, 3))
+        seat.lost_at = None
+    group.tell()
+    if not group.up and all(other.served for other in group.seats):
+        group.up = True
+        _log_listening(group)
+
+
+async def _replace(group: Group, seat: Seat, worker: Worker, now: float) -> bool:
+    """Kill a silent worker and start another in its seat; False: silences are too many,
+    the group stops instead."""
+    group.dismiss(worker)
+    while group.replacements and now - group.replacements[0] > REPLACEMENT_WINDOW:
+        group.replacements.popleft()
+    allowed = len(group.replacements) < REPLACEMENTS_ALLOWED
+    log.error("worker_unresponsive", worker=seat.index, pid=worker.pid,
+              timeout_s=group.config.worker_timeout,
+              action="replace" if allowed else "stop_group",
+              replaced_recently=len(group.replacements))
+    if not allowed:
+        return False
+    group.replacements.append(now)
+    group.replaced += 1
+    seat.worker = None
+    seat.lost_at = now
+    refused = await group.spawn(seat)
+    if refused is not None:
+        return _start_failed(group, seat, None, "spawn_error", error=str(refused))
+    return True
+
+
+def _start_failed(group: Group, seat: Seat, worker: Worker | None, cause: StartFailure,
+                  **details: object) -> bool:
+    """A worker did not come to serve ``seat``. At the group's start, or when no other
+    worker serves, the group stops (False). Otherwise the seat is vacant — its socket
+    closed, so no connection waits on it — and tried again after a backoff."""
+    loop = asyncio.get_running_loop()
+    if worker is not None:
+        group.dismiss(worker)
+        details["pid"] = worker.pid
+        if cause == "exited" and worker.proc.returncode is not None:
+            details.update(how_it_ended(worker.proc.returncode))
+            group.everyone.remove(worker)  # gone: nothing left to stop or reap
+    seat.worker = None
+    if seat.sock is not None:
+        seat.sock.close()  # connections queued on it are refused: none waits for no one
+        seat.sock = None
+        seat.listening = False
+    seat.failures += 1
+    if seat.lost_at is None:
+        seat.lost_at = loop.time()
+    if not group.up or not any(other.served for other in group.seats):
+        log.error("worker_start_failed", worker=seat.index, cause=cause, **details,
+                  action="stop_group")
+        return False
+    delay = retry_delay(seat.failures, group.config.worker_timeout)
+    seat.retry = loop.call_later(delay, group.happenings.put_nowait, ("retry", seat))
+    log.error("worker_start_failed", worker=seat.index, cause=cause, **details,
+              action="retry", retry_in_s=delay, failures=seat.failures)
+    group.tell()
+    return True
+
+
+async def _retry(group: Group, seat: Seat) -> bool:
+    """A vacant seat's next try: a new socket on the group's port, a new worker."""
+    try:
+        seat.sock = bind_listeners(group.address, 1, reuse_port=True)[0]
+    except OSError as exc:
+        return _start_failed(group, seat, None, "bind_error", error=str(exc))
+    refused = await group.spawn(seat)
+    if refused is not None:
+        return _start_failed(group, seat, None, "spawn_error", error=str(refused))
+    return True
+
+
+def _log_listening(group: Group) -> None:
+    log.info("listening", listen=str(group.address),
+             admin_listen=str(address_of(group.admin)), store=group.config.store.kind,
+             providers=[p.key for p in group.config.providers], workers=len(group.seats),
+             pids=[seat.worker.pid for seat in group.seats if seat.worker is not None])
