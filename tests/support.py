@@ -245,15 +245,23 @@ class ProxyProcess:
 
     async def kill(self) -> None:
         """SIGKILL: no cleanup, no result write — a crash."""
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.signal(signal.SIGKILL)
         await self.wait()
 
     async def terminate(self, timeout: float = 30.0) -> int:
         assert self.proc is not None
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
+        self.signal(signal.SIGTERM)
         return await self.wait(timeout)
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` unless the process is known to be gone. Not ``Process.send_signal``:
+        on Python 3.11 it polls first, and a poll that reaps an exited process leaves asyncio's
+        child watcher without its status (it then reports exit status 255)."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signum)
 
     async def wait(self, timeout: float = 30.0) -> int:
         assert self.proc is not None

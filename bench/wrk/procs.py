@@ -74,7 +74,7 @@ class Procs:
                    timeout: float = 10.0) -> None:
         if proc.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                proc.proc.send_signal(sig)
+                os.kill(proc.proc.pid, sig)  # not send_signal: its poll can reap behind asyncio
             try:
                 await asyncio.wait_for(proc.proc.wait(), timeout)
             except TimeoutError:

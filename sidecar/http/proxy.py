@@ -1,7 +1,8 @@
 """The provider-facing HTTP shell: read the body within its bounds, hand the request to the
 delivery pipeline, write its answer, and emit one log line and one metric per delivery, even
 when something unexpected happens. (The connection-level bounds — header and idle timeouts,
-connection cap, malformed requests, no decompression — are the listener's: ``listener.py``.)"""
+connection cap, malformed requests, no decompression — are the
+listener's: ``sidecar.http.listener``.)"""
 
 from __future__ import annotations
 

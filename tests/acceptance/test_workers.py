@@ -463,7 +463,7 @@ async def test_health_says_when_the_supervisor_is_silent(quick_group: Deployment
     await quick_group.start(1)
     proc = quick_group.procs[0]
     assert quick_group.client is not None and proc.proc is not None
-    proc.proc.send_signal(signal.SIGSTOP)
+    proc.signal(signal.SIGSTOP)
     try:
         took, body = await health_turns(quick_group.client, proc, 503, timeout=10.0)
         assert body["reason"] == "supervisor_silent" and body["silent_s"] >= WORKER_TIMEOUT
@@ -472,7 +472,7 @@ async def test_health_says_when_the_supervisor_is_silent(quick_group: Deployment
         assert [status for status, _ in answers] == [200] * 10
         await asyncio.sleep(WORKER_TIMEOUT)  # the fault: the pause outlasts worker_timeout
     finally:
-        proc.proc.send_signal(signal.SIGCONT)
+        proc.signal(signal.SIGCONT)
     await health_turns(quick_group.client, proc, 200, timeout=10.0)
     print(f"supervisor stopped: /healthz 503 after {took:.2f} s")
     assert not any(e.get("event") == "worker_unresponsive" for e in proc.logs)

@@ -1,6 +1,6 @@
 """``workers: N`` > 1: ``webhook-sidecar run`` becomes a small supervisor of N worker processes.
 
-Each worker is ``python -m sidecar.runtime.worker_main SEAT``: the whole proxy (its own event loop,
+Each worker is ``python -m sidecar.cli.worker_main SEAT``: the whole proxy (its own event loop,
 store pool, app client, keyring and secret reloads) on a socket the supervisor bound for it.
 What the supervisor does, and why:
 

@@ -22,7 +22,7 @@ from sidecar.runtime.workers.seats import Seat, Worker, address_of
 EXIT_WORKER_FAILED: Final = 1
 # A worker silent for worker_timeout gets this much longer to be heard (see Group._watch).
 SILENCE_GRACE: Final = 0.25
-WORKER_MODULE: Final = "sidecar.runtime.worker_main"
+WORKER_MODULE: Final = "sidecar.cli.worker_main"
 
 Happening = Literal["ready", "silent", "late", "exited", "retry", "stop"]
 StartFailure = Literal["exited", "silent", "start_timeout", "spawn_error", "bind_error"]

@@ -6,9 +6,11 @@ package's docstring."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
+import socket
 import tempfile
 from typing import Final
 
@@ -170,6 +172,10 @@ def _start_failed(group: Group, seat: Seat, worker: Worker | None, cause: StartF
             group.everyone.remove(worker)  # gone: nothing left to stop or reap
     seat.worker = None
     if seat.sock is not None:
+        # Out of the port's group at once: a worker just killed may hold the socket until its
+        # exit is complete, and new connections would queue on it meanwhile, to be reset.
+        with contextlib.suppress(OSError):  # ENOTCONN: the worker never listened on it
+            seat.sock.shutdown(socket.SHUT_RDWR)
         seat.sock.close()  # connections queued on it are refused: none waits for no one
         seat.sock = None
         seat.listening = False

@@ -35,7 +35,7 @@ def _die_with(parent: int) -> bool:
 
 
 def run_worker(seat_json: str) -> int:
-    """A worker process (``python -m sidecar.runtime.worker_main SEAT``): the config its supervisor
+    """A worker process (``python -m sidecar.cli.worker_main SEAT``): the config its supervisor
     read, served on the sockets it bound; its log lines carry its index."""
     seat = WorkerSeat.from_json(seat_json)
     if not _die_with(seat.supervisor):

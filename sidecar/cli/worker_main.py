@@ -1,4 +1,4 @@
-"""``python -m sidecar.runtime.worker_main SEAT``: a worker process of a group (``workers`` > 1),
+"""``python -m sidecar.cli.worker_main SEAT``: a worker process of a group (``workers`` > 1),
 started by its supervisor only (``sidecar.runtime.workers``).
 
 Ctrl-C in a terminal sends SIGINT to every process of the group, and the supervisor alone acts
