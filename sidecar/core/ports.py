@@ -8,6 +8,7 @@ Each caller is typed by the role it plays, and sees only that role's verbs:
     OperatorStore     + list_events, queue_entry, release, …    the events CLI and admin API
     QueueWorkerStore  get, take_queued, settle_queued, …        queue mode's delivery workers
     UpkeepStore       purge, purge_nonces, stuck_counts, …      maintenance, probes, gauges
+    AdminStore        OperatorStore + UpkeepStore               the admin API (verbs, readiness)
     Store             all of them, and close                    the adapters, the composition
                                                                 root and the contract suites
 """
@@ -217,7 +218,11 @@ class OperatorStore(EventStore, Protocol):
         ...
 
 
-class Store(DeliveryStore, QueueWorkerStore, UpkeepStore, OperatorStore, Protocol):
+class AdminStore(OperatorStore, UpkeepStore, Protocol):
+    """What the admin API needs: the operator's verbs, and a ping for readiness."""
+
+
+class Store(DeliveryStore, QueueWorkerStore, AdminStore, Protocol):
     """Storage of event rows. Every method raises ``StoreError`` (never a driver error) when the
     database is unreachable or too slow.
 

@@ -7,14 +7,14 @@ import asyncio
 from aiohttp import web
 
 from sidecar.config.model import Config
-from sidecar.core.ports import Store
+from sidecar.core.ports import AdminStore
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
 from sidecar.forwarding.forwarder import Forwarder
 from sidecar.obs.metrics import Metrics
 
 CONFIG = web.AppKey("config", Config)
-STORE = web.AppKey("store", Store)
+STORE = web.AppKey("store", AdminStore)  # the admin API's; the pipeline gets its own
 METRICS = web.AppKey("metrics", Metrics)
 OWNER = web.AppKey("owner", str)
 FORWARDER = web.AppKey("forwarder", Forwarder)
