@@ -80,6 +80,12 @@ def is_forwarding(name: str) -> bool:
     return cgi.startswith(_X_FORWARDED_CGI_PREFIX) or cgi in _OTHERS_CGI
 
 
+def misspelt_forwarding(name: str) -> bool:
+    """A forwarding header spelt otherwise than the hops in front of the proxy spell it
+    (``X_Forwarded_For``): a CGI/WSGI app would join it with the real one."""
+    return is_forwarding(name) and not is_plain(name)
+
+
 def peer_address(peer: str | None) -> Address | None:
     """The TCP peer as an address (an IPv4-mapped IPv6 one as IPv4, without an IPv6 zone);
     None when unknown or not an IP address."""
@@ -121,7 +127,7 @@ def _from_trusted(pairs: list[tuple[str, str]], address: Address,
                   scheme: str) -> tuple[tuple[str, str], ...]:
     chains = {FORWARDED_FOR.lower(): FORWARDED_FOR, FORWARDED.lower(): FORWARDED}
     kept = [(n, v) for n, v in pairs
-            if n.lower() not in chains and not (is_forwarding(n) and not is_plain(n))]
+            if n.lower() not in chains and not misspelt_forwarding(n)]
     names = {n.lower() for n, _ in kept}
     for_chain = [*_elements(pairs, FORWARDED_FOR), str(address)]
     kept.append((FORWARDED_FOR, ", ".join(for_chain)))

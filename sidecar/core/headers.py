@@ -5,7 +5,9 @@ from a request (``header_value``, ``first_header``): by the verifiers, event ids
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+import re
+from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
 OWN_PREFIX: Final = "x-webhook-sidecar-"  # headers only the proxy sets
@@ -22,33 +24,37 @@ REPLAY_HEADER: Final = "X-Webhook-Sidecar-Replay"  # "true": answered from the r
 QUEUED_HEADER: Final = "X-Webhook-Sidecar-Queued"  # "true": accepted in queue mode
 
 
+_NOT_ALNUM: Final = re.compile(r"[^A-Za-z0-9]")
+_PLAIN: Final = re.compile(r"[A-Za-z0-9-]+")
+
+
+@functools.lru_cache(maxsize=1024)  # every forward asks of the same few dozen names
 def cgi_name(name: str) -> str:
     """The variable a CGI or WSGI server (wsgiref, gunicorn, uWSGI, PHP-FPM) gives a request
     header: ``HTTP_``, then the name upper-cased with ``-`` as ``_`` (RFC 3875 §4.1.18). PHP also
     turns ``.`` into ``_``, so here every character but an ASCII letter or digit is ``_``.
     Names with one CGI name are one header to such an app: the server joins their values
     (``Idempotency-Key`` and ``Idempotency_Key`` arrive as ``HTTP_IDEMPOTENCY_KEY: a,b``)."""
-    return "HTTP_" + "".join(c.upper() if c.isascii() and c.isalnum() else "_" for c in name)
+    return "HTTP_" + _NOT_ALNUM.sub("_", name).upper()
 
 
 def is_plain(name: str) -> bool:
     """Spelt only with ASCII letters, digits and ``-``: how every header is named by the
     proxy, by providers and by the hops in front of the proxy."""
-    return bool(name) and all(c.isascii() and (c.isalnum() or c == "-") for c in name)
+    return _PLAIN.fullmatch(name) is not None
 
 
 _OWN_CGI_PREFIX: Final = cgi_name(OWN_PREFIX)  # HTTP_X_WEBHOOK_SIDECAR_
 _IDEMPOTENCY_CGI: Final = cgi_name(IDEMPOTENCY_HEADER)
 
 
-def set_by_proxy(name: str, added: Iterable[str]) -> bool:
+def set_by_proxy(name: str, added: Collection[str]) -> bool:
     """Whether an inbound header is, to a CGI/WSGI app, one the proxy sets on a forward: any
     ``X-Webhook-Sidecar-*`` (also those not set on this forward), ``Idempotency-Key``, or one of
-    ``added`` (the names of the headers this forward adds, such as forward authentication's
-    ``webhook-*``), in any spelling with the same CGI name."""
+    ``added`` (the CGI names of the headers this forward adds, such as forward
+    authentication's ``webhook-*``), in any spelling with the same CGI name."""
     cgi = cgi_name(name)
-    return (cgi.startswith(_OWN_CGI_PREFIX) or cgi == _IDEMPOTENCY_CGI
-            or any(cgi == cgi_name(ours) for ours in added))
+    return cgi.startswith(_OWN_CGI_PREFIX) or cgi == _IDEMPOTENCY_CGI or cgi in added
 
 
 def header_value(headers: Mapping[str, str], name: str) -> str | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sidecar.core.forwarded import is_forwarding
-from sidecar.core.headers import is_plain, set_by_proxy
+from sidecar.core.forwarded import is_forwarding, misspelt_forwarding
+from sidecar.core.headers import cgi_name, set_by_proxy
 
 # RFC 9110 §7.6.1 plus the older RFC 7230 list: never forwarded by a proxy.
 HOP_BY_HOP = frozenset({
@@ -44,11 +44,12 @@ def forwardable_headers(
         for token in value.split(",") if not is_forwarding(token.strip())
     }
     dropped = _REQUEST_DROP | named
+    ours = {cgi_name(name) for name in added}
     # ``headers`` hold the forwarding headers core.forwarded chose, plainly spelt; another
     # spelling can only be in a request stored before that rule dropped it.
     kept = [(n, v) for n, v in pairs
-            if n.lower() not in dropped and not set_by_proxy(n, added)
-            and not (is_forwarding(n) and not is_plain(n))]
+            if n.lower() not in dropped and not set_by_proxy(n, ours)
+            and not misspelt_forwarding(n)]
     return kept + list(added.items())
 
 
