@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sidecar import __version__
-from sidecar.config.loader import Secrets, load_config_file, load_config_text
+from sidecar.config.loader import Secrets, load_config_file, load_config_text, read_config_file
 from sidecar.config.model import Config
-from sidecar.config.problems import ConfigProblems, Problem
+from sidecar.config.problems import ConfigProblems
 from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError, SchemaError, StoreError
 from sidecar.obs.logs import configure_logging
@@ -100,10 +100,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace, secrets: Secrets = Secrets.ALL) -> Config:
+def _config_path(args: argparse.Namespace) -> str:
     if not args.config:
         raise ConfigError("", f"no config file: pass --config PATH or set ${CONFIG_ENV}")
-    return load_config_file(args.config, secrets=secrets)
+    return str(args.config)
+
+
+def _load(args: argparse.Namespace, secrets: Secrets = Secrets.ALL) -> Config:
+    return load_config_file(_config_path(args), secrets=secrets)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -111,32 +115,19 @@ def _run(args: argparse.Namespace) -> int:
         from sidecar.runtime.workers import run_worker
 
         return run_worker(args.worker)  # the config is the supervisor's copy
-    if not args.config:
-        raise ConfigError("", f"no config file: pass --config PATH or set ${CONFIG_ENV}")
+    path = _config_path(args)
     # Read once: a group's workers start from this very text (sidecar.runtime.workers).
-    text = _read_config_file(args.config)
-    folder = str(Path(args.config).resolve().parent)
-    config = load_config_text(text, base_dir=Path(folder), source=args.config)
+    text = read_config_file(path)
+    folder = Path(path).resolve().parent
+    config = load_config_text(text, base_dir=folder, source=path)
     configure_logging(config.log_level, config.log_format)
     if config.workers > 1:
         from sidecar.runtime.workers import ConfigFile, supervise
 
-        return asyncio.run(supervise(config, ConfigFile(text, args.config, folder)))
+        return asyncio.run(supervise(config, ConfigFile(text, path, str(folder))))
     from sidecar.runtime.serve import serve
 
     return asyncio.run(serve(config))
-
-
-def _read_config_file(path: str) -> str:
-    """The config file's text, with the loader's messages when it cannot be had (as
-    ``load_config_file`` reads it)."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigProblems([Problem("", f"cannot read config file {path}: "
-                                          f"{exc.strerror}")]) from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigProblems([Problem("", f"config file {path} is not UTF-8 text")]) from exc
 
 
 def _migrate(args: argparse.Namespace) -> int:

@@ -87,15 +87,20 @@ def load_config_file(path: str | os.PathLike[str], env: Mapping[str, str] | None
     """Read, interpolate and validate a YAML config file. Every problem found is reported at
     once (``ConfigProblems``), each with the file, line and column of its key. ``secrets``
     says which secrets to read (all of them unless told otherwise)."""
+    return load_config_text(read_config_file(path), env=env,
+                            base_dir=Path(path).resolve().parent, source=os.fspath(path),
+                            secrets=secrets)
+
+
+def read_config_file(path: str | os.PathLike[str]) -> str:
+    """The config file's text; ``ConfigProblems`` saying why when it cannot be read."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigProblems([Problem("", f"cannot read config file {path}: "
                                           f"{exc.strerror}")]) from exc
     except UnicodeDecodeError as exc:
         raise ConfigProblems([Problem("", f"config file {path} is not UTF-8 text")]) from exc
-    return load_config_text(text, env=env, base_dir=Path(path).resolve().parent,
-                            source=os.fspath(path), secrets=secrets)
 
 
 def load_config_text(

@@ -411,7 +411,8 @@ class Config:
         required=True)
     warnings: tuple[str, ...]  # not a key: filled by the loader
     # Not a key: the key paths of the secrets the load left unread (``loader.Secrets``): such a
-    # config is for the store commands (``events``); nothing serves it (``app.require_secrets``).
+    # config is for the store commands (``events``); nothing serves it
+    # (``runtime.wiring.require_secrets``).
     unread_secrets: frozenset[str]
 
     @property

@@ -274,6 +274,27 @@ def test_a_file_that_is_not_text_or_not_there(tmp_path: Path) -> None:
         load_config_file(tmp_path / "absent.yaml", env={})
 
 
+@pytest.mark.parametrize("command", ["run", "migrate"])
+def test_the_commands_say_why_a_config_file_cannot_be_read_as_the_loader_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    """``run`` reads the file itself (its workers start from the text it read): its reasons
+    are the loader's, word for word, as are those of the commands that load the file."""
+    from sidecar.cli import CONFIG_ENV, EXIT_CONFIG, main
+
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00")
+    for path in (tmp_path / "binary.yaml", tmp_path / "absent.yaml"):
+        with pytest.raises(ConfigError) as info:
+            load_config_file(path, env={})
+        assert main([command, "--config", str(path)]) == EXIT_CONFIG
+        assert capsys.readouterr().err == f"webhook-sidecar: config error: {info.value}\n"
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    assert main([command]) == EXIT_CONFIG
+    assert capsys.readouterr().err == ("webhook-sidecar: config error: no config file: pass "
+                                       f"--config PATH or set ${CONFIG_ENV}\n")
+
+
 # --- two keys that disagree: which to change, and their defaults ----------------------------
 
 def test_a_lease_within_the_upstream_timeout_names_both_keys_and_their_defaults() -> None:

@@ -122,8 +122,9 @@ def batch_items(spec: EventIdSpec, body: Body | bytes,
     if not found or not isinstance(array, list) or not array:
         raise EventIdError("missing_event_id", f"no items at {batch.items.text}")
     items: dict[str, BatchItem] = {}
+    item_path = batch.item_path  # a property that builds the path: once, not per item
     for position, element in enumerate(array):
-        present, item = batch.item_path.lookup(element)
+        present, item = item_path.lookup(element)
         if not present:
             continue
         try:
