@@ -4,6 +4,8 @@ for asyncpg without touching casts, literals or comments, and the same names in 
 
 from __future__ import annotations
 
+from importlib import resources
+
 import asyncpg
 import pytest
 
@@ -96,3 +98,18 @@ def test_a_shared_fragment_is_one_text_spliced_in_both_dialects() -> None:
     assert rule in query("sqlite", "take_queued_pick")
     with pytest.raises(FileNotFoundError, match=r"sqlite/no_such\.fragment\.sql"):
         fragment("sqlite", "no_such")
+
+
+def test_a_fragment_both_dialects_spell_alike_is_written_once_in_shared() -> None:
+    """A dialect's own fragment is one whose text differs from the other dialect's: one that
+    reads the same (comments aside) lives once, in ``sql/shared/``."""
+    sql = resources.files("sidecar.store").joinpath("sql")
+    own = {dialect: {entry.name.removesuffix(".fragment.sql")
+                     for entry in sql.joinpath(dialect).iterdir()
+                     if entry.name.endswith(".fragment.sql")}
+           for dialect in DIALECTS}
+    both = set.intersection(*own.values())
+    assert {"event_row", "binding", "recorded_result"} <= both
+    twins = sorted(name for name in both
+                   if len({fragment(dialect, name) for dialect in DIALECTS}) == 1)
+    assert twins == [], f"spelled alike in both dialects, belong in sql/shared/: {twins}"

@@ -200,7 +200,7 @@ class PostgresStore(SQLStore):
                         return existing(event_row(found[0]))
                     # The competitor rolled back or the row was purged in between: again.
         except TimeoutError as exc:
-            raise StoreError(f"{name}: no answer within {self._deadline:g}s") from exc
+            raise no_answer(name, self._deadline) from exc
         key = f"{params['provider']}:{params['event_id']}"
         raise StoreError(f"{name} of {key} did not settle after 3 tries")
 
