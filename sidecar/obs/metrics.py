@@ -122,8 +122,9 @@ class Metrics:
     def render(self) -> bytes:
         if self.multiprocess_dir is None:
             return generate_latest(self.registry)
-        # Every worker's files, this one's included: the sum over the group.
-        merged = CollectorRegistry(auto_describe=True)
+        # Every worker's files, this one's included: the sum over the group. Not described
+        # when registered (auto_describe), which would read and merge every file twice.
+        merged = CollectorRegistry()
         MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
         if self._group is not None:
             merged.register(_GroupCollector(self._group))

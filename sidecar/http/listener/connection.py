@@ -60,6 +60,8 @@ class ConnectionOwner(Protocol):
         """Whether the new ``connection`` is served (the listener's cap)."""
         ...
 
+    def started(self, connection: BoundedConnection) -> None: ...
+
     def answered(self, connection: BoundedConnection) -> None: ...
 
     def forget(self, connection: BoundedConnection) -> None: ...
@@ -128,11 +130,6 @@ class BoundedConnection(web.RequestHandler):
             self._expect_headers()
         super().data_received(data)
 
-    @property
-    def busy(self) -> bool:
-        """Inside a request: from its complete headers to the end of its answer."""
-        return self._busy
-
     def stop(self) -> None:
         """Shutdown: no further request on this connection."""
         if self._busy:
@@ -164,6 +161,7 @@ class BoundedConnection(web.RequestHandler):
         self._stop_header_timer()
         self._busy = True
         self._idle = False
+        self._listener.started(self)
         task = asyncio.current_task()
         if task is not None:
             self._listener.track(task)

@@ -23,8 +23,10 @@ class Listener:
         self._runner = runner
         self.bounds = bounds
         self._server: asyncio.Server | None = None
-        # Open connections, the one idle longest first (moved last after each answer).
-        self._connections: dict[BoundedConnection, None] = {}
+        self._connections: set[BoundedConnection] = set()
+        # Those not inside a request, the one idle longest first: at the cap the first gives
+        # way, found at once however many are busy.
+        self._idle: dict[BoundedConnection, None] = {}
         self._requests: set[asyncio.Task[Any]] = set()
         self._refused = Tally("connection_refused", "refused")
         self._made_room = Tally("idle_connections_closed", "closed")
@@ -60,24 +62,30 @@ class Listener:
         """Whether a new connection is served; at the cap, the connection idle longest is
         closed to make room for it, unless every one is inside a request."""
         if len(self._connections) >= self.bounds.max_connections:
-            idle = next((other for other in self._connections if not other.busy), None)
-            if idle is None:
+            if not self._idle:
                 self._refused.add(self.bounds, reason="too_many_connections")
                 return False
-            del self._connections[idle]
+            idle = next(iter(self._idle))
+            self.forget(idle)
             idle.force_close()
             self._made_room.add(self.bounds)
-        self._connections[connection] = None
+        self._connections.add(connection)
+        self._idle[connection] = None  # silent since it opened
         return True
+
+    def started(self, connection: BoundedConnection) -> None:
+        """``connection`` is inside a request: it does not give way."""
+        self._idle.pop(connection, None)
 
     def answered(self, connection: BoundedConnection) -> None:
         """``connection`` is idle from now: the last to give way."""
         if connection in self._connections:  # not closed meanwhile
-            del self._connections[connection]
-            self._connections[connection] = None
+            self._idle.pop(connection, None)
+            self._idle[connection] = None
 
     def forget(self, connection: BoundedConnection) -> None:
-        self._connections.pop(connection, None)
+        self._connections.discard(connection)
+        self._idle.pop(connection, None)
 
     def track(self, task: asyncio.Task[Any]) -> None:
         self._requests.add(task)

@@ -85,8 +85,8 @@ class Group:
         finally:
             theirs.close()  # the worker holds it now: its end of file is the worker's exit
         worker = Worker(seat.index, proc, reader, writer)
-        worker.tasks = [asyncio.create_task(self._watch(worker)),
-                        asyncio.create_task(self._reap(worker))]
+        worker.watching = asyncio.create_task(self._watch(worker))
+        worker.reaping = asyncio.create_task(self._reap(worker))
         seat.worker = worker
         self.everyone.append(worker)
         self.tell()

@@ -51,7 +51,9 @@ class Worker:
     ready: bool = False
     # Given up on (silent, or its start failed): killed if need be; its exit is no failure.
     dismissed: bool = False
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # Set by Group.spawn: reading its channel (Group._watch), and awaiting its exit (_reap).
+    watching: asyncio.Task[None] = field(init=False)
+    reaping: asyncio.Task[None] = field(init=False)
 
     @property
     def pid(self) -> int:

@@ -50,8 +50,7 @@ async def stop_workers(group: Group, failed: bool, crashed: list[Worker]) -> int
         if worker.proc.returncode is None and not worker.dismissed:
             with contextlib.suppress(ProcessLookupError):
                 worker.proc.send_signal(signal.SIGTERM)
-    # Each worker's second task awaits its exit (Group.spawn).
-    reaping = {worker.tasks[1]: worker for worker in group.everyone}
+    reaping = {worker.reaping: worker for worker in group.everyone}
     running = [task for task in reaping if not task.done()]
     if running:
         bound = group.config.shutdown_timeout + SHUTDOWN_OVERRUN - KILL_MARGIN
@@ -82,8 +81,8 @@ async def close_group(group: Group) -> None:
             with contextlib.suppress(ProcessLookupError):
                 worker.proc.kill()
             await worker.proc.wait()
-        for task in worker.tasks:
-            task.cancel()
+        worker.watching.cancel()
+        worker.reaping.cancel()
         worker.writer.close()
     group.close_sockets()
 

@@ -64,9 +64,7 @@ async def run(group: Group) -> int:
     """Until a signal, a worker's crash, silences too many, or no worker left serving;
     returns the exit status."""
     for seat in group.seats:
-        refused = await group.spawn(seat)
-        if refused is not None:
-            _start_failed(group, seat, None, "spawn_error", error=str(refused))
+        if not await _spawn(group, seat):  # the group's start failed
             return await stop_workers(group, failed=True, crashed=[])
     announcing = asyncio.create_task(_announce(group))
     try:
@@ -152,10 +150,7 @@ async def _replace(group: Group, seat: Seat, worker: Worker, now: float) -> bool
     group.replaced += 1
     seat.worker = None
     seat.lost_at = now
-    refused = await group.spawn(seat)
-    if refused is not None:
-        return _start_failed(group, seat, None, "spawn_error", error=str(refused))
-    return True
+    return await _spawn(group, seat)
 
 
 def _start_failed(group: Group, seat: Seat, worker: Worker | None, cause: StartFailure,
@@ -200,6 +195,12 @@ async def _retry(group: Group, seat: Seat) -> bool:
         seat.sock = bind_listeners(group.address, 1, reuse_port=True)[0]
     except OSError as exc:
         return _start_failed(group, seat, None, "bind_error", error=str(exc))
+    return await _spawn(group, seat)
+
+
+async def _spawn(group: Group, seat: Seat) -> bool:
+    """A worker started in ``seat``, or the OS's refusal taken as a start that failed
+    (``_start_failed``: False when the group stops)."""
     refused = await group.spawn(seat)
     if refused is not None:
         return _start_failed(group, seat, None, "spawn_error", error=str(refused))
