@@ -29,6 +29,8 @@ import yaml
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from tests.deploy.chart_support import CHART, pod_of, proxy_container, render, values_of
+
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / ".github" / "workflows"
 CI = WORKFLOWS / "ci.yml"
@@ -39,9 +41,9 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 Lint = Callable[[list[Path]], list[dict[str, Any]]]
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> dict[Any, Any]:
     # PyYAML reads the `on:` key as True (YAML 1.1).
-    workflow: dict[str, Any] = yaml.safe_load(path.read_text())
+    workflow: dict[Any, Any] = yaml.safe_load(path.read_text())
     return workflow
 
 
@@ -244,6 +246,18 @@ def test_the_release_pushes_the_image_and_chart_the_chart_names() -> None:
     assert release.count("cosign sign --yes") == 2
 
 
+def test_the_chart_runs_the_released_image_or_a_local_build() -> None:
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    image = proxy_container(pod_of(render(CHART, values_of("standalone"))))["image"]
+    assert image == f"ghcr.io/webhook-sidecar/webhook-sidecar:{version}"
+    # The local build the container docs name (docker build -t webhook-sidecar …).
+    local = {"repository": "webhook-sidecar", "pullPolicy": "Never"}
+    pod = pod_of(render(CHART, values_of("standalone", image=local)))
+    assert proxy_container(pod)["image"] == f"webhook-sidecar:{version}"
+    for doc in ("kubernetes.md", "container.md"):
+        assert "--set image.repository=webhook-sidecar" in (REPO / "docs" / doc).read_text()
+
+
 def test_ci_runs_what_ci_run_runs_on_every_supported_python() -> None:
     ci = jobs(CI)
     pythons = ci["test"]["strategy"]["matrix"]["python"]
@@ -286,7 +300,7 @@ def arm64_image_accepts(tag: Tag) -> bool:
     if glibc is None or (glibc[1] and int(glibc[1]) > 36):
         return False
     abi3 = tag.abi == "abi3" and re.fullmatch(r"cp3(\d+)", tag.interpreter)
-    return tag.interpreter == "cp311" and tag.abi == "cp311" or bool(
+    return (tag.interpreter == "cp311" and tag.abi == "cp311") or bool(
         abi3 and int(abi3[1]) <= 11)
 
 
