@@ -65,6 +65,9 @@ UNWIND_GRACE: Final = 0.5
 WRITES_GRACE: Final = 1.0
 CLOSE_GRACE: Final = 1.5
 SHUTDOWN_OVERRUN: Final = 2.0
+# Spans still queued at exit are exported for at most this long (and within CLOSE_GRACE): a
+# collector that hangs delays the exit by no more.
+TRACE_FLUSH_BOUND: Final = 1.0
 
 
 @dataclass(slots=True)
@@ -260,7 +263,7 @@ def build_apps(
             except TimeoutError:
                 log.warning("close_timed_out", timeout_s=CLOSE_GRACE)
             if otel is not None:  # the spans still queued, exported within the same bound
-                await otel.shutdown(shutdown.left(CLOSE_GRACE))
+                await otel.shutdown(min(TRACE_FLUSH_BOUND, shutdown.left(CLOSE_GRACE)))
 
     proxy.cleanup_ctx.append(resources)
     for provider in config.providers:
