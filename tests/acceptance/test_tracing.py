@@ -20,8 +20,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from tests.support import REPO, ProxyProcess, StubApp, base_config, post, stripe_event, \
-    stripe_headers, until, write_config
+from tests.support import (
+    REPO,
+    ProxyProcess,
+    StubApp,
+    base_config,
+    post,
+    stripe_event,
+    stripe_headers,
+    until,
+    write_config,
+)
 
 
 class Receiver:
