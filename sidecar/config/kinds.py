@@ -195,6 +195,39 @@ class String:
         return raw
 
 
+@dataclass(frozen=True)
+class Ratio:
+    """A number from 0 to 1."""
+
+    label = "number 0–1"
+
+    def schema(self) -> JSON:
+        return {"type": "number", "minimum": 0, "maximum": 1}
+
+    def parse(self, raw: object, path: str) -> float:
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 <= raw <= 1:
+            raise ConfigError(path, "must be a number from 0 to 1")
+        return float(raw)
+
+
+@dataclass(frozen=True)
+class StringMap:
+    """A mapping of names to strings, read as its pairs in the order written."""
+
+    label = "mapping"
+
+    def schema(self) -> JSON:
+        return {"type": "object", "additionalProperties": {"type": "string"}}
+
+    def parse(self, raw: object, path: str) -> tuple[tuple[str, str], ...]:
+        if not isinstance(raw, dict):
+            raise ConfigError(path, "must be a mapping of names to strings")
+        for name, value in raw.items():
+            if not isinstance(value, str):
+                raise ConfigError(f"{path}.{name}", "must be a string")
+        return tuple((str(name), value) for name, value in raw.items())
+
+
 _STATUS_CLASS = re.compile(r"[1-5]xx")
 
 

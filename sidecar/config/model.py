@@ -23,16 +23,18 @@ from sidecar.config.kinds import (
     Duration,
     Integer,
     ProcessCount,
+    Ratio,
     Size,
     SizeOrZero,
     Statuses,
     String,
+    StringMap,
     choice,
     ref,
     text,
 )
 from sidecar.config.network_kinds import Address as Address  # re-exported: a HostPort's value
-from sidecar.config.network_kinds import HostPort, Networks, StoreURL, UpstreamURL
+from sidecar.config.network_kinds import HostPort, Networks, StoreURL, TracingURL, UpstreamURL
 from sidecar.config.presets import preset_names
 from sidecar.core.bodyreplay import unsigned_id_headers
 from sidecar.core.eventid import EventIdSpec
@@ -324,6 +326,48 @@ class MaintenanceConfig:
                                         yaml_default=500)
 
 
+class Sampler(StrEnum):
+    """OpenTelemetry's sampler names (``OTEL_TRACES_SAMPLER``)."""
+
+    ALWAYS_ON = "always_on"
+    ALWAYS_OFF = "always_off"
+    TRACEIDRATIO = "traceidratio"
+    PARENTBASED_ALWAYS_ON = "parentbased_always_on"
+    PARENTBASED_ALWAYS_OFF = "parentbased_always_off"
+    PARENTBASED_TRACEIDRATIO = "parentbased_traceidratio"
+
+
+@block("OpenTelemetry traces, exported over OTLP/HTTP (needs the otel extra). Each key left "
+       "empty falls back to its standard OTEL_* environment variable.", nullable=True)
+class TracingConfig:
+    enabled: bool | None = setting(Boolean(), "true: on; false: off, whatever the environment "
+                                   "says. Empty: on when an endpoint is set, here or in "
+                                   "OTEL_EXPORTER_OTLP_ENDPOINT or "
+                                   "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (and OTEL_SDK_DISABLED "
+                                   "is not true).", nullable=True)
+    endpoint: str | None = setting(TracingURL(), "The OTLP/HTTP collector, http(s)://host:port; "
+                                   "spans go to its /v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT).",
+                                   nullable=True)
+    headers: tuple[tuple[str, str], ...] = setting(
+        StringMap(), "Headers sent with each export, e.g. an API key "
+        "(OTEL_EXPORTER_OTLP_HEADERS).", yaml_default={}, repr=False)  # may carry a token
+    service_name: str | None = setting(String("string", {"type": "string", "minLength": 1}),
+                                       "service.name of the spans (OTEL_SERVICE_NAME; "
+                                       "default webhook-sidecar).", nullable=True)
+    resource_attributes: tuple[tuple[str, str], ...] = setting(
+        StringMap(), "More resource attributes, e.g. deployment.environment.name "
+        "(OTEL_RESOURCE_ATTRIBUTES; these win over it).", yaml_default={})
+    sampler: Sampler | None = setting(Choice(Sampler), "Which traces are kept "
+                                      "(OTEL_TRACES_SAMPLER; default parentbased_always_on).",
+                                      nullable=True)
+    sampler_arg: float | None = setting(Ratio(), "The ratio of the traceidratio samplers "
+                                        "(OTEL_TRACES_SAMPLER_ARG; default 1).", nullable=True)
+    max_queue_size: int = setting(Integer(1), "Finished spans waiting for export at most; "
+                                  "past it spans are dropped and counted "
+                                  "(webhook_trace_spans_dropped_total), never waited for.",
+                                  yaml_default=2048)
+
+
 PROVIDER_KEY_PATTERN: Final = "^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
@@ -397,6 +441,7 @@ class Config:
                                 "provider's retention). 0: off.",
                                 yaml_default="16MiB")
     maintenance: MaintenanceConfig = nested(MaintenanceConfig)
+    tracing: TracingConfig = nested(TracingConfig)
     admin_token: str | None = setting(String("string", text({"type": "string", "minLength": 16}),
                                              "must be a string of at least 16 characters",
                                              lambda token: len(token) >= 16),

@@ -62,6 +62,22 @@ class UpstreamURL(SharedDef):
 
 
 @dataclass(frozen=True)
+class TracingURL:
+    """An OTLP/HTTP collector: http(s)://host…, without a trailing slash."""
+
+    label = "URL"
+
+    def schema(self) -> JSON:
+        return text({"type": "string", "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\s]+"})
+
+    def parse(self, raw: object, path: str) -> str:
+        if (not isinstance(raw, str) or url_scheme(raw) not in ("http", "https")
+                or not raw.partition("://")[2].split("/", 1)[0]):
+            raise ConfigError(path, "must be an http:// or https:// URL of the collector")
+        return raw.rstrip("/")
+
+
+@dataclass(frozen=True)
 class StoreURL(SharedDef):
     """``sqlite:///PATH`` or ``postgresql://…`` (a relative PATH is resolved by the loader)."""
 

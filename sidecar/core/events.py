@@ -145,16 +145,24 @@ class StoredRequest:
     path: str  # path and query as received
     headers: tuple[tuple[str, str], ...]
     body: bytes = field(repr=False)
+    # The W3C traceparent of the span that accepted it (queue mode, tracing on): a delivery
+    # worker's attempt links to it. Not a header: the app never gets it.
+    traceparent: str | None = None
 
     def meta_json(self) -> str:
-        return json.dumps({"method": self.method, "path": self.path,
-                           "headers": headers_to_json(self.headers)})
+        meta: dict[str, object] = {"method": self.method, "path": self.path,
+                                   "headers": headers_to_json(self.headers)}
+        if self.traceparent is not None:
+            meta["traceparent"] = self.traceparent
+        return json.dumps(meta)
 
     @classmethod
     def from_stored(cls, body: bytes, meta_json: str) -> StoredRequest:
         meta = json.loads(meta_json)
+        traceparent = meta.get("traceparent")
         return cls(method=str(meta["method"]), path=str(meta["path"]),
-                   headers=headers_from_json(meta["headers"]), body=body)
+                   headers=headers_from_json(meta["headers"]), body=body,
+                   traceparent=str(traceparent) if traceparent is not None else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from sidecar.core.errors import StoreError
 from sidecar.core.forwarded import Network
 from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore
+from sidecar.core.tracing import NO_TRACER, Tracer
 from sidecar.delivery.context import Delivery, Inbound, Trace
 from sidecar.delivery.forward import ForwardMode
 from sidecar.delivery.ports import Forwarding, Keys, Observer
@@ -27,14 +28,16 @@ class Pipeline:
                  observer: Observer, clock: Callable[[], float] = time.time,
                  trusted_proxies: Sequence[Network] = (),
                  known: KnownAnswers | None = None,
-                 on_queued: Callable[[str], None] = lambda provider: None) -> None:
+                 on_queued: Callable[[str], None] = lambda provider: None,
+                 tracer: Tracer = NO_TRACER) -> None:
         # Done events and replay-guard bindings this process has seen (``core.known``).
         known = known if known is not None else KnownAnswers(0)
         self._steps = Steps(store=store, keyring=keyring, known=known, observer=observer,
-                            clock=clock, trusted_proxies=trusted_proxies)
+                            clock=clock, trusted_proxies=trusted_proxies, tracer=tracer)
         self._forward = ForwardMode(self._steps, store=store, forwarder=forwarder, known=known,
                                     owner=owner, clock=clock)
-        self._queue = QueueMode(self._steps, store=store, known=known, on_queued=on_queued)
+        self._queue = QueueMode(self._steps, store=store, known=known, on_queued=on_queued,
+                                tracer=tracer)
 
     async def deliver(self, provider: ProviderConfig, inbound: Inbound) -> Answer:
         trace = Trace()

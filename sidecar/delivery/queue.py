@@ -14,14 +14,16 @@ from sidecar.core.decision import finishes_in_forward_mode
 from sidecar.core.events import StoredRequest
 from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore
+from sidecar.core.tracing import Tracer
 from sidecar.delivery.context import Delivery
 from sidecar.delivery.steps import Steps
 
 
 class QueueMode:
     def __init__(self, steps: Steps, *, store: DeliveryStore, known: KnownAnswers,
-                 on_queued: Callable[[str], None]) -> None:
+                 on_queued: Callable[[str], None], tracer: Tracer) -> None:
         self._steps = steps
+        self._tracer = tracer
         self._store = store
         self._known = known
         self._on_queued = on_queued  # wakes this process's delivery workers of a provider
@@ -39,12 +41,15 @@ class QueueMode:
             delivery.trace.fields["known"] = True
             return self._accepted_again(delivery, event_id, known, digest)
         inbound = delivery.inbound
+        # Tracing on: the accept's span context goes with the event, for the worker's link.
+        traceparent = (self._tracer.headers().get("traceparent") if self._tracer.enabled
+                       else None)
         request = StoredRequest(inbound.method, inbound.path,
-                                self._steps.app_headers(inbound), body.raw)
+                                self._steps.app_headers(inbound), body.raw, traceparent)
         asked = self._known.now()
         enqueued = await self._steps.claimed(delivery, self._store.enqueue(
             provider.key, event_id, digest, request, order_key=order_key_of(provider, body),
-            max_depth=provider.queue.max_queue_depth))
+            max_depth=provider.queue.max_queue_depth), "enqueue")
         if enqueued.full:
             return refuse("queue_full", limit=provider.queue.max_queue_depth)
         if enqueued.accepted:

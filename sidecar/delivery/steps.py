@@ -22,6 +22,7 @@ from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore
 from sidecar.core.signing import Delivery as SignedRequest
 from sidecar.core.signing import verify
+from sidecar.core.tracing import StatementNote, Tracer, statement_note
 from sidecar.delivery.context import Delivery, Inbound
 from sidecar.delivery.ports import Keys, Observer
 
@@ -33,8 +34,9 @@ class Steps:
 
     def __init__(self, *, store: DeliveryStore, keyring: Keys, known: KnownAnswers,
                  observer: Observer, clock: Callable[[], float],
-                 trusted_proxies: Sequence[Network]) -> None:
+                 trusted_proxies: Sequence[Network], tracer: Tracer) -> None:
         self._store = store
+        self._tracer = tracer
         self._keyring = keyring
         self._known = known
         self._observer = observer
@@ -46,12 +48,15 @@ class Steps:
         its items, for its mode."""
         provider, inbound, body = delivery.provider, delivery.inbound, delivery.body
         keys = self._keyring.key_bytes(provider.key)
-        try:
-            verify(provider.signature, keys,
-                   SignedRequest(body.raw, inbound.headers, inbound.method, inbound.query),
-                   self._clock())
-        except VerificationError as exc:
-            return refuse("invalid_signature", exc.reason)
+        with self._tracer.span("verify") as span:
+            try:
+                verify(provider.signature, keys,
+                       SignedRequest(body.raw, inbound.headers, inbound.method, inbound.query),
+                       self._clock())
+            except VerificationError as exc:
+                span.set_attribute("error.type", "invalid_signature")
+                span.set_attribute("webhook.reason", exc.reason)
+                return refuse("invalid_signature", exc.reason)
 
         if provider.replay_nonce is not None:
             refused = await self._check_nonce(delivery, provider.replay_nonce)
@@ -106,15 +111,34 @@ class Steps:
 
     # -- what both modes do when they claim ---------------------------------------------------
 
-    async def claimed(self, delivery: Delivery, claim: Awaitable[T]) -> T:
+    async def claimed(self, delivery: Delivery, claim: Awaitable[T],
+                      operation: str = "claim") -> T:
         """The store's answer to ``claim`` (a claim, or queue mode's enqueue), timed: observed,
-        and the first one's time noted on the trace."""
+        and the first one's time noted on the trace (and in a span, tracing on)."""
         started = time.monotonic()
-        answer = await claim
+        answer = await (self._traced(claim, operation) if self._tracer.enabled else claim)
         seconds = time.monotonic() - started
         self._observer.claimed(delivery.key, seconds)
         delivery.trace.fields.setdefault("claim_ms", round(seconds * 1000, 2))
         return answer
+
+    async def _traced(self, claim: Awaitable[T], operation: str) -> T:
+        """``claim`` in a span saying whether its statement went out alone or in a coalesced
+        batch (the store notes it: ``core.tracing.statement_note``)."""
+        note = StatementNote()
+        token = statement_note.set(note)
+        try:
+            with self._tracer.span(operation, attributes={
+                    "db.system": self._tracer.db_system, "db.system.name": self._tracer.db_system,
+                    "db.operation": operation, "db.operation.name": operation}) as span:
+                answer = await claim
+                if note.batch_size is not None:
+                    span.set_attribute("webhook.batched", note.batch_size > 1)
+                    if note.batch_size > 1:
+                        span.set_attribute("db.operation.batch.size", note.batch_size)
+                return answer
+        finally:
+            statement_note.reset(token)
 
     def refuses_other_body(self, delivery: Delivery, event_id: str, seen: bytes,
                            digest: bytes) -> bool:

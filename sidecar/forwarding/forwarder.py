@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from sidecar.config.model import ProviderConfig
 from sidecar.core.batch import batch_key
@@ -35,6 +36,7 @@ from sidecar.core.headers import (
 from sidecar.core.hops import forwardable_headers
 from sidecar.core.ports import EventStore, RowReader
 from sidecar.core.signing.forward import forward_signature
+from sidecar.core.tracing import NO_TRACER, Attributes, Span, SpanKind, Tracer
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 
@@ -65,13 +67,17 @@ class Forwarder:
     def __init__(self, store: EventStore, upstream: Sender, metrics: Metrics,
                  pending: set[asyncio.Task[bool]], *,
                  signing_keys: Callable[[], Sequence[bytes]] = tuple,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tracer: Tracer = NO_TRACER,
+                 app_url: str = "") -> None:
         self._store = store
         self._upstream = upstream
         self._metrics = metrics
         self._pending = pending  # result writes in progress, awaited on shutdown
         self._signing_keys = signing_keys  # current keys (file secrets are re-read)
         self._clock = clock
+        self._tracer = tracer
+        self._app = _app_attributes(app_url)  # what every forward span says of the app
+        self._app_url = app_url.rstrip("/")
 
     async def forward(self, provider: ProviderConfig, rows: Sequence[tuple[str, int]],
                       request: StoredRequest) -> Forwarded:
@@ -83,8 +89,13 @@ class Forwarder:
         lease_ends = (asyncio.get_running_loop().time() + provider.lease
                       - (provider.inflight_wait if provider.event_id.is_batch else 0.0))
         sent = await self.send(provider, [event_id for event_id, _ in rows], attempt, request)
-        recorded, record_error = await self._record(provider.key, rows, sent.result,
-                                                    lease_ends - LEASE_MARGIN)
+        with self._tracer.span("record", attributes=self.record_attributes("complete")) as span:
+            recorded, record_error = await self._record(provider.key, rows, sent.result,
+                                                        lease_ends - LEASE_MARGIN)
+            if recorded is not Recorded.WRITTEN:
+                span.set_attribute("webhook.recorded", recorded.value)
+            if recorded is Recorded.FAILED:
+                span.set_attribute("error.type", "store_error")
         return Forwarded(attempt, sent.result, sent.response, sent.error, recorded,
                          record_error)
 
@@ -112,6 +123,22 @@ class Forwarder:
             # verifies the proxy; see forwardable_headers).
             added.update(forward_signature(keys, added[IDEMPOTENCY_HEADER], request.body,
                                            self._clock()))
+        if not self._tracer.enabled:
+            return await self._exchange(provider, request, added)
+        # url.full: the app's URL and the path; never the query, which may carry a token.
+        with self._tracer.span("forward", SpanKind.CLIENT, {
+                **self._app, "http.request.method": request.method,
+                "url.full": self._app_url + request.path.partition("?")[0],
+                "webhook.provider": provider.key, "webhook.attempt": attempt}) as span:
+            # The app's trace continues from this span; an inbound traceparent is replaced
+            # (forwardable_headers drops inbound headers the proxy sets).
+            added.update(self._tracer.headers())
+            sent = await self._exchange(provider, request, added)
+            _describe(span, sent)
+            return sent
+
+    async def _exchange(self, provider: ProviderConfig, request: StoredRequest,
+                        added: dict[str, str]) -> Sent:
         started = time.monotonic()
         response: RecordedResponse | None = None
         error: str | None = None
@@ -128,6 +155,12 @@ class Forwarder:
         result = result_of(outcome, response, elapsed * 1000, provider.final_statuses)
         self._metrics.app_answers.labels(provider.key, status_class(response)).inc()
         return Sent(result, response, error)
+
+    def record_attributes(self, operation: str) -> Attributes:
+        """A result write's span attributes (the database semantic conventions)."""
+        system = self._tracer.db_system
+        return {"db.system": system, "db.system.name": system, "db.operation": operation,
+                "db.operation.name": operation}
 
     async def _record(self, provider: str, rows: Sequence[tuple[str, int]],
                       result: AttemptResult, until: float) -> tuple[Recorded, str | None]:
@@ -160,6 +193,26 @@ class Forwarder:
             lambda: self._store.complete(provider, event_id, attempt, result),
             lambda row: holds(row, attempt, result.state, result),
             self._store, provider, event_id, attempt, until)
+
+
+def _app_attributes(app_url: str) -> dict[str, str | int]:
+    """The app's address as forward spans name it: ``server.address``, ``server.port``."""
+    if not app_url:
+        return {}
+    parts = urlsplit(app_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return {"server.address": parts.hostname or "", "server.port": port}
+
+
+def _describe(span: Span, sent: Sent) -> None:
+    """The app's answer on the forward's span: its status, or the error (HTTP client
+    semantic conventions: a 4xx or 5xx is an error of the client span)."""
+    if sent.response is not None:
+        span.set_attribute("http.response.status_code", sent.response.status)
+        if sent.response.status >= 400:
+            span.set_attribute("error.type", str(sent.response.status))
+    else:
+        span.set_attribute("error.type", sent.result.outcome.value)
 
 
 async def shielded(writes: Iterable[Coroutine[Any, Any, bool]],

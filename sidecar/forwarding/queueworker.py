@@ -24,6 +24,7 @@ from sidecar.core.errors import StoreError
 from sidecar.core.events import AttemptResult, EventState, Outcome, QueuedWork, Settlement
 from sidecar.core.ports import QueueWorkerStore
 from sidecar.core.queueing import RetryPolicy, ended, settlement, unreachable_pause
+from sidecar.core.tracing import NO_TRACER, SpanKind, Tracer
 from sidecar.forwarding.forwarder import LEASE_MARGIN, Forwarder, Sent, holds, shielded, write_until
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
@@ -48,8 +49,9 @@ class QueueWorker:
     def __init__(self, provider: ProviderConfig, store: QueueWorkerStore, forwarder: Forwarder,
                  metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
                  clock: Callable[[], float] = time.time,
-                 rand: Callable[[], float] = random.random) -> None:
+                 rand: Callable[[], float] = random.random, tracer: Tracer = NO_TRACER) -> None:
         self._provider = provider
+        self._tracer = tracer
         self._policy = retry_policy(provider)
         self._store = store
         self._forwarder = forwarder
@@ -156,6 +158,21 @@ class QueueWorker:
             await asyncio.wait(late, timeout=1.0)
 
     async def _deliver(self, work: QueuedWork, leased_from: float) -> None:
+        """One attempt; tracing on, its own trace, linked to the accept's."""
+        if not self._tracer.enabled:
+            await self._attempt(work, leased_from)
+            return
+        with self._tracer.linked("queue attempt", SpanKind.CONSUMER, {
+                "webhook.provider": self.provider, "webhook.event_id": work.event_id,
+                "webhook.attempt": work.attempt}, work.request.traceparent) as span:
+            outcome = await self._attempt(work, leased_from)
+            span.set_attribute("webhook.result", outcome)
+            if outcome == "dead":
+                span.set_attribute("error.type", "dead")
+
+    async def _attempt(self, work: QueuedWork, leased_from: float) -> str:
+        """Forward, settle, count and log; how the try ended (``core.queueing.ended``, or
+        ``superseded``)."""
         provider = self._provider
         # The database set the lease during the take, after ``leased_from``: counting from
         # there ends the result write's retries before the real lease does, however slow the
@@ -192,6 +209,7 @@ class QueueWorker:
             log.warning("queue_dead", **fields)
         else:
             log.info("queue_delivery", **fields)
+        return outcome
 
     async def _send(self, work: QueuedWork) -> Sent:
         """The forward; a bug in it counts as an attempt whose outcome is unknown (the request
@@ -229,10 +247,15 @@ class QueueWorker:
         (the lease then ends and the event is taken again, attempt + 1)."""
         # A take that did not reach the app gives its attempt back (``Settlement.reached``).
         attempt = work.attempt if ends.reached else work.attempt - 1
-        [written] = await shielded([write_until(
-            lambda: self._store.settle_queued(self.provider, work.event_id, work.tries, ends),
-            lambda row: holds(row, attempt, ends.state, ends.result), self._store,
-            self.provider, work.event_id, work.attempt, until)], self._pending)
+        with self._tracer.span("record", attributes=self._forwarder.record_attributes(
+                "settle_queued")) as span:
+            [written] = await shielded([write_until(
+                lambda: self._store.settle_queued(self.provider, work.event_id, work.tries,
+                                                  ends),
+                lambda row: holds(row, attempt, ends.state, ends.result), self._store,
+                self.provider, work.event_id, work.attempt, until)], self._pending)
+            if isinstance(written, BaseException):
+                span.set_attribute("error.type", type(written).__name__)
         if isinstance(written, StoreError):
             return None
         if isinstance(written, BaseException):
@@ -253,9 +276,10 @@ class QueueWorkers:
     def __init__(self, providers: Sequence[ProviderConfig], store: QueueWorkerStore,
                  forwarder: Forwarder,
                  metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
-                 notify: bool, clock: Callable[[], float] = time.time) -> None:
+                 notify: bool, clock: Callable[[], float] = time.time,
+                 tracer: Tracer = NO_TRACER) -> None:
         self._workers = {p.key: QueueWorker(p, store, forwarder, metrics, owner, pending,
-                                            clock=clock)
+                                            clock=clock, tracer=tracer)
                          for p in providers if p.mode is Mode.QUEUE}
         self._store = store
         self._notify = notify

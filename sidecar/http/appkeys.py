@@ -8,6 +8,7 @@ from aiohttp import web
 
 from sidecar.config.model import Config
 from sidecar.core.ports import AdminStore
+from sidecar.core.tracing import Tracer
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
 from sidecar.forwarding.forwarder import Forwarder
@@ -23,3 +24,5 @@ PIPELINE = web.AppKey("pipeline", Pipeline)
 GROUP = web.AppKey("group", GroupHealth)
 # Result writes still running; awaited on shutdown so no recorded outcome is lost.
 PENDING: web.AppKey[set[asyncio.Task[bool]]] = web.AppKey("pending")
+# Spans of deliveries (``core.tracing``; the no-op tracer when tracing is off).
+TRACER: web.AppKey[Tracer] = web.AppKey("tracer")

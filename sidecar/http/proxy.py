@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
 from aiohttp import web
@@ -17,8 +17,10 @@ from multidict import CIMultiDict
 from sidecar.config.model import ProviderConfig
 from sidecar.core.answers import Answer, Result, refuse
 from sidecar.core.body import read_bounded
+from sidecar.core.forwarded import is_trusted, peer_address
+from sidecar.core.tracing import Span
 from sidecar.delivery import Inbound
-from sidecar.http.appkeys import CONFIG, METRICS, PIPELINE
+from sidecar.http.appkeys import CONFIG, METRICS, PIPELINE, TRACER
 from sidecar.http.listener import ProviderResponse
 from sidecar.obs.logs import get_logger
 
@@ -29,21 +31,81 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def delivery_handler(provider: ProviderConfig) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
-        started = time.monotonic()
-        answer: Answer | None = None
-        try:
-            answer = await _answer(provider, request)
-        except Exception as exc:  # a bug in this shell (the pipeline answers its own)
-            answer = replace(refuse("internal_error"), log={"exc_info": exc})
-        finally:
-            _observe(request, provider, answer, time.monotonic() - started)
-        response = ProviderResponse(status=answer.status, body=answer.body,
-                                    headers=CIMultiDict(answer.headers))
-        if _closes(answer):
-            response.force_close()  # a refused body is not read: the connection ends with it
-        return response
+        tracer = request.app[TRACER]
+        if not tracer.enabled:
+            return await _handle(provider, request, None)
+        with tracer.server(f"{request.method} {provider.path}",
+                           _request_attributes(provider, request),
+                           _trusted_parent(request)) as span:
+            return await _handle(provider, request, span)
 
     return handle
+
+
+async def _handle(provider: ProviderConfig, request: web.Request,
+                  span: Span | None) -> web.StreamResponse:
+    started = time.monotonic()
+    answer: Answer | None = None
+    try:
+        answer = await _answer(provider, request)
+    except Exception as exc:  # a bug in this shell (the pipeline answers its own)
+        answer = replace(refuse("internal_error"), log={"exc_info": exc})
+    finally:
+        _observe(request, provider, answer, time.monotonic() - started)
+        if span is not None:
+            _describe(span, answer)
+    response = ProviderResponse(status=answer.status, body=answer.body,
+                                headers=CIMultiDict(answer.headers))
+    if _closes(answer):
+        response.force_close()  # a refused body is not read: the connection ends with it
+    return response
+
+
+def _trusted_parent(request: web.Request) -> Mapping[str, str] | None:
+    """The request's headers, to continue the trace context they carry, from a trusted proxy
+    only: providers send none, and anyone else could send any (it would graft our spans onto
+    a trace of their choosing)."""
+    address = peer_address(request.remote)
+    if address is not None and is_trusted(address, request.app[CONFIG].trusted_proxies):
+        return request.headers
+    return None
+
+
+def _request_attributes(provider: ProviderConfig, request: web.Request) -> dict[str, str | int]:
+    """The server span's attributes known before the answer (HTTP semantic conventions; the
+    query is left out: it may carry a token)."""
+    url = request.url  # its host and port are the Host header's
+    attributes: dict[str, str | int] = {
+        "http.request.method": request.method, "url.path": request.path,
+        "url.scheme": request.scheme, "http.route": provider.path,
+        "server.address": url.host or "", "webhook.provider": provider.key}
+    if url.port is not None:
+        attributes["server.port"] = url.port
+    if request.remote:
+        attributes["client.address"] = request.remote
+        attributes["network.peer.address"] = request.remote
+    if request.content_length is not None:
+        attributes["http.request.body.size"] = request.content_length
+    agent = request.headers.get("User-Agent")
+    if agent:
+        attributes["user_agent.original"] = agent
+    return attributes
+
+
+def _describe(span: Span, answer: Answer | None) -> None:
+    """What the delivery's answer tells its span; a 5xx is an error of a server span."""
+    if answer is None:  # cancelled by a shutdown past its timeout
+        span.set_attribute("error.type", "cancelled")
+        span.set_attribute("webhook.result", Result.ERROR.value)
+        return
+    span.set_attribute("http.response.status_code", answer.status)
+    span.set_attribute("webhook.result", answer.result.value)
+    for key in ("event_id", "attempt"):
+        value = answer.log.get(key)
+        if isinstance(value, str | int):
+            span.set_attribute(f"webhook.{key}", value)
+    if answer.status >= 500:
+        span.set_attribute("error.type", str(answer.status))
 
 
 def _closes(answer: Answer) -> bool:

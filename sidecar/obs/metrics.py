@@ -73,6 +73,11 @@ class Metrics:
         self.retention_deleted = Counter(
             "webhook_retention_deleted", "Event rows deleted by retention.", ["provider"],
             registry=self.registry)
+        self.trace_spans_dropped = Counter(
+            "webhook_trace_spans_dropped", "Trace spans not exported, by reason: queue_full "
+            "(tracing.max_queue_size reached while the collector is slow or down) or "
+            "export_failed (the collector refused them or could not be reached).", ["reason"],
+            registry=self.registry)
         self.maintenance_errors = Counter(
             "webhook_maintenance_errors", "Maintenance runs (retention, stuck-row count) that "
             "failed because the store was unavailable.", registry=self.registry)

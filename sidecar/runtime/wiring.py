@@ -22,6 +22,7 @@ from sidecar.config.model import Config, StoreConfig
 from sidecar.core.errors import ConfigError
 from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore, EventStore, Store
+from sidecar.core.tracing import NO_TRACER, Tracer
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
 from sidecar.forwarding.forwarder import Forwarder, Sender
@@ -37,6 +38,7 @@ from sidecar.http.appkeys import (
     PENDING,
     PIPELINE,
     STORE,
+    TRACER,
 )
 from sidecar.http.listener import tracked
 from sidecar.http.proxy import delivery_handler, unrouted
@@ -44,6 +46,7 @@ from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.storelog import StoreLog
 from sidecar.obs.telemetry import DeliveryTelemetry
+from sidecar.obs.tracing import build_tracer
 from sidecar.ops.maintenance import Maintenance
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
@@ -62,6 +65,9 @@ UNWIND_GRACE: Final = 0.5
 WRITES_GRACE: Final = 1.0
 CLOSE_GRACE: Final = 1.5
 SHUTDOWN_OVERRUN: Final = 2.0
+# Spans still queued at exit are exported for at most this long (and within CLOSE_GRACE): a
+# collector that hangs delays the exit by no more.
+TRACE_FLUSH_BOUND: Final = 1.0
 
 
 @dataclass(slots=True)
@@ -121,24 +127,26 @@ async def migrate_store(config: StoreConfig) -> list[str]:
 
 def build_forwarder(store: EventStore, upstream: Sender, metrics: Metrics,
                     pending: set[asyncio.Task[bool]], keyring: Keyring, *,
-                    clock: Callable[[], float] = time.time) -> Forwarder:
+                    clock: Callable[[], float] = time.time, tracer: Tracer = NO_TRACER,
+                    app_url: str = "") -> Forwarder:
     """The forwarder: sends one attempt to the app (signed with the keyring's forward keys)
     and records its result on the row; result writes it starts are kept in ``pending``."""
     return Forwarder(store, upstream, metrics, pending, signing_keys=keyring.signing_keys,
-                     clock=clock)
+                     clock=clock, tracer=tracer, app_url=app_url)
 
 
 def build_pipeline(config: Config, store: DeliveryStore, forwarder: Forwarder,
                    keyring: Keyring, metrics: Metrics, *, owner: str,
                    clock: Callable[[], float] = time.time, known: KnownAnswers | None = None,
-                   on_queued: Callable[[str], None] = lambda provider: None) -> Pipeline:
+                   on_queued: Callable[[str], None] = lambda provider: None,
+                   tracer: Tracer = NO_TRACER) -> Pipeline:
     """The delivery pipeline, with the memory of known answers ``config.answer_cache`` asks
     for unless ``known`` is given."""
     return Pipeline(store=store, forwarder=forwarder, keyring=keyring, owner=owner,
                     observer=DeliveryTelemetry(metrics), clock=clock,
                     trusted_proxies=config.trusted_proxies,
                     known=known if known is not None else KnownAnswers(config.answer_cache),
-                    on_queued=on_queued)
+                    on_queued=on_queued, tracer=tracer)
 
 
 @contextlib.asynccontextmanager
@@ -172,17 +180,23 @@ def build_apps(
     metrics: Metrics | None = None,
     store_upkeep: bool = True,
     group: GroupHealth | None = None,
+    tracer: Tracer | None = None,
 ) -> Apps:
     """The two apps. ``store_upkeep=False``: no retention sweeps or stuck-row gauge in this
     process (with ``workers`` > 1 one worker runs them for the group); secret reloads run in
     every process, as each has its own keyring. ``group``: the worker group as its supervisor
     says (the worker serving the admin listener): in /healthz and /metrics. Refuses a config
-    loaded without its secrets (``require_secrets``)."""
+    loaded without its secrets (``require_secrets``). ``tracer``: spans go there (a test's);
+    by default the one ``config.tracing`` and the environment ask for (``obs.tracing``: a
+    ``ConfigError`` if that needs the otel extra and it is missing), flushed at shutdown."""
     require_secrets(config)
+    metrics = metrics or Metrics()
+    otel = (build_tracer(config.tracing, metrics, db_system=config.store.kind.value)
+            if tracer is None else None)
+    tracer = tracer or otel or NO_TRACER
     proxy = web.Application(client_max_size=config.max_body_bytes + 1,
                             middlewares=[tracked, unrouted])
     shutdown = Shutdown()
-    metrics = metrics or Metrics()
     upstream = upstream or Upstream(config.upstream)
     keyring = Keyring(config.providers, config.upstream.signing_secrets)
     owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -191,6 +205,7 @@ def build_apps(
     proxy[METRICS] = metrics
     proxy[OWNER] = owner
     proxy[PENDING] = pending
+    proxy[TRACER] = tracer
     if store is not None:
         proxy[STORE] = store
     if group is not None:
@@ -202,12 +217,15 @@ def build_apps(
         app[STORE] = opened
         await upstream.start()
         forwarder = build_forwarder(opened, upstream, metrics, pending, keyring,
-                                    clock=clock or time.time)
+                                    clock=clock or time.time, tracer=tracer,
+                                    app_url=config.upstream.url)
         app[FORWARDER] = forwarder
         queue = QueueWorkers(config.providers, opened, forwarder, metrics, owner, pending,
-                             notify=config.store.notify, clock=clock or time.time)
+                             notify=config.store.notify, clock=clock or time.time,
+                             tracer=tracer)
         app[PIPELINE] = build_pipeline(config, opened, forwarder, keyring, metrics, owner=owner,
-                                       clock=clock or time.time, on_queued=queue.wake)
+                                       clock=clock or time.time, on_queued=queue.wake,
+                                       tracer=tracer)
         for warning in config.warnings:
             log.warning("config_warning", message=warning)
         upkeep = Maintenance(config, opened, metrics, keyring)
@@ -244,6 +262,8 @@ def build_apps(
                         await opened.close()
             except TimeoutError:
                 log.warning("close_timed_out", timeout_s=CLOSE_GRACE)
+            if otel is not None:  # the spans still queued, exported within the same bound
+                await otel.shutdown(min(TRACE_FLUSH_BOUND, shutdown.left(CLOSE_GRACE)))
 
     proxy.cleanup_ctx.append(resources)
     for provider in config.providers:

@@ -28,9 +28,13 @@ import collections
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
+from sidecar.core.tracing import StatementNote, statement_note
+
 T = TypeVar("T")
 R = TypeVar("R")
 E = TypeVar("E", bound=BaseException)
+
+_Waiting = tuple[T, asyncio.Future[R], StatementNote | None]  # a call, its answer, its note
 
 MAX_BATCH = 64
 """Calls per statement at most: bounds the statement's size (parameters are arrays, one
@@ -54,7 +58,7 @@ class Coalescer(Generic[T, R]):
         self._max_batch = max_batch
         self._wait = wait
         self._busy = False
-        self._waiting: collections.deque[tuple[T, asyncio.Future[R]]] = collections.deque()
+        self._waiting: collections.deque[_Waiting[T, R]] = collections.deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self.singles = 0
         self.batches = 0
@@ -66,19 +70,25 @@ class Coalescer(Generic[T, R]):
         return self._busy
 
     async def __call__(self, item: T) -> R:
+        # The caller's span may ask how its call went out (``core.tracing.statement_note``).
+        note = statement_note.get()
         if self._max_batch <= 1:
             self.singles += 1
+            if note is not None:
+                note.batch_size = 1
             return await self._one(item)
         if not self._busy:
             # Nothing in flight: out at once, in the caller's own task.
             self._busy = True
             self.singles += 1
+            if note is not None:
+                note.batch_size = 1
             try:
                 return await self._one(item)
             finally:
                 self._send_waiting()
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._waiting.append((item, future))
+        self._waiting.append((item, future, note))
         try:
             async with asyncio.timeout(self._wait):
                 # Cancelling the caller cancels its future: a waiter is then skipped, and an
@@ -89,7 +99,7 @@ class Coalescer(Generic[T, R]):
 
     def _send_waiting(self) -> None:
         """After a statement returned: send the calls waiting for it, or go idle."""
-        batch: list[tuple[T, asyncio.Future[R]]] = []
+        batch: list[_Waiting[T, R]] = []
         while self._waiting and len(batch) < self._max_batch:
             entry = self._waiting.popleft()
             if not entry[1].done():  # gave up while waiting: never sent
@@ -101,11 +111,14 @@ class Coalescer(Generic[T, R]):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+    async def _send(self, batch: list[_Waiting[T, R]]) -> None:
+        for _, _, note in batch:
+            if note is not None:
+                note.batch_size = len(batch)
         try:
-            results = await self._answers([item for item, _ in batch])
+            results = await self._answers([item for item, _, _ in batch])
         except BaseException as exc:  # cancelled (the loop is shutting down), or a bug
-            for _, future in batch:
+            for _, future, _ in batch:
                 if future.done():
                     continue
                 if isinstance(exc, Exception):
@@ -114,7 +127,7 @@ class Coalescer(Generic[T, R]):
                     future.cancel()
             raise
         else:
-            for (_, future), result in zip(batch, results, strict=True):
+            for (_, future, _), result in zip(batch, results, strict=True):
                 if future.done():  # its caller gave up
                     continue
                 if isinstance(result, BaseException):

@@ -36,6 +36,7 @@ from tests.deploy.chart_support import (
     materialise,
     named_port,
     one,
+    pod_of,
     port_of,
     proxy_container,
     render,
@@ -485,3 +486,27 @@ def test_values_shown_in_the_docs_render_and_validate(
 
 def test_the_docs_show_both_modes() -> None:
     assert {values["mode"] for _, values in DOC_VALUES} == {"sidecar", "standalone"}
+
+
+# --- tracing ----------------------------------------------------------------------------------
+
+def test_tracing_values_become_the_standard_otel_variables() -> None:
+    def otel_env(values: dict[str, Any]) -> dict[str, Any]:
+        container = proxy_container(pod_of(render(CHART, values)))
+        return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]
+                if e["name"].startswith("OTEL_")}
+
+    assert otel_env(VALUES["standalone"]) == {}  # off unless asked for
+    values = {**VALUES["standalone"], "tracing": {
+        "endpoint": "http://otel-collector.observability:4318", "serviceName": "hooks",
+        "resourceAttributes": {"deployment.environment.name": "prod", "team": "payments"},
+        "sampler": "parentbased_traceidratio", "samplerArg": "0.25",
+        "headersSecret": {"name": "otel-auth", "key": "headers"}}}
+    assert otel_env(values) == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4318",
+        "OTEL_SERVICE_NAME": "hooks",
+        "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=prod,team=payments",
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.25",
+        "OTEL_EXPORTER_OTLP_HEADERS": {"secretKeyRef": {"name": "otel-auth", "key": "headers"}},
+    }
