@@ -54,7 +54,7 @@ def build_tracer(config: TracingConfig, metrics: Metrics, *, db_system: str,
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
 
-        from sidecar.obs.otel import CountingExporter, CountingProcessor, OtelTracer
+        from sidecar.obs.otel import OtelTracer, SpanQueue
         if exporter is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
                 OTLPSpanExporter,
@@ -71,10 +71,9 @@ def build_tracer(config: TracingConfig, metrics: Metrics, *, db_system: str,
 
     provider = TracerProvider(resource=Resource.create(_resource(config, environ)),
                               sampler=_sampler(config, environ), shutdown_on_exit=False)
-    provider.add_span_processor(CountingProcessor(
-        CountingExporter(exporter, dropped), max_queue_size=config.max_queue_size,
-        dropped=dropped))
-    return OtelTracer(provider, db_system)
+    queue = SpanQueue(exporter, provider, max_queue_size=config.max_queue_size, dropped=dropped)
+    provider.add_span_processor(queue)  # the provider's force_flush and shutdown reach it
+    return OtelTracer(provider, queue, db_system)
 
 
 def _resource(config: TracingConfig, environ: Mapping[str, str]) -> dict[str, str]:
