@@ -1,7 +1,7 @@
 """The tracing port (``core.tracing.Tracer``) on the OpenTelemetry SDK. Imported only when tracing
 is on (``sidecar.obs.tracing.build_tracer``): the ``otel`` extra is optional.
 
-The delivery path keeps each span as a light record (``_Record``: ids, times, a plain dict of
+The delivery path keeps each span as a light record (``SpanRecord``: ids, times, a plain dict of
 attributes) in a context variable of its own, and puts it, once ended, on a bounded queue; the
 SDK's span objects (``ReadableSpan``) are built from the records in the export thread, just
 before the exporter encodes them. The SDK's own span machinery (attribute validation, its
@@ -26,7 +26,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Final
+from typing import Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -52,7 +52,7 @@ log = logging.getLogger("sidecar.obs.otel")
 Dropped = Callable[[str, int], None]  # (reason, spans)
 
 
-class _Record:
+class SpanRecord:
     """A span while the delivery path holds it: what the export thread needs to build the SDK's
     ``ReadableSpan``, nothing validated or copied twice. ``parent``: the parent's span id, 0 for
     a root; ``remote``: that parent came from another process."""
@@ -89,7 +89,7 @@ class _Record:
 
 
 # The open span of the running task (children: tasks started from it see it too).
-_current: ContextVar[_Record | None] = ContextVar("sidecar_span", default=None)
+_current: ContextVar[SpanRecord | None] = ContextVar("sidecar_span", default=None)
 
 
 class OtelTracer:
@@ -141,7 +141,7 @@ class OtelTracer:
             return self._open(self._root_record(name, kind, attributes or {}, self._root, None,
                                                 ()))
         # A child shares its parent's trace, sampling decision and trace state.
-        return self._open(_Record(name, kind, parent.trace_id, self._ids.generate_span_id(),
+        return self._open(SpanRecord(name, kind, parent.trace_id, self._ids.generate_span_id(),
                                   parent.flags, parent.state, parent.span_id, False,
                                   dict(attributes) if attributes else {}, ()))
 
@@ -155,7 +155,7 @@ class OtelTracer:
         return carrier
 
     def _root_record(self, name: str, kind: SpanKind, attributes: Attributes, context: Context,
-                     remote: SpanContext | None, links: Sequence[Link]) -> _Record:
+                     remote: SpanContext | None, links: Sequence[Link]) -> SpanRecord:
         """A trace's first span here: the sampler decides (given the remote parent, if any)."""
         trace_id = remote.trace_id if remote is not None else self._ids.generate_trace_id()
         sampling = self._sampler.should_sample(context, trace_id, name, _KINDS[kind],
@@ -168,12 +168,12 @@ class OtelTracer:
         recorded = dict(attributes)
         if sampling.attributes:
             recorded.update(sampling.attributes)  # what the sampler adds
-        return _Record(name, kind, trace_id, self._ids.generate_span_id(), flags,
+        return SpanRecord(name, kind, trace_id, self._ids.generate_span_id(), flags,
                        sampling.trace_state, remote.span_id if remote is not None else 0,
                        remote is not None, recorded, links)
 
     @contextlib.contextmanager
-    def _open(self, record: _Record) -> Iterator[Span]:
+    def _open(self, record: SpanRecord) -> Iterator[Span]:
         token = _current.set(record)
         try:
             yield record
@@ -226,18 +226,16 @@ class SpanQueue(SpanProcessor):
     that failed (after the exporter's own retries) or raised are counted as ``export_failed``.
     Added to the provider, so its ``force_flush`` and ``shutdown`` reach the queue."""
 
-    def __init__(self, exporter: SpanExporter, provider: TracerProvider, *, max_queue_size: int,
-                 dropped: Dropped, schedule_delay_millis: float | None = None) -> None:
+    def __init__(self, exporter: RecordExporter, *, max_queue_size: int, dropped: Dropped,
+                 schedule_delay_millis: float | None = None) -> None:
         self._exporter = exporter
-        self._resource = provider.resource
-        self._scope = InstrumentationScope(SCOPE)
         self._max_queue_size = max_queue_size
         self._batch = max(1, min(int(_env_millis("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)),
                                  max_queue_size))
         self._delay = (schedule_delay_millis if schedule_delay_millis is not None
                        else _env_millis("OTEL_BSP_SCHEDULE_DELAY", 5000)) / 1000
         self._dropped = dropped
-        self._queue: deque[_Record] = deque()
+        self._queue: deque[SpanRecord] = deque()
         self._wake = threading.Event()
         self._lock = threading.Lock()  # guards _flushed
         self._flushed: list[threading.Event] = []  # force_flush calls waiting for the thread
@@ -245,7 +243,7 @@ class SpanQueue(SpanProcessor):
         self._thread = threading.Thread(target=self._run, name="span-export", daemon=True)
         self._thread.start()
 
-    def put(self, record: _Record) -> None:
+    def put(self, record: SpanRecord) -> None:
         """Queue an ended span (the delivery path; never blocks)."""
         if self._stopping:
             return
@@ -275,40 +273,15 @@ class SpanQueue(SpanProcessor):
         queued = len(self._queue)
         while queued > 0:
             count = min(queued, self._batch)
-            batch = [self._readable(self._queue.popleft()) for _ in range(count)]
+            batch = [self._queue.popleft() for _ in range(count)]
             queued -= count
             try:
-                result = self._exporter.export(batch)
+                exported = self._exporter.export(batch)
             except Exception:
                 log.exception("exporting %d spans failed", len(batch))
-                result = SpanExportResult.FAILURE
-            if result is not SpanExportResult.SUCCESS:
+                exported = False
+            if not exported:
                 self._dropped("export_failed", len(batch))
-
-    def _readable(self, record: _Record) -> ReadableSpan:
-        """The SDK's span for a record (in the export thread: off the delivery path)."""
-        context = SpanContext(record.trace_id, record.span_id, False, TraceFlags(record.flags),
-                              record.state)
-        parent = None
-        if record.parent:
-            parent = SpanContext(record.trace_id, record.parent, record.remote,
-                                 TraceFlags(record.flags), record.state)
-        status = Status(StatusCode.UNSET)
-        events: tuple[Event, ...] = ()
-        if record.error is not None:
-            exc, stack = record.error
-            status = Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
-            events = (Event("exception", {"exception.type": type(exc).__qualname__,
-                                          "exception.message": str(exc),
-                                          "exception.stacktrace": stack,
-                                          "exception.escaped": "False"}, record.end),)
-        # The port's rule: a span that names an error.type ends with an error status.
-        elif "error.type" in record.attributes:
-            status = Status(StatusCode.ERROR)
-        return ReadableSpan(record.name, context, parent, self._resource, record.attributes,
-                            events, record.links, _KINDS[record.kind], status=status,
-                            start_time=record.start, end_time=record.end,
-                            instrumentation_scope=self._scope)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         if not self._thread.is_alive():
@@ -324,3 +297,61 @@ class SpanQueue(SpanProcessor):
         self._wake.set()
         self._thread.join()
         self._exporter.shutdown()
+
+
+class RecordExporter(Protocol):
+    """Sends span records somewhere, from the export thread."""
+
+    def export(self, records: Sequence[SpanRecord]) -> bool:
+        """Whether they were taken (False, or raising: they are counted as dropped)."""
+
+    def shutdown(self) -> None: ...
+
+
+def error_status(record: SpanRecord) -> str | None:
+    """None: the span's status is unset; else it is an error, with this description (empty:
+    none). An exception escaped it, or (the port's rule) its attributes name an error.type."""
+    if record.error is not None:
+        exc = record.error[0]
+        return f"{type(exc).__name__}: {exc}"
+    return "" if "error.type" in record.attributes else None
+
+
+class SdkExport:
+    """Records to an SDK ``SpanExporter`` (any: the in-memory one in tests), as the SDK's
+    ``ReadableSpan`` objects."""
+
+    def __init__(self, exporter: SpanExporter, provider: TracerProvider) -> None:
+        self._exporter = exporter
+        self._resource = provider.resource
+        self._scope = InstrumentationScope(SCOPE)
+
+    def export(self, records: Sequence[SpanRecord]) -> bool:
+        spans = [self._readable(record) for record in records]
+        return self._exporter.export(spans) is SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def _readable(self, record: SpanRecord) -> ReadableSpan:
+        """The SDK's span for a record (in the export thread: off the delivery path)."""
+        context = SpanContext(record.trace_id, record.span_id, False, TraceFlags(record.flags),
+                              record.state)
+        parent = None
+        if record.parent:
+            parent = SpanContext(record.trace_id, record.parent, record.remote,
+                                 TraceFlags(record.flags), record.state)
+        description = error_status(record)
+        status = (Status(StatusCode.UNSET) if description is None
+                  else Status(StatusCode.ERROR, description or None))
+        events: tuple[Event, ...] = ()
+        if record.error is not None:
+            exc, stack = record.error
+            events = (Event("exception", {"exception.type": type(exc).__qualname__,
+                                          "exception.message": str(exc),
+                                          "exception.stacktrace": stack,
+                                          "exception.escaped": "False"}, record.end),)
+        return ReadableSpan(record.name, context, parent, self._resource, record.attributes,
+                            events, record.links, _KINDS[record.kind], status=status,
+                            start_time=record.start, end_time=record.end,
+                            instrumentation_scope=self._scope)
