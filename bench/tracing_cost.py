@@ -1,9 +1,12 @@
 """What tracing costs the proxy: CPU seconds of the proxy process per new event, with tracing
 off, with every delivery sampled and exported over OTLP/HTTP to a local receiver that discards,
 and (``--main PATH``) on another checkout with tracing off. Rounds alternate the variants;
-medians are reported. SQLite store, loopback only, bounded by rounds x variants x events.
+medians are reported. ``--before PATH``: another checkout with every delivery sampled too (a
+change to tracing, measured against what it replaces in the same run). SQLite store, loopback
+only, bounded by rounds x variants x events.
 
     .venv/bin/python -m bench.tracing_cost [--events 2000] [--rounds 3] [--main /work/main]
+        [--before PATH]
 """
 
 from __future__ import annotations
@@ -87,11 +90,15 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--main", type=Path, help="another checkout, run with tracing off")
+    parser.add_argument("--before", type=Path,
+                        help="another checkout, run with every delivery sampled")
     args = parser.parse_args()
     runner, port, received = await discarding_receiver()
     traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
               "OTEL_TRACES_SAMPLER": "always_on"}
     variants = {"tracing off": (HERE, {}), "tracing on, all sampled": (HERE, traced)}
+    if args.before is not None:
+        variants["before, all sampled"] = (args.before.resolve(), traced)
     if args.main is not None:
         variants["main (no tracing)"] = (args.main.resolve(), {})
     results: dict[str, list[float]] = {name: [] for name in variants}

@@ -35,6 +35,16 @@ _RETRYABLE: Final = frozenset({408, 429, 502, 503, 504})
 _pack_fixed64 = struct.Struct("<Q").pack
 _pack_fixed32 = struct.Struct("<I").pack
 _pack_double = struct.Struct("<d").pack
+_pack_times = struct.Struct("<BQBQ").pack  # start and end: fields 7 and 8, fixed64
+
+
+def _flags(remote: bool) -> bytes:
+    """A span's or a link's flags field (16, fixed32): whether its parent is remote."""
+    return b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if remote else 0))
+
+
+_UNSET_LOCAL: Final = b"\x7a\x00" + _flags(False)
+_UNSET_REMOTE: Final = b"\x7a\x00" + _flags(True)
 
 
 def _varint(value: int) -> bytes:
@@ -96,6 +106,7 @@ class Encoder:
         self._resource_schema = _field(3, resource_schema.encode()) if resource_schema else b""
         self._scope = _field(1, scope_bytes)
         self._cache: dict[tuple[str, type, object], bytes] = {}
+        self._heads: dict[tuple[str, str], bytes] = {}
 
     def encode(self, records: Iterable[SpanRecord]) -> bytes:
         spans = b"".join(_field(2, self._span(record)) for record in records)
@@ -116,6 +127,17 @@ class Encoder:
         encoded = self._cache[cache_key] = _field(9, _key_value(key, value))
         return encoded
 
+    def _head(self, name: str, kind: str) -> bytes:
+        """A span's name and kind fields, remembered: spans are named after a few steps."""
+        try:
+            return self._heads[name, kind]
+        except KeyError:
+            if len(self._heads) >= _CACHED_MAX:
+                self._heads.clear()
+            head = self._heads[name, kind] = (_field(5, name.encode()) + b"\x30"
+                                              + _varint(_KIND_NUMBERS[kind]))
+            return head
+
     def _span(self, record: SpanRecord) -> bytes:
         parts = [b"\x0a\x10", record.trace_id.to_bytes(16, "big"),
                  b"\x12\x08", record.span_id.to_bytes(8, "big")]
@@ -123,9 +145,8 @@ class Encoder:
             parts.append(_field(3, record.state.to_header().encode()))
         if record.parent:
             parts += (b"\x22\x08", record.parent.to_bytes(8, "big"))
-        parts += (_field(5, record.name.encode()),
-                  b"\x30", _varint(_KIND_NUMBERS[record.kind.value]),
-                  b"\x39", _pack_fixed64(record.start), b"\x41", _pack_fixed64(record.end))
+        parts += (self._head(record.name, record.kind.value),
+                  _pack_times(0x39, record.start, 0x41, record.end))
         attribute = self._attribute
         parts += [attribute(key, value) for key, value in record.attributes.items()]
         status = error_status(record)
@@ -133,7 +154,7 @@ class Encoder:
             exc, stack = record.error
             event = (_field(2, b"exception") + _key_values(3, (
                 ("exception.type", type(exc).__qualname__), ("exception.message", str(exc)),
-                 ("exception.stacktrace", stack), ("exception.escaped", "False"))))
+                ("exception.stacktrace", stack), ("exception.escaped", "False"))))
             parts.append(_field(11, b"\x09" + _pack_fixed64(record.end) + event))
         for link in record.links:  # as the SDK's encoder writes them: no trace state
             context = link.context
@@ -142,13 +163,12 @@ class Encoder:
             link_bytes += b"\x35" + _pack_fixed32(
                 _HAS_IS_REMOTE | (_IS_REMOTE if context.is_remote else 0))
             parts.append(_field(13, link_bytes))
-        if status is None:
-            parts.append(b"\x7a\x00")  # an empty Status: unset
+        if status is None:  # the usual end: an empty Status (unset), the span's flags
+            parts.append(_UNSET_REMOTE if record.remote else _UNSET_LOCAL)
         else:
             message = _field(2, status.encode()) if status else b""
-            parts.append(_field(15, message + b"\x18" + _varint(_STATUS_ERROR)))
-        parts += (b"\x85\x01", _pack_fixed32(
-            _HAS_IS_REMOTE | (_IS_REMOTE if record.remote else 0)))
+            parts += (_field(15, message + b"\x18" + _varint(_STATUS_ERROR)),
+                      _flags(record.remote))
         return b"".join(parts)
 
 
