@@ -183,9 +183,10 @@ class OtlpHttp:
                  certificate: str | None = None,
                  client_cert: tuple[str, str] | str | None = None) -> None:
         self._encoder = encoder
-        self._endpoint = endpoint
-        self._timeout = timeout
+        self.endpoint = endpoint
+        self.timeout = timeout
         self._compression = compression
+        self.headers = dict(headers)
         self._session = requests.Session()
         self._session.headers.update({"Content-Type": "application/x-protobuf", **headers})
         if compression:
@@ -202,12 +203,12 @@ class OtlpHttp:
             body = gzip.compress(body, compresslevel=1)
         elif self._compression == "deflate":
             body = zlib.compress(body, 1)
-        deadline = time.monotonic() + self._timeout
+        deadline = time.monotonic() + self.timeout
         backoff = 1.0
         while True:
             left = deadline - time.monotonic()
             try:
-                response = self._session.post(self._endpoint, data=body, timeout=max(left, 0.1))
+                response = self._session.post(self.endpoint, data=body, timeout=max(left, 0.1))
             except requests.exceptions.RequestException as exc:
                 retry, why = isinstance(exc, requests.exceptions.ConnectionError), str(exc)
             else:
@@ -217,7 +218,7 @@ class OtlpHttp:
             wait = backoff * random.uniform(0.8, 1.2)
             if not retry or time.monotonic() + wait >= deadline or self._stopped.is_set():
                 log.warning("exporting %d spans to %s failed: %s", len(records),
-                            self._endpoint, why)
+                            self.endpoint, why)
                 return False
             self._stopped.wait(wait)  # shutdown ends the wait: no retries then
             backoff *= 2

@@ -99,3 +99,29 @@ def test_links_remote_parents_trace_state_and_exceptions_encode_as_the_sdk_encod
     assert spans[2].events[0].name == "exception" and spans[2].status.code == 2
     assert len(spans[3].links) == 1
     assert ours == sdk
+
+
+@pytest.mark.parametrize(("endpoint", "environ", "url"), [
+    ("http://collector:4318", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://other:1"},
+     "http://collector:4318/v1/traces"),
+    (None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://c/custom",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://other:1"}, "https://c/custom"),
+    (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}, "http://c:4318/v1/traces"),
+    (None, {}, "http://localhost:4318/v1/traces"),
+])
+def test_the_endpoint_is_the_blocks_else_the_environments_as_the_sdk_reads_it(
+    endpoint: str | None, environ: dict[str, str], url: str,
+) -> None:
+    exporter = otlp.from_environment(otlp.Encoder({}, "", SCOPE), endpoint, {}, environ)
+    assert exporter.endpoint == url
+    exporter.shutdown()
+
+
+def test_headers_and_timeout_come_from_the_environment_the_block_winning() -> None:
+    environ = {"OTEL_EXPORTER_OTLP_HEADERS": "api-key=env,x-team=a%20b",
+               "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2.5", "OTEL_EXPORTER_OTLP_TIMEOUT": "9"}
+    exporter = otlp.from_environment(otlp.Encoder({}, "", SCOPE), None, {"api-key": "block"},
+                                     environ)
+    assert exporter.headers == {"api-key": "block", "x-team": "a b"}
+    assert exporter.timeout == 2.5
+    exporter.shutdown()
