@@ -12,9 +12,10 @@
 --
 -- An event's attempts (webhook_attempt) go with it, in this statement, by the keys deleted (no
 -- foreign key: see 0006_attempts.sql). All the CTEs read one snapshot, so an attempt recorded
--- by a result write that committed after it would be left behind; such a write would need a
--- row older than the retention window still under a live attempt, which the lease (shorter
--- than any retention, and no write outlives it) rules out.
+-- by a result write that committed after it would be left behind. Such a write is for a row
+-- received longer ago than the retention and still in an attempt; the forwarder writes no
+-- result past its lease (forwarder.py, LEASE_MARGIN), so that takes a retention shorter than
+-- the lease (seconds to minutes, against the provider's retry window of hours or days).
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), doomed AS (
