@@ -197,6 +197,7 @@ def _show_text(row: dict[str, Any]) -> str:
     queue = row.get("queue")
     if queue is not None:
         lines += _queue_text(queue)
+    lines += _attempts_text(row.get("attempts") or [])
     lines.append(f"  body sha256 {row['body_sha256']}")
     if "response_headers" in row:
         lines.append("  response headers")
@@ -229,6 +230,22 @@ def _queue_text(queue: dict[str, Any]) -> list[str]:
         lines.append(f"  order key   {_safe(queue['order_key'])}")
     if queue["last_error"] is not None:
         lines.append(f"  last error  {_safe(queue['last_error'])}")
+    return lines
+
+
+def _attempts_text(attempts: list[dict[str, Any]]) -> list[str]:
+    """The timeline, one line per recorded attempt, oldest first: when it started, how long it
+    took, the app's answer or the error, what the event became, and which process made it."""
+    if not attempts:
+        return ["  attempts    none recorded"]
+    lines = [f"  attempts    {len(attempts)}"]
+    for a in attempts:
+        answer = f"HTTP {a['status']}" if a["status"] is not None else a["outcome"]
+        if a["error"] is not None:
+            answer += f" ({_safe(a['error'])})"
+        owner = f" by {_safe(a['owner'])}" if a["owner"] is not None else ""
+        lines.append(f"    #{a['attempt']:<3} {a['started_at_iso']} {a['duration_ms']:>9.1f} ms  "
+                     f"{answer} -> {a['state']}{owner}")
     return lines
 
 

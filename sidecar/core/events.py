@@ -68,6 +68,25 @@ class AttemptResult:
     latency_ms: float
 
 
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of an event to reach the app, as recorded when its result was written.
+
+    Written by the same statement (PostgreSQL) or transaction (SQLite) that writes the result
+    on the event row, so a row's result and its timeline never disagree; a superseded write
+    records nothing. Times are epoch seconds from the database clock."""
+
+    attempt: int  # the attempt number the app was told
+    started_at: float  # finished_at - latency
+    finished_at: float  # when the result was written
+    owner: str | None  # the lease owner (which proxy process) that made it
+    outcome: Outcome  # response / timeout / connect_error / disconnected
+    status: int | None  # the app's HTTP status, None without an answer
+    latency_ms: float
+    state: EventState  # what the row became: DONE, FAILED, QUEUED (retry due), DEAD
+    error: str | None  # a short error text when there was no answer (queue: last_error)
+
+
 class Recorded(enum.Enum):
     """What became of a forward's result write on the rows it was for."""
 

@@ -13,7 +13,7 @@ from sidecar.config.model import Config, Mode, ProviderConfig
 from sidecar.core.batch import filtered_body
 from sidecar.core.errors import OperationError
 from sidecar.core.eventid import batch_items
-from sidecar.core.events import EventRow, EventState, QueueEntry, StoredRequest
+from sidecar.core.events import Attempt, EventRow, EventState, QueueEntry, StoredRequest
 from sidecar.core.ports import OperatorStore
 from sidecar.forwarding.forwarder import Forwarder
 
@@ -95,6 +95,23 @@ def describe_queue(entry: QueueEntry) -> dict[str, Any]:
     }
 
 
+def describe_attempt(attempt: Attempt) -> dict[str, Any]:
+    """One recorded attempt as JSON-ready values (times as in :func:`describe`)."""
+    return {
+        "attempt": attempt.attempt,
+        "started_at": attempt.started_at,
+        "started_at_iso": iso(attempt.started_at),
+        "finished_at": attempt.finished_at,
+        "finished_at_iso": iso(attempt.finished_at),
+        "duration_ms": attempt.latency_ms,
+        "owner": attempt.owner,
+        "outcome": attempt.outcome.value,
+        "status": attempt.status,
+        "state": attempt.state.value,
+        "error": attempt.error,
+    }
+
+
 def iso(epoch: float) -> str:
     """Epoch seconds as ISO-8601 UTC with milliseconds, e.g. ``2026-11-30T13:56:01.123Z``."""
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds") \
@@ -146,6 +163,7 @@ async def show(store: OperatorStore, provider: str, event_id: str) -> dict[str, 
     data["request"] = describe_request(payload) if payload is not None else None
     entry = await store.queue_entry(provider, event_id) if row.in_queue else None
     data["queue"] = describe_queue(entry) if entry is not None else None
+    data["attempts"] = [describe_attempt(a) for a in await store.attempts(provider, event_id)]
     return data
 
 

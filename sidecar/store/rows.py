@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from sidecar.core.events import (
+    Attempt,
     AttemptResult,
     EventRow,
     EventState,
@@ -64,6 +65,31 @@ def event_row(record: Record) -> EventRow:
         now=float(record["now"]),
         in_queue=bool(record["in_queue"]),
     )
+
+
+def attempt(record: Record) -> Attempt:
+    """An ``Attempt`` from a record with the columns of the ``attempts`` queries."""
+    status = record["response_status"]
+    return Attempt(
+        attempt=int(record["attempt"]),
+        started_at=float(record["started_at"]),
+        finished_at=float(record["finished_at"]),
+        owner=process_owner(record["owner"]),
+        outcome=Outcome(record["outcome"]),
+        status=int(status) if status is not None else None,
+        latency_ms=float(record["latency_ms"]),
+        state=EventState(record["state"]),
+        error=record["error"],
+    )
+
+
+def process_owner(lease_owner: str | None) -> str | None:
+    """The process's owner id in a lease owner as the SQL stores write it: the call token
+    (``#…``, ``verbs._call_owner``) that tells one call's rows from another's is left out."""
+    if lease_owner is None:
+        return None
+    owner, token, _ = lease_owner.rpartition("#")
+    return owner if token else lease_owner
 
 
 def nonce_binding(record: Record) -> NonceBinding:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 from sidecar.core.errors import StoreError
 from sidecar.core.events import (
+    Attempt,
     AttemptResult,
     Claim,
     Enqueued,
@@ -135,6 +136,10 @@ class SQLStore(abc.ABC):
             "older_than": float(older_than_seconds) if older_than_seconds is not None else None,
         })
         return [event_row(r) for r in rows]
+
+    async def attempts(self, provider: str, event_id: str) -> list[Attempt]:
+        records = await self._rows("attempts", {"provider": provider, "event_id": event_id})
+        return [rows.attempt(r) for r in records]
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
         rows = await self._rows("get_payload", {"provider": provider, "event_id": event_id})

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 from sidecar.core.events import (
+    Attempt,
     AttemptResult,
     Claim,
     EventRow,
@@ -100,7 +101,8 @@ class MemoryStore(QueueVerbs):
         if (event is None or event.state is not EventState.PROCESSING
                 or event.attempt != attempt or (provider, event_id) in self._queue):
             return False
-        event.record(result.state, result, now)
+        self._attempts.setdefault((provider, event_id), []).append(
+            event.record(result.state, result, now))
         return True
 
     async def get(self, provider: str, event_id: str) -> EventRow | None:
@@ -122,6 +124,10 @@ class MemoryStore(QueueVerbs):
         ]
         found.sort(key=lambda e: (-e.received_at, e.provider, e.event_id))
         return [self._read(e, now) for e in found[:max(limit, 0)]]
+
+    async def attempts(self, provider: str, event_id: str) -> list[Attempt]:
+        await self._now("attempts")
+        return list(self._attempts.get((provider, event_id), ()))
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
         await self._now("get_payload")
@@ -160,6 +166,7 @@ class MemoryStore(QueueVerbs):
         for e in doomed:
             del self._events[(e.provider, e.event_id)]
             self._queue.pop((e.provider, e.event_id), None)
+            self._attempts.pop((e.provider, e.event_id), None)
         return len(doomed)
 
     async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> NonceBinding:

@@ -51,7 +51,9 @@ class SQLiteStore(SQLStore):
             "claim", lambda params: self._call("claim", transactions.claim, self._con, params),
             transactions.claims, write_batch)
         self._completes = self._writes(
-            "complete", lambda params: self._rows("complete", params), transactions.completes,
+            "complete",
+            lambda params: self._call("complete", transactions.complete, self._con, params),
+            transactions.completes,
             write_batch)
         self._binds = self._writes(
             "bind_nonce", lambda params: self._rows("bind_nonce", params), transactions.binds,
