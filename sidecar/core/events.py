@@ -264,8 +264,9 @@ class PageKey:
 
     def encode(self) -> str:
         """Opaque URL-safe text (base64url of a small JSON array, unpadded)."""
+        # ASCII JSON: an event id with a lone surrogate (a JSON body may carry one) encodes too.
         raw = json.dumps([self.received_us, self.provider, self.event_id],
-                         separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+                         separators=(",", ":")).encode("ascii")
         return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
     @classmethod

@@ -259,3 +259,26 @@ async def test_the_next_cursor_is_the_last_rows_exact_key(
     after = PageKey(at.received_us + 1, "zzz", "")  # after every row at BASE_US + 1
     listed = await store.list_page(EventQuery(PROVIDERS, after=after, limit=500))
     assert {r.received_at for r in listed.rows} == {at.received_us / 1e6}
+
+
+async def test_sqlite_times_within_one_microsecond_page_in_the_keys_order(
+    sqlite_store: SQLiteStore, request: pytest.FixtureRequest
+) -> None:
+    """SQLite keeps REAL seconds: three times under a microsecond apart share one key, so they
+    page by event id, although the index walk meets them newest REAL first."""
+    for event_id in ("a", "b", "c"):
+        assert (await sqlite_store.claim("stripe", event_id, BODY, LEASE, "o")).won
+    t = 1_000_000_000.0  # 2001: REAL steps of 0.12 µs here
+    times = {"a": t, "b": t + 1.2e-7, "c": t + 2.4e-7}
+    assert len(set(times.values())) == 3 and len({round(v * 1e6) for v in times.values()}) == 1
+
+    def run() -> None:
+        con = sqlite3.connect(sqlite_store.path, timeout=5.0, isolation_level=None)
+        try:
+            con.executemany("UPDATE webhook_event SET received_at = ? WHERE event_id = ?",
+                            [(v, k) for k, v in times.items()])
+        finally:
+            con.close()
+    await asyncio.to_thread(run)
+    pages = await every_page(sqlite_store, EventQuery(("stripe",), limit=1))
+    assert pages == [[("stripe", "a")], [("stripe", "b")], [("stripe", "c")]]
