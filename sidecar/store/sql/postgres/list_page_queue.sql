@@ -13,6 +13,7 @@ SELECT page.*
         WHERE (e.provider, e.event_id) IN (SELECT q.provider, q.event_id
                                              FROM webhook_queue AS q
                                             WHERE q.provider = wanted.provider)
+          AND {{page_range}}
           AND {{page_filter}}
         ORDER BY e.received_at DESC, e.event_id COLLATE "C"
         LIMIT :limit::integer + 1
