@@ -84,7 +84,8 @@ def queries(rows: int) -> dict[str, EventQuery]:
                                   status_class=StatusClass.S5XX),
         "no answer, later page": EventQuery(PROVIDERS, status_class=StatusClass.NONE,
                                             after=middle),
-        "prefix and time range": EventQuery(PROVIDERS, id_prefix="evt_0000",
+        # The 1000 ids up to the middle one, all received in the minute before it.
+        "prefix and time range": EventQuery(PROVIDERS, id_prefix=f"evt_{rows // 2 - 1:09d}"[:-3],
                                             received_after=t_mid - 60,
                                             received_before=t_mid, limit=20),
         "dead (the queue)": EventQuery(PROVIDERS, state=EventState.DEAD),
