@@ -136,20 +136,6 @@ def describe_request(payload: StoredRequest) -> dict[str, Any]:
     }
 
 
-async def list_events(store: OperatorStore, *, provider: str | None = None,
-                      state: str | None = None, older_than: float | None = None,
-                      limit: int = 100) -> list[dict[str, Any]]:
-    try:
-        state_value = EventState(state) if state else None
-    except ValueError as exc:
-        raise OperationError(400, f"state must be one of {', '.join(STATES)}") from exc
-    if not 1 <= limit <= 10_000:
-        raise OperationError(400, "limit must be between 1 and 10000")
-    rows = await store.list_events(provider=provider, state=state_value, limit=limit,
-                                   older_than_seconds=older_than)
-    return [describe(row) for row in rows]
-
-
 # The listing's page size: by default (as before paging), and at most.
 PAGE_LIMIT = 100
 MAX_PAGE_LIMIT = 500
