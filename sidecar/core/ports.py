@@ -5,7 +5,7 @@ Each caller is typed by the role it plays, and sees only that role's verbs:
     RowReader         get                                       whether a lost write landed
     EventStore        + take_over, complete                     the forwarder's result write
     DeliveryStore     + claim, enqueue, bind_nonce              the delivery pipeline
-    OperatorStore     + list_events, attempts, release, …       the events CLI and admin API
+    OperatorStore     + list_page, attempts, release, …         the events CLI and admin API
     QueueWorkerStore  get, take_queued, settle_queued, …        queue mode's delivery workers
     UpkeepStore       purge, purge_nonces, stuck_counts, …      maintenance, probes, gauges
     AdminStore        OperatorStore + UpkeepStore               the admin API (verbs, readiness)
@@ -23,6 +23,8 @@ from sidecar.core.events import (
     AttemptResult,
     Claim,
     Enqueued,
+    EventPage,
+    EventQuery,
     EventRow,
     EventState,
     NonceBinding,
@@ -204,6 +206,17 @@ class OperatorStore(EventStore, Protocol):
         older_than_seconds: float | None = None,
     ) -> list[EventRow]:
         """Rows newest first, optionally filtered by provider, state and minimum age."""
+        ...
+
+    async def list_page(self, query: EventQuery) -> EventPage:
+        """One page of rows newest first, from an index (no OFFSET, no sort of the table).
+
+        Order: (received_at DESC, provider, event_id), exact to the microsecond; the page holds
+        the first ``query.limit`` rows strictly after ``query.after`` that pass every filter,
+        and ``next`` is its last row's key when older rows pass too. Each provider's
+        ``(provider, received_at)`` index is walked back from the cursor, the filters applied
+        along the walk: a filter that few rows pass walks further (state ``queued``/``dead``
+        read the provider's queue entries instead)."""
         ...
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:

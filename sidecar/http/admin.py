@@ -85,11 +85,10 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         return run
 
     async def list_events(request: web.Request) -> Any:
-        query = request.query
-        older, limit = _age_and_limit(request, default_limit=100)
-        return {"events": await operations.list_events(
-            proxy_app[STORE], provider=query.get("provider"), state=query.get("state"),
-            older_than=older, limit=limit)}
+        # Every configured provider unless one is named: the listing walks each one's index.
+        providers = [p.key for p in proxy_app[CONFIG].providers]
+        return await operations.list_page(
+            proxy_app[STORE], operations.query_from(request.query, providers))
 
     async def show(request: web.Request) -> Any:
         return await operations.show(proxy_app[STORE], *_key(request))

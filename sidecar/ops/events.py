@@ -5,15 +5,28 @@ stuck or failed event, re-drive a failed event from its stored payload, and re-q
 from __future__ import annotations
 
 import base64
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sidecar.config.model import Config, Mode, ProviderConfig
 from sidecar.core.batch import filtered_body
-from sidecar.core.errors import OperationError
+from sidecar.core.durations import parse_duration
+from sidecar.core.errors import ConfigError, OperationError
 from sidecar.core.eventid import batch_items
-from sidecar.core.events import Attempt, EventRow, EventState, QueueEntry, StoredRequest
+from sidecar.core.events import (
+    Attempt,
+    EventQuery,
+    EventRow,
+    EventState,
+    PageKey,
+    QueueEntry,
+    StatusClass,
+    StoredRequest,
+)
 from sidecar.core.ports import OperatorStore
 from sidecar.forwarding.forwarder import Forwarder
 
@@ -38,6 +51,8 @@ class Requeued:
         return {"provider": self.provider, "requeued": list(self.event_ids),
                 "count": len(self.event_ids)}
 
+
+Choice = TypeVar("Choice", EventState, StatusClass)
 
 # Dead events re-queued by one bulk re-drive unless told otherwise.
 REDRIVE_LIMIT = 1000
@@ -139,18 +154,90 @@ def describe_request(payload: StoredRequest) -> dict[str, Any]:
     }
 
 
-async def list_events(store: OperatorStore, *, provider: str | None = None,
-                      state: str | None = None, older_than: float | None = None,
-                      limit: int = 100) -> list[dict[str, Any]]:
+# The listing's page size: by default (as before paging), and at most.
+PAGE_LIMIT = 100
+MAX_PAGE_LIMIT = 500
+
+STATUS_CLASSES = tuple(c.value for c in StatusClass)
+
+
+def query_from(params: Mapping[str, str], providers: Sequence[str], *,
+               now: float | None = None) -> EventQuery:
+    """The listing's query from request parameters (the admin API's query string, the CLI's
+    options): ``provider``, ``state``, ``since`` and ``until`` (ISO-8601, or epoch seconds;
+    ``since`` inclusive, ``until`` exclusive), ``id_prefix``, ``status`` (2xx…5xx, or none: no
+    answer recorded), ``cursor`` (a page's ``next``), ``limit`` (1…500). ``older_than`` (a
+    duration, from before these) still works: received before ``now`` minus it (this
+    process's clock). ``providers``: every configured one, listed when no ``provider`` is given.
+    Raises ``OperationError(400)`` naming what is wrong."""
+    provider = params.get("provider") or None
+    state = _choice(params, "state", EventState, STATES)
+    status = _choice(params, "status", StatusClass, STATUS_CLASSES)
+    since = _time(params, "since")
+    until = _time(params, "until")
+    if "older_than" in params:
+        try:
+            older = parse_duration(params["older_than"], "older_than")
+        except ConfigError as exc:
+            raise OperationError(400, "older_than must be a duration (600, 10m, 2h)") from exc
+        cutoff = (time.time() if now is None else now) - older
+        until = cutoff if until is None else min(until, cutoff)
     try:
-        state_value = EventState(state) if state else None
+        limit = int(params.get("limit", str(PAGE_LIMIT)))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_PAGE_LIMIT:
+        raise OperationError(400, f"limit must be a whole number from 1 to {MAX_PAGE_LIMIT}")
+    after = None
+    if params.get("cursor"):
+        try:
+            after = PageKey.decode(params["cursor"])
+        except ValueError as exc:
+            raise OperationError(400, "cursor is not one this listing gave (pass a page's "
+                                      "'next' as it is)") from exc
+    return EventQuery(
+        providers=(provider,) if provider else tuple(sorted(set(providers))),
+        state=state, received_after=since, received_before=until,
+        id_prefix=params.get("id_prefix") or None, status_class=status, after=after,
+        limit=limit)
+
+
+async def list_page(store: OperatorStore, query: EventQuery) -> dict[str, Any]:
+    """One page of events newest first: ``{"events": [describe(row)…], "next": cursor}``, the
+    cursor to ask for the next (older) page with, or None at the end."""
+    page = await store.list_page(query)
+    return {"events": [describe(row) for row in page.rows],
+            "next": page.next.encode() if page.next is not None else None}
+
+
+def _choice(params: Mapping[str, str], name: str, kind: Callable[[str], Choice],
+            allowed: Sequence[str]) -> Choice | None:
+    value = params.get(name)
+    if not value:
+        return None
+    try:
+        return kind(value)
     except ValueError as exc:
-        raise OperationError(400, f"state must be one of {', '.join(STATES)}") from exc
-    if not 1 <= limit <= 10_000:
-        raise OperationError(400, "limit must be between 1 and 10000")
-    rows = await store.list_events(provider=provider, state=state_value, limit=limit,
-                                   older_than_seconds=older_than)
-    return [describe(row) for row in rows]
+        raise OperationError(400, f"{name} must be one of {', '.join(allowed)}") from exc
+
+
+def _time(params: Mapping[str, str], name: str) -> float | None:
+    """An instant as epoch seconds, from epoch seconds or ISO-8601 (UTC unless it says)."""
+    value = params.get(name)
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise OperationError(400, f"{name} must be ISO-8601 (2026-11-30T13:56:01Z) or "
+                                      "epoch seconds") from None
+        seconds = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    if not math.isfinite(seconds):
+        raise OperationError(400, f"{name} must be a finite time")
+    return seconds
 
 
 async def show(store: OperatorStore, provider: str, event_id: str) -> dict[str, Any]:

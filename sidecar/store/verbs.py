@@ -29,6 +29,8 @@ from sidecar.core.events import (
     AttemptResult,
     Claim,
     Enqueued,
+    EventPage,
+    EventQuery,
     EventRow,
     EventState,
     NonceBinding,
@@ -140,6 +142,13 @@ class SQLStore(abc.ABC):
     async def attempts(self, provider: str, event_id: str) -> list[Attempt]:
         records = await self._rows("attempts", {"provider": provider, "event_id": event_id})
         return [rows.attempt(r) for r in records]
+
+    async def list_page(self, query: EventQuery) -> EventPage:
+        # Queued and dead events are all in the (small) queue table: read them from there.
+        queued = query.state in (EventState.QUEUED, EventState.DEAD)
+        records = await self._rows("list_page_queue" if queued else "list_page",
+                                   rows.page_params(query))
+        return rows.event_page(records, query.limit)
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
         rows = await self._rows("get_payload", {"provider": provider, "event_id": event_id})

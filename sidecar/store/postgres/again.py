@@ -33,7 +33,8 @@ AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     **{read: (read,) for read in ("get", "get_nonce", "get_payload", "list_events", "attempts",
                                   "ping",
                                   "stuck_counts", "migrations_exist", "migrations_applied",
-                                  "queue_entry", "queue_stats")},
+                                  "queue_entry", "queue_stats", "list_page",
+                                  "list_page_queue")},
     # ON CONFLICT DO NOTHING inserts at most once; but if the first run's insert committed, a
     # plain repeat finds the row and answers "lost". The row is leased to an owner unique to
     # the call, so claim_landed.sql finds it first and answers "won".
