@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 import structlog
 from aiohttp import web
 
 from sidecar.config.loader import parse_config
 from sidecar.runtime.serve import Running, start, stop
 from sidecar.store.sqlite import SQLiteStore
+from tests.acceptance.test_admin_access import non_loopback_address
 from tests.support import StubApp, base_config, post, stripe_event, stripe_headers
 
 TOKEN = "inspector-token-0123456789"
@@ -84,6 +84,22 @@ async def test_pages_carry_the_security_headers_and_reach_the_overview(tmp_path:
         assert '<a class="skip" href="#content">' in html
         css_status, css, _ = await ui.page("/ui/static/inspector.css")
         assert css_status == 200 and ".skip" in css
+
+
+async def test_without_a_token_only_loopback_is_served(tmp_path: Path) -> None:
+    outside = non_loopback_address()
+    async with inspector(tmp_path, admin_listen="0.0.0.0:0") as ui:
+        port = ui.running.admin_listen.port if ui.running.admin_listen else 0
+        assert (await ui.page("/ui/overview"))[0] == 200
+        for method, path in (("GET", "/ui/"), ("GET", "/ui/overview"),
+                             ("POST", "/ui/queue/stripe/redrive-dead")):
+            async with ui.client.request(method, f"http://{outside}:{port}{path}",
+                                         allow_redirects=False) as resp:
+                assert resp.status == 403, path
+                assert "Loopback only" in await resp.text()
+        # Without a token there is nothing to log in to.
+        status, _, resp = await ui.page("/ui/login")
+        assert status == 303 and resp.headers["Location"] == "/ui/"
 
 
 async def test_with_a_token_the_browser_logs_in_once_and_keeps_a_derived_cookie(
