@@ -210,3 +210,47 @@ async def test_an_event_id_with_markup_is_escaped(tmp_path: Path) -> None:
                                         "alert(1)%3E")
         assert status == 200
         assert "<img src=x" not in html and "evt_&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def listed(html: str) -> set[str]:
+    return set(re.findall(r'<a href="/ui/events/[^/"]+/[^"]+">([^<]+)</a>', html))
+
+
+async def test_each_filter_reaches_the_listing_and_the_older_link_carries_the_cursor(
+    tmp_path: Path,
+) -> None:
+    async with inspector(tmp_path) as ui:
+        for event_id in ("evt_a1", "evt_a2", "evt_b1"):
+            assert await ui.deliver(event_id) == 200
+        ui.stub.behaviour = failing
+        assert await ui.deliver("evt_a3_fails") == 500
+
+        async def ids(query: str) -> set[str]:
+            status, html, _ = await ui.page("/ui/?" + query)
+            assert status == 200, html
+            return listed(html)
+
+        assert await ids("") == {"evt_a1", "evt_a2", "evt_b1", "evt_a3_fails"}
+        assert await ids("provider=github") == set()
+        assert await ids("id_prefix=evt_a") == {"evt_a1", "evt_a2", "evt_a3_fails"}
+        assert await ids("state=failed") == {"evt_a3_fails"}
+        assert await ids("status=5xx") == {"evt_a3_fails"}
+        assert await ids("status=2xx&id_prefix=evt_b") == {"evt_b1"}
+        assert await ids("since=2999-01-01T00:00:00Z") == set()
+        assert await ids("until=946684800") == set()  # 2000-01-01: before them all
+
+        # One a page: the link to older events keeps the filters and adds the cursor.
+        seen: list[str] = []
+        path = "/ui/?id_prefix=evt_a&limit=1"
+        while path:
+            status, html, _ = await ui.page(path)
+            assert status == 200, html
+            seen.extend(listed(html))
+            older = re.search(r'<a href="([^"]+)" rel="next">', html)
+            path = older.group(1).replace("&amp;", "&") if older else ""
+            if path:
+                assert "cursor=" in path and "id_prefix=evt_a" in path and "limit=1" in path
+        assert seen == ["evt_a3_fails", "evt_a2", "evt_a1"]  # newest first, each once
+
+        status, html, _ = await ui.page("/ui/?state=bogus")
+        assert status == 400 and "state" in html

@@ -42,6 +42,7 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
+ASSETS = {"inspector.css": "text/css", "favicon.svg": "image/svg+xml"}
 STATES = ("processing", "done", "failed", "queued", "dead")
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "none")
 
@@ -90,8 +91,9 @@ class Inspector:
         self._gate = Gate(config.admin_token)
         self._masker = Masker(config)
         self._env = _templates()
-        self._css = resources.files("sidecar.http.ui").joinpath("static/inspector.css") \
-            .read_bytes()
+        folder = resources.files("sidecar.http.ui").joinpath("static")
+        self._assets = {name: (folder.joinpath(name).read_bytes(), kind)
+                        for name, kind in ASSETS.items()}
         self._history = CounterHistory(proxy_app[METRICS])
         self._stuck: Cached[dict[str, int]] = Cached(lambda: self._store().stuck_counts())
         self._queues: Cached[dict[str, QueueStats]] = Cached(
@@ -103,7 +105,7 @@ class Inspector:
             web.get(PREFIX, self._page(self.events)),
             web.get(PREFIX + "events/{provider}/{event_id}", self._page(self.event)),
             web.get(PREFIX + "overview", self._page(self.overview)),
-            web.get(PREFIX + "static/inspector.css", self.stylesheet),
+            web.get(PREFIX + "static/{name}", self.asset),
             web.get(PREFIX + "login", self.login_form),
             web.post(PREFIX + "login", self.login),
             web.post(PREFIX + "logout", self._action(self.logout)),
@@ -220,8 +222,13 @@ class Inspector:
     async def _to_events(self, _: web.Request) -> web.StreamResponse:
         raise web.HTTPPermanentRedirect(PREFIX)
 
-    async def stylesheet(self, _: web.Request) -> web.StreamResponse:
-        response = web.Response(body=self._css, content_type="text/css", charset="utf-8")
+    async def asset(self, request: web.Request) -> web.StreamResponse:
+        """The stylesheet and the icon, shipped in the wheel (no login: nothing in them)."""
+        found = self._assets.get(request.match_info["name"])
+        if found is None:
+            raise web.HTTPNotFound(headers=SECURITY_HEADERS)
+        body, kind = found
+        response = web.Response(body=body, content_type=kind)
         response.headers.update({**SECURITY_HEADERS, "Cache-Control": "max-age=300"})
         return response
 
