@@ -37,7 +37,8 @@ from tests.pgserver import (
 )
 
 # ``node_oracle``: Node.js packages as independent signers and verifiers.
-pytest_plugins = ["tests.node_oracle"]
+# ``chromium``: Debian's browser for the inspector's browser test.
+pytest_plugins = ["tests.node_oracle", "tests.browser"]
 
 
 @pytest.fixture(scope="session")

@@ -143,9 +143,10 @@ class Forwarder:
         response: RecordedResponse | None = None
         error: str | None = None
         try:
-            response = await self._upstream.send(
-                request.method, request.path, forwardable_headers(request.headers, added),
-                request.body)
+            with self._metrics.forwards_in_flight.labels(provider.key).track_inprogress():
+                response = await self._upstream.send(
+                    request.method, request.path, forwardable_headers(request.headers, added),
+                    request.body)
             outcome = Outcome.RESPONSE
         except UpstreamError as exc:
             outcome = exc.outcome

@@ -4,15 +4,14 @@ the provider listener."""
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 from aiohttp import web
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, OperationError, StoreError
+from sidecar.http.access import fingerprint, from_loopback, presents
 from sidecar.http.appkeys import CONFIG, FORWARDER, GROUP, METRICS, OWNER, STORE
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
@@ -58,7 +57,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
 
         async def run(request: web.Request) -> web.Response:
             token = proxy_app[CONFIG].admin_token
-            if token is None and not _from_loopback(request):
+            if token is None and not from_loopback(request):
                 log.warning("admin_refused", path=request.path, reason="admin_token_required")
                 return web.json_response({
                     "error": "without admin_token the admin API answers only on loopback: set "
@@ -66,7 +65,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
                              "elsewhere",
                     "reason": "admin_token_required"}, status=403)
             if token is not None:
-                presented = _presents(request.headers.get("Authorization", ""), token)
+                presented = presents(request.headers.get("Authorization", ""), token)
                 if presented is None:
                     return web.json_response({"error": "admin token required"}, status=401,
                                              headers={"WWW-Authenticate": CHALLENGE})
@@ -75,12 +74,16 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
                                 message="send 'Authorization: Bearer <token>': the token "
                                         "without a scheme is deprecated")
             try:
-                return web.json_response(await handler(request))
+                response = web.json_response(await handler(request))
             except OperationError as exc:
-                return web.json_response({"error": str(exc)}, status=exc.status)
+                response = web.json_response({"error": str(exc)}, status=exc.status)
             except StoreError as exc:
-                return web.json_response({"error": f"store unavailable: {exc}"}, status=503,
-                                         headers={"Retry-After": "5"})
+                response = web.json_response({"error": f"store unavailable: {exc}"},
+                                             status=503, headers={"Retry-After": "5"})
+            if request.method == "POST":  # who changed what: each action is attributable
+                log.info("admin_action", path=request.path, status=response.status,
+                         token=fingerprint(token), peer=request.remote)
+            return response
 
         return run
 
@@ -126,35 +129,6 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         web.post("/admin/events/{provider}/{event_id}/redrive", guarded(redrive)),
         web.post("/admin/queue/{provider}/redrive-dead", guarded(redrive_dead)),
     ]
-
-
-def _presents(authorization: str, token: str) -> Literal["bearer", "bare"] | None:
-    """How an ``Authorization`` value carries the admin token: ``bearer`` (the scheme in any
-    case, then one or more spaces: RFC 9110 §11.1), ``bare`` (the token alone, which earlier
-    versions accepted too: kept so deployments sending it keep working, but deprecated), or
-    None (it does not)."""
-    scheme, _, credentials = authorization.partition(" ")
-    if scheme.lower() == "bearer" and _same(credentials.lstrip(" "), token):
-        return "bearer"
-    return "bare" if _same(authorization, token) else None
-
-
-def _same(given: str, token: str) -> bool:
-    # Header values are decoded with surrogateescape: encode them back the same way.
-    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode())
-
-
-def _from_loopback(request: web.Request) -> bool:
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    if not peer:
-        return False
-    try:
-        address = ipaddress.ip_address(peer[0])
-    except ValueError:  # a Unix socket path: local by definition
-        return isinstance(peer, str)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
 
 
 def _age_and_limit(request: web.Request, *, default_limit: int) -> tuple[float | None, int]:

@@ -104,6 +104,10 @@ class Metrics:
             "webhook_queue_attempts", "Tries of queued events by provider and how they ended "
             "(done, retry, dead, unreachable: the app could not be connected to, superseded: "
             "a newer take won).", ["provider", "result"], registry=self.registry)
+        self.forwards_in_flight = Gauge(
+            "webhook_forwards_in_flight", "Forwards to the app waiting for its answer now, per "
+            "provider (this replica's processes).", ["provider"], registry=self.registry,
+            multiprocess_mode="livesum")
         self.dead_lettered = Counter(
             "webhook_dead_lettered", "Queued events that ran out of attempts or age and are "
             "now dead.", ["provider"], registry=self.registry)
@@ -125,15 +129,26 @@ class Metrics:
             self.registry.register(_GroupCollector(group))
 
     def render(self) -> bytes:
+        return generate_latest(self._readable())
+
+    def samples(self, names: frozenset[str]) -> list[tuple[str, dict[str, str], float]]:
+        """The current value of each sample named in ``names`` (as exported: a counter's
+        ``…_total``), with its labels; with workers > 1 summed over the group as ``render``
+        does. For the inspector's overview: as costly as one scrape, without the text."""
+        return [(sample.name, sample.labels, sample.value)
+                for metric in self._readable().collect() for sample in metric.samples
+                if sample.name in names]
+
+    def _readable(self) -> CollectorRegistry:
         if self.multiprocess_dir is None:
-            return generate_latest(self.registry)
+            return self.registry
         # Every worker's files, this one's included: the sum over the group. Not described
         # when registered (auto_describe), which would read and merge every file twice.
         merged = CollectorRegistry()
         MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
         if self._group is not None:
             merged.register(_GroupCollector(self._group))
-        return generate_latest(merged)
+        return merged
 
 
 class _GroupCollector(Collector):

@@ -42,6 +42,7 @@ from sidecar.http.appkeys import (
 )
 from sidecar.http.listener import tracked
 from sidecar.http.proxy import delivery_handler, unrouted
+from sidecar.http.ui import install as install_inspector
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.storelog import StoreLog
@@ -94,7 +95,7 @@ class Shutdown:
 @dataclass(frozen=True, slots=True)
 class Apps:
     proxy: web.Application  # bound to `listen`: provider routes only
-    admin: web.Application  # bound to `admin_listen`: health, readiness, metrics
+    admin: web.Application  # bound to `admin_listen`: health, metrics, admin API, inspector
     shutdown: Shutdown  # set going by serve.stop; read by the proxy app's cleanup
 
 
@@ -271,4 +272,5 @@ def build_apps(
 
     admin = web.Application(middlewares=[tracked])  # its connections are bounded as well
     admin.add_routes(admin_routes(proxy))
+    install_inspector(admin, proxy)  # the events inspector, under /ui/
     return Apps(proxy=proxy, admin=admin, shutdown=shutdown)
