@@ -175,7 +175,7 @@ def query_from(params: Mapping[str, str], providers: Sequence[str], *,
     status = _choice(params, "status", StatusClass, STATUS_CLASSES)
     since = _time(params, "since")
     until = _time(params, "until")
-    if "older_than" in params:
+    if params.get("older_than"):
         try:
             older = parse_duration(params["older_than"], "older_than")
         except ConfigError as exc:
@@ -183,7 +183,8 @@ def query_from(params: Mapping[str, str], providers: Sequence[str], *,
         cutoff = (time.time() if now is None else now) - older
         until = cutoff if until is None else min(until, cutoff)
     try:
-        limit = int(params.get("limit", str(PAGE_LIMIT)))
+        # An empty field (an HTML form's) means "not given", as for every other parameter.
+        limit = int(params.get("limit") or PAGE_LIMIT)
     except ValueError:
         limit = 0
     if not 1 <= limit <= MAX_PAGE_LIMIT:

@@ -1,7 +1,9 @@
 """The events inspector in a real browser (headless Debian chromium, driven by Playwright)
 against a real proxy process on PostgreSQL: log in, list, filter, open a dead event, re-drive
 it and see its new attempt; no console error on any page; a POST without its CSRF token
-refused. Screenshots of the pages go to docs/images/ (the README shows one)."""
+refused. Screenshots of the pages go to a temporary folder, or to the folder named by
+SIDECAR_SCREENSHOTS: `SIDECAR_SCREENSHOTS=docs/images scripts/test
+tests/acceptance/test_inspector_browser.py` refreshes the ones docs/ and the README show."""
 
 from __future__ import annotations
 
@@ -9,17 +11,18 @@ import asyncio
 import hashlib
 import hmac
 import json
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from tests.acceptance.conftest import Deployment
-from tests.support import GITHUB_SECRET, REPO, post, stripe_event, stripe_headers
+from tests.support import GITHUB_SECRET, post, stripe_event, stripe_headers
 
 TOKEN = "browser-admin-token-0123456789"
-IMAGES = REPO / "docs" / "images"
 VIEWPORT = {"width": 1280, "height": 800}
 
 
@@ -42,9 +45,11 @@ async def until(condition: Callable[[], Any], timeout: float, what: str) -> None
 
 
 async def test_inspect_filter_and_redrive_a_dead_event_in_a_browser(
-    pg_deployment: Deployment, chromium: str,
+    pg_deployment: Deployment, chromium: str, tmp_path: Path,
 ) -> None:
     from playwright.async_api import async_playwright
+
+    images = Path(os.environ.get("SIDECAR_SCREENSHOTS") or tmp_path)
 
     dep = pg_deployment
     stripe = dep.config["providers"]["stripe"]
@@ -92,7 +97,7 @@ async def test_inspect_filter_and_redrive_a_dead_event_in_a_browser(
         await page.wait_for_url(admin + "/ui/")
         assert await page.get_by_role("link", name=dead_id).count() == 1
         assert await page.get_by_role("link", name="gh-delivery-1").count() == 1
-        await page.screenshot(path=str(IMAGES / "inspector-events.png"))
+        await page.screenshot(path=str(images / "inspector-events.png"))
 
         # Filter: stripe's dead events only.
         await page.get_by_label("Provider").select_option("stripe")
@@ -109,7 +114,7 @@ async def test_inspect_filter_and_redrive_a_dead_event_in_a_browser(
         await page.wait_for_url(f"**/ui/events/stripe/{dead_id}")
         text = await page.inner_text("main")
         assert "Attempt 1" in text and "Attempt 2" in text and "dead" in text
-        await page.screenshot(path=str(IMAGES / "inspector-event.png"), full_page=False)
+        await page.screenshot(path=str(images / "inspector-event.png"), full_page=False)
 
         # A POST without the CSRF token (the session cookie sent along): refused, nothing done.
         refused = await page.request.post(admin + f"/ui/events/stripe/{dead_id}/redrive",
@@ -131,7 +136,7 @@ async def test_inspect_filter_and_redrive_a_dead_event_in_a_browser(
         await page.get_by_role("link", name="Overview").click()
         await page.wait_for_url("**/ui/overview")
         assert await page.get_by_role("rowheader", name="stripe").count() == 1
-        await page.screenshot(path=str(IMAGES / "inspector-overview.png"))
+        await page.screenshot(path=str(images / "inspector-overview.png"))
         await browser.close()
 
     assert problems == []
