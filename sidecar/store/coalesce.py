@@ -19,6 +19,10 @@ it does not raise itself.
 
 ``max_batch`` <= 1 turns coalescing off: every call runs ``one`` at once, concurrently, as
 before (the A/B switch for tests and benchmarks).
+
+``sent(calls)`` hears of every statement as it goes out: how many calls it carries (1: a call
+that went alone, as ``one``). Over a coalescer's life the calls it is told of add up to the
+calls that were sent; a waiter that gave up before its turn is in none.
 """
 
 from __future__ import annotations
@@ -48,9 +52,11 @@ class Coalescer(Generic[T, R]):
         *,
         max_batch: int = MAX_BATCH,
         wait: float | None = None,
+        sent: Callable[[int], None] = lambda calls: None,
     ) -> None:
         self._one = one
         self._many = many
+        self._sent = sent
         self._max_batch = max_batch
         self._wait = wait
         self._busy = False
@@ -67,12 +73,12 @@ class Coalescer(Generic[T, R]):
 
     async def __call__(self, item: T) -> R:
         if self._max_batch <= 1:
-            self.singles += 1
+            self._alone()
             return await self._one(item)
         if not self._busy:
             # Nothing in flight: out at once, in the caller's own task.
+            self._alone()
             self._busy = True
-            self.singles += 1
             try:
                 return await self._one(item)
             finally:
@@ -126,17 +132,22 @@ class Coalescer(Generic[T, R]):
 
     async def _answers(self, items: list[T]) -> Sequence[R | BaseException]:
         if len(items) == 1:
-            self.singles += 1
+            self._alone()
             try:
                 return [await self._one(items[0])]
             except Exception as exc:
                 return [exc]
         self.batches += 1
         self.batched += len(items)
+        self._sent(len(items))
         results = await self._many(items)
         if len(results) != len(items):
             raise RuntimeError(f"{len(items)} calls sent together, {len(results)} answers")
         return results
+
+    def _alone(self) -> None:
+        self.singles += 1
+        self._sent(1)
 
 
 def fresh(exc: E) -> E:
