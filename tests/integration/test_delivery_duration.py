@@ -22,7 +22,7 @@ import pytest
 from sidecar.config.loader import parse_config
 from sidecar.obs.metrics import Metrics
 from sidecar.runtime.serve import Running, start, stop
-from tests.support import StubApp, base_config, post, stripe_event, stripe_headers
+from tests.support import StubApp, base_config, post, stripe_event, stripe_headers, until
 
 GAP = 0.25  # each pause the sender or the app makes, in seconds
 
@@ -63,9 +63,8 @@ async def observed(metrics: Metrics, result: str, count: int) -> float:
     """The summed duration of ``result``'s deliveries, once ``count`` of them are observed
     (a bounded poll: the observation follows the answer's write)."""
     labels = {"provider": "stripe", "result": result}
-    async with asyncio.timeout(5):
-        while sample(metrics, "webhook_delivery_duration_seconds_count", **labels) < count:
-            await asyncio.sleep(0.01)
+    await until(lambda: sample(metrics, "webhook_delivery_duration_seconds_count",
+                               **labels) >= count, timeout=5)
     assert sample(metrics, "webhook_delivery_duration_seconds_count", **labels) == count
     return sample(metrics, "webhook_delivery_duration_seconds_sum", **labels)
 
