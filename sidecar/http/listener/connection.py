@@ -166,8 +166,8 @@ class BoundedConnection(web.RequestHandler):
 
     def request_started(self) -> None:
         self._stop_header_timer()
-        # A request pipelined behind the previous answer arrived while that one was in
-        # progress: it is timed from here.
+        # No byte noted: the request was pipelined, its bytes in before the previous answer
+        # was out (they were read as that one's); it is timed from here.
         first_byte, self._next_first_byte = self._next_first_byte, None
         self._first_byte = first_byte if first_byte is not None else self._event_loop.time()
         self._busy = True
