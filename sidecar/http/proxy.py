@@ -1,8 +1,8 @@
 """The provider-facing HTTP shell: read the body within its bounds, hand the request to the
-delivery pipeline, write its answer, and emit one log line and one metric per delivery, even
-when something unexpected happens. (The connection-level bounds — header and idle timeouts,
-connection cap, malformed requests, no decompression — are the
-listener's: ``sidecar.http.listener``.)"""
+delivery pipeline, write its answer, and emit one log line and one count per delivery, even
+when something unexpected happens, and its duration end to end once the answer is written.
+(The connection-level bounds — header and idle timeouts, connection cap, malformed requests,
+no decompression — are the listener's: ``sidecar.http.listener``.)"""
 
 from __future__ import annotations
 
@@ -51,11 +51,14 @@ async def _handle(provider: ProviderConfig, request: web.Request,
     except Exception as exc:  # a bug in this shell (the pipeline answers its own)
         answer = replace(refuse("internal_error"), log={"exc_info": exc})
     finally:
-        _observe(request, provider, answer, time.monotonic() - started)
+        result = _observe(request, provider, answer, time.monotonic() - started)
         if span is not None:
             _describe(span, answer)
     response = ProviderResponse(status=answer.status, body=answer.body,
                                 headers=CIMultiDict(answer.headers))
+    # From the request's first byte to the answer's last (timed by the listener).
+    response.when_written(
+        request.app[METRICS].delivery_duration.labels(provider.key, result.value).observe)
     if _closes(answer):
         response.force_close()  # a refused body is not read: the connection ends with it
     return response
@@ -151,9 +154,10 @@ async def _read(provider: ProviderConfig, request: web.Request) -> bytes | Answe
 
 
 def _observe(request: web.Request, provider: ProviderConfig, answer: Answer | None,
-             seconds: float) -> None:
-    """The delivery's one log line and metric. ``answer`` is None only when the handler was
-    cancelled (shutdown past its timeout): counted as an error, logged without a status."""
+             seconds: float) -> Result:
+    """The delivery's one log line and count; its result. ``answer`` is None only when the
+    handler was cancelled (shutdown past its timeout): counted as an error, logged without a
+    status (and, as nothing is written, not timed)."""
     result = answer.result if answer is not None else Result.ERROR
     request.app[METRICS].events.labels(provider.key, result.value).inc()
     fields = dict(answer.log) if answer is not None else {"cancelled": True}
@@ -168,6 +172,7 @@ def _observe(request: web.Request, provider: ProviderConfig, answer: Answer | No
     emit("delivery", provider=provider.key, result=result.value,
          status=answer.status if answer is not None else None,
          latency_ms=round(seconds * 1000, 2), **fields)
+    return result
 
 
 @web.middleware

@@ -99,9 +99,12 @@ class Apps:
     shutdown: Shutdown  # set going by serve.stop; read by the proxy app's cleanup
 
 
-async def open_store(config: StoreConfig) -> Store:
+async def open_store(config: StoreConfig, metrics: Metrics | None = None) -> Store:
+    """The store ``config`` names, reporting its outages as log lines and, given ``metrics``,
+    its coalesced writes as metrics."""
+    observer = StoreLog(metrics)
     if config.kind == "sqlite":
-        return await SQLiteStore.open(config.sqlite_path)
+        return await SQLiteStore.open(config.sqlite_path, observer=observer)
     return await PostgresStore.connect(
         config.url,
         min_size=config.pool_min_size,
@@ -112,7 +115,7 @@ async def open_store(config: StoreConfig) -> Store:
         command_timeout=config.statement_timeout + 1.0,
         statement_cache_size=config.statement_cache_size,
         session_settings=config.session_settings,
-        observer=StoreLog(),
+        observer=observer,
     )
 
 
@@ -214,7 +217,7 @@ def build_apps(
         metrics.export_group(group)
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
-        opened = store or await open_store(config.store)
+        opened = store or await open_store(config.store, metrics)
         app[STORE] = opened
         await upstream.start()
         forwarder = build_forwarder(opened, upstream, metrics, pending, keyring,
