@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from standardwebhooks import Webhook
 
 from sidecar.core.signing.forward import decode_forward_secret, forward_signature
 from tests.acceptance.conftest import deploy
@@ -133,7 +134,8 @@ print(json.dumps([verify(base64.b64decode(c["body"]), c["headers"]) for c in jso
 NODE_HARNESS = """
 const { fromTheProxy } = require(process.argv[1]);
 const cases = JSON.parse(require("node:fs").readFileSync(0, "utf8"));
-console.log(JSON.stringify(cases.map((c) => fromTheProxy(Buffer.from(c.body, "base64"), c.headers))));
+const verdicts = cases.map((c) => fromTheProxy(Buffer.from(c.body, "base64"), c.headers));
+console.log(JSON.stringify(verdicts));
 """
 
 RUBY_HARNESS = """
@@ -251,6 +253,15 @@ async def test_the_example_accepts_the_proxys_forwards_and_nothing_else(
         answers = json.loads(RUNNERS[language](secret, payload, tmp_path))
         verdicts.update({c.name: answer for c, answer in zip(mine, answers, strict=True)})
     assert verdicts == {c.name: c.valid for c in all_cases}
+
+
+async def test_the_python_library_cannot_verify_a_body_that_is_not_utf8(
+        forwards: Forwards) -> None:
+    """Why the docs give code rather than the ``standardwebhooks`` package: it decodes first."""
+    body, headers = forwards.binary
+    with pytest.raises(UnicodeDecodeError):
+        Webhook(forwards.secret).verify(body, headers)
+    Webhook(forwards.secret).verify(*forwards.json)  # and verifies a JSON forward
 
 
 # --- the docs show the files as they are ----------------------------------------------------
