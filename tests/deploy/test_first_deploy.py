@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 import yaml
 
+from tests.acceptance.conftest import run_cli
 from tests.deploy.chart_support import CHART, one, render
 from tests.pgserver import PgServer
 from tests.support import (
@@ -78,10 +79,8 @@ async def serve_one_event(store_url: str, role: str, tmp_path: Path) -> None:
     proxy = None
     try:
         config = write_config(tmp_path, base_config(stub.url, store_url))
-        migrate = subprocess.run([sys.executable, "-m", "sidecar", "migrate", "--config",
-                                  str(config)], cwd=REPO, capture_output=True, text=True,
-                                 timeout=60, check=False)
-        assert migrate.returncode == 0, migrate.stderr
+        code, _, err = await run_cli("migrate", "--config", str(config))
+        assert code == 0, err
         proxy = await ProxyProcess(config).start()
         body = stripe_event("evt_least_privilege")
         async with aiohttp.ClientSession() as client:
