@@ -14,6 +14,7 @@ import asyncio
 import copy
 import hashlib
 import json
+import tomllib
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ BODY = hashlib.sha256(b'{"id": "evt"}').digest()
 def test_the_description_is_valid_openapi_3_1_and_docs_holds_the_same_file() -> None:
     validate_openapi(SPEC)
     assert SPEC["openapi"].startswith("3.1.")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert SPEC["info"]["version"] == project["version"], "set info.version at each release"
     assert (REPO / "docs" / "openapi.json").read_bytes() == description(), (
         "docs/openapi.json differs from sidecar/http/openapi.json: copy the package's file over")
 
@@ -320,8 +323,11 @@ async def exercise(admin: Admin) -> None:
 
 
 async def trouble(admin: Admin, store: SQLiteStore, base: str, outside: str) -> None:
-    """No admin_token, from another host: 403. The store closed: 503 (and /readyz's). The
-    group's supervisor silent: /healthz's 503."""
+    """No admin_token, from another host: 403, but the description is served (it is open, like
+    /healthz). The store closed: 503 (and /readyz's). The group's supervisor silent: /healthz's
+    503."""
+    served = await admin.call("get", "/admin/openapi.json", headers={}, base=outside)
+    assert served.status == 200 and served.body == description()
     for method, template in GUARDED:
         answer = await admin.call(method, template, headers={}, base=outside, **KEY)
         assert answer.status == 403, template
