@@ -288,7 +288,8 @@ async def exercise(admin: Admin) -> None:
 
     for provider, event_id in (("stripe", "evt_done"), ("stripe", "evt_failed"),
                                ("stripe", "evt_timeout"), ("stripe", "evt_live"),
-                               ("queued", "evt_dead_1"), ("queued", "evt_later")):
+                               ("queued", "evt_dead_1"), ("queued", "evt_dead_2"),
+                               ("queued", "evt_later")):
         shown = await admin.json("get", EVENT, provider=provider, event_id=event_id)
         assert shown["event_id"] == event_id
     await admin.json("get", EVENT, status=404, provider="stripe", event_id="evt_none")
