@@ -1,5 +1,5 @@
-"""The admin listener: /healthz, /readyz, /metrics and the event admin API. Never served on
-the provider listener."""
+"""The admin listener: /healthz, /readyz, /metrics, the event admin API and its OpenAPI
+description. Never served on the provider listener."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, OperationError, StoreError
 from sidecar.http.access import fingerprint, from_loopback, presents
 from sidecar.http.appkeys import CONFIG, FORWARDER, GROUP, METRICS, OWNER, STORE
+from sidecar.http.openapi import description
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
 
@@ -48,6 +49,13 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
     async def metrics(_: web.Request) -> web.Response:
         body = await proxy_app[METRICS].scrape()
         return web.Response(body=body, headers={"Content-Type": proxy_app[METRICS].content_type})
+
+    described = description()
+
+    async def openapi(_: web.Request) -> web.Response:
+        # Open, like /healthz: the document is the repository's docs/openapi.json, holding no
+        # secret and nothing about this deployment; tools fetch it without credentials.
+        return web.Response(body=described, content_type="application/json")
 
     def guarded(handler: AdminHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
         """JSON in and out; the admin token checked when configured, and without one only a
@@ -123,6 +131,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         web.get("/healthz", healthz),
         web.get("/readyz", readyz),
         web.get("/metrics", metrics),
+        web.get("/admin/openapi.json", openapi),
         web.get("/admin/events", guarded(list_events)),
         web.get("/admin/events/{provider}/{event_id}", guarded(show)),
         web.post("/admin/events/{provider}/{event_id}/release", guarded(release)),
