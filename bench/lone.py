@@ -203,6 +203,8 @@ def delivery_fields(log: Path, skip: int) -> dict[str, float]:
 async def one_run(args: argparse.Namespace, run: int, pg: PgStore, tmp: Path
                   ) -> dict[str, Any]:
     procs = Procs()
+    tmp = tmp / f"run{run}"  # each run's app logs where it listens: its own file
+    await asyncio.to_thread(tmp.mkdir)
     app = App(procs, tmp, "asyncio")
     targets: list[Target | PgProbe] = []
     probe_db = f"{pg.name}_probe"
@@ -307,7 +309,7 @@ def show_medians(results: list[dict[str, Any]]) -> None:
 
 def keep_logs(tmp: Path, run: int, keep: Path) -> None:
     keep.mkdir(parents=True, exist_ok=True)
-    for log in tmp.glob(f"run{run}-*.log"):
+    for log in (tmp / f"run{run}").glob(f"run{run}-*.log"):
         shutil.copyfile(log, keep / log.name)
 
 
