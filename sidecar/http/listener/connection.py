@@ -177,6 +177,11 @@ class BoundedConnection(web.RequestHandler):
         if task is not None:
             self._listener.track(task)
 
+    @property
+    def first_byte(self) -> float:
+        """Event-loop time of the current request's first byte."""
+        return self._first_byte
+
     def _peer(self) -> str | None:
         peer = self.transport.get_extra_info("peername") if self.transport is not None else None
         return str(peer[0]) if isinstance(peer, tuple) and peer else None

@@ -14,6 +14,7 @@ from typing import Final, TypeVar
 
 import asyncpg
 
+from sidecar.core import phases
 from sidecar.core.errors import StoreClosed, StoreError
 from sidecar.store.postgres.connections import DIALECT, Connect, Connections
 from sidecar.store.postgres.faults import ConnectionLost, no_answer, refusal, server_refused
@@ -157,12 +158,16 @@ class Calls:
         statements = _prepared(names, params)
 
         async def run(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+            phases.mark(name, "_wait")  # for a connection in hand (and the coalescer's turn)
             if lock is None:
-                return await _until_rows(conn, statements)
-            take_lock = statement(DIALECT, "advisory_lock")
-            async with conn.transaction():
-                await conn.execute(take_lock.sql, *take_lock.positional({"lock_name": lock}))
-                return await _until_rows(conn, statements)
+                records = await _until_rows(conn, statements)
+            else:
+                take_lock = statement(DIALECT, "advisory_lock")
+                async with conn.transaction():
+                    await conn.execute(take_lock.sql, *take_lock.positional({"lock_name": lock}))
+                    records = await _until_rows(conn, statements)
+            phases.mark(name, "_statement")
+            return records
 
         return await self._connections.using(name, connection, run)
 
