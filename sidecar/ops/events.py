@@ -4,9 +4,11 @@ stuck or failed event, re-drive a failed event from its stored payload, and re-q
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import math
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -217,10 +219,23 @@ def query_from(params: Mapping[str, str], providers: Sequence[str], *,
         id_prefix=id_prefix, status_class=status, after=after, limit=limit)
 
 
+# Listing pages running at once on one store; the others wait their turn. A page whose filter
+# few rows pass walks far back (seconds, up to the store's statement_timeout, at 10^7 rows) on
+# a connection of the pool the deliveries use: a burst of such pages (an inspector refreshed,
+# a script) must not take every connection.
+CONCURRENT_LISTINGS = 2
+_listings: weakref.WeakKeyDictionary[OperatorStore, asyncio.Semaphore] = \
+    weakref.WeakKeyDictionary()
+
+
 async def list_page(store: OperatorStore, query: EventQuery) -> dict[str, Any]:
     """One page of events newest first: ``{"events": [describe(row)…], "next": cursor}``, the
-    cursor to ask for the next (older) page with, or None at the end."""
-    page = await store.list_page(query)
+    cursor to ask for the next (older) page with, or None at the end. At most
+    ``CONCURRENT_LISTINGS`` pages are read from one store at a time (the rest wait, each
+    within the store's deadline once it runs)."""
+    turn = _listings.setdefault(store, asyncio.Semaphore(CONCURRENT_LISTINGS))
+    async with turn:
+        page = await store.list_page(query)
     return {"events": [describe(row) for row in page.rows],
             "next": page.next.encode() if page.next is not None else None}
 

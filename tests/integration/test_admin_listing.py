@@ -5,16 +5,21 @@ beyond its range)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from sidecar.config.loader import parse_config
 from sidecar.core.events import PageKey
 from sidecar.core.ports import Store
+from sidecar.ops import events as ops
 from sidecar.runtime.wiring import build_apps
+from sidecar.store.postgres import PostgresStore
 from tests.integration.test_store_contract import BODY, DONE_200, FAILED_503, LEASE
 from tests.unit.test_unread_secrets import data
 
@@ -104,3 +109,42 @@ async def test_a_key_with_a_nul_is_no_event(admin: TestClient[Any, Any], path: s
         assert resp.status == 404, await resp.text()
     async with admin.post(path + "/release", headers=AUTH) as resp:
         assert resp.status == 404, await resp.text()
+
+
+@pytest.mark.postgres
+async def test_at_most_two_pages_are_read_at_once(pg_store: PostgresStore, pg_dsn: str) -> None:
+    await pg_store.claim("stripe", "evt_0", BODY, LEASE, "o")
+    # Patient enough to wait for the lock below while the test watches.
+    store = await PostgresStore.connect(pg_dsn, max_size=8, lock_timeout=30,
+                                        statement_timeout=30, command_timeout=30)
+    holder = await asyncpg.connect(pg_dsn)
+    watcher = await asyncpg.connect(pg_dsn)
+
+    async def in_the_database() -> int:
+        # Listing statements (list_page.sql, by its first line: the text shown is cut at
+        # track_activity_query_size) waiting for the table the holder locked.
+        return int(await watcher.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE '-- One page of the event listing%'"))
+
+    try:
+        transaction = holder.transaction()
+        await transaction.start()
+        await holder.execute("LOCK TABLE webhook_event IN ACCESS EXCLUSIVE MODE")
+        query = ops.query_from({}, ["stripe"])
+        pages = [asyncio.create_task(ops.list_page(store, query)) for _ in range(4)]
+        deadline = time.monotonic() + 10
+        while await in_the_database() < 2:
+            assert time.monotonic() < deadline, "two pages never reached the database"
+        # For a second, the other two wait their turn outside the database.
+        watched = time.monotonic() + 1
+        while time.monotonic() < watched:
+            assert await in_the_database() <= 2
+        assert sum(page.done() for page in pages) == 0
+        await transaction.rollback()
+        for page in await asyncio.gather(*pages):
+            assert [e["event_id"] for e in page["events"]] == ["evt_0"]
+    finally:
+        await holder.close()
+        await watcher.close()
+        await store.close()
