@@ -4,9 +4,11 @@ stuck or failed event, re-drive a failed event from its stored payload, and re-q
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import math
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -160,6 +162,12 @@ MAX_PAGE_LIMIT = 500
 
 STATUS_CLASSES = tuple(c.value for c in StatusClass)
 
+# The instants the listing accepts, epoch seconds [first, last): the years 0001…9999, which
+# ISO-8601 can write and both databases represent. PostgreSQL refuses a timestamp beyond its
+# range (year 294276) with an error, which must not reach the operator as "store unavailable".
+EARLIEST = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+LATEST = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC).timestamp()
+
 
 def query_from(params: Mapping[str, str], providers: Sequence[str], *,
                now: float | None = None) -> EventQuery:
@@ -180,7 +188,8 @@ def query_from(params: Mapping[str, str], providers: Sequence[str], *,
             older = parse_duration(params["older_than"], "older_than")
         except ConfigError as exc:
             raise OperationError(400, "older_than must be a duration (600, 10m, 2h)") from exc
-        cutoff = (time.time() if now is None else now) - older
+        # No row was received before the epoch: a cutoff past year 1 lists what year 1 does.
+        cutoff = max((time.time() if now is None else now) - older, EARLIEST)
         until = cutoff if until is None else min(until, cutoff)
     try:
         # An empty field (an HTML form's) means "not given", as for every other parameter.
@@ -196,17 +205,37 @@ def query_from(params: Mapping[str, str], providers: Sequence[str], *,
         except ValueError as exc:
             raise OperationError(400, "cursor is not one this listing gave (pass a page's "
                                       "'next' as it is)") from exc
+        if (not EARLIEST * 1e6 <= after.received_us <= LATEST * 1e6
+                or _nul(after.provider) or _nul(after.event_id)):
+            raise OperationError(400, "cursor is not one this listing gave (pass a page's "
+                                      "'next' as it is)")
+    id_prefix = params.get("id_prefix") or None
+    for name, text in (("provider", provider), ("id_prefix", id_prefix)):
+        if _nul(text):
+            raise OperationError(400, f"{name} must not contain a NUL character")
     return EventQuery(
         providers=(provider,) if provider else tuple(sorted(set(providers))),
         state=state, received_after=since, received_before=until,
-        id_prefix=params.get("id_prefix") or None, status_class=status, after=after,
-        limit=limit)
+        id_prefix=id_prefix, status_class=status, after=after, limit=limit)
+
+
+# Listing pages running at once on one store; the others wait their turn. A page whose filter
+# few rows pass walks far back (seconds, up to the store's statement_timeout, at 10^7 rows) on
+# a connection of the pool the deliveries use: a burst of such pages (an inspector refreshed,
+# a script) must not take every connection.
+CONCURRENT_LISTINGS = 2
+_listings: weakref.WeakKeyDictionary[OperatorStore, asyncio.Semaphore] = \
+    weakref.WeakKeyDictionary()
 
 
 async def list_page(store: OperatorStore, query: EventQuery) -> dict[str, Any]:
     """One page of events newest first: ``{"events": [describe(row)…], "next": cursor}``, the
-    cursor to ask for the next (older) page with, or None at the end."""
-    page = await store.list_page(query)
+    cursor to ask for the next (older) page with, or None at the end. At most
+    ``CONCURRENT_LISTINGS`` pages are read from one store at a time (the rest wait, each
+    within the store's deadline once it runs)."""
+    turn = _listings.setdefault(store, asyncio.Semaphore(CONCURRENT_LISTINGS))
+    async with turn:
+        page = await store.list_page(query)
     return {"events": [describe(row) for row in page.rows],
             "next": page.next.encode() if page.next is not None else None}
 
@@ -238,10 +267,26 @@ def _time(params: Mapping[str, str], name: str) -> float | None:
         seconds = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     if not math.isfinite(seconds):
         raise OperationError(400, f"{name} must be a finite time")
+    if not EARLIEST <= seconds <= LATEST:
+        raise OperationError(400, f"{name} must be from 0001-01-01 to 9999-12-31 (epoch "
+                                  f"seconds {EARLIEST:.0f} to {LATEST:.0f})")
     return seconds
 
 
+def _nul(text: str | None) -> bool:
+    """Whether ``text`` holds a NUL: no stored provider or event id has one (intake refuses
+    control characters in event ids), and PostgreSQL refuses it in any text value."""
+    return text is not None and "\x00" in text
+
+
+def _require_key(provider: str, event_id: str) -> None:
+    """A key naming no event any store can hold is answered 404 before the store is asked."""
+    if _nul(provider) or _nul(event_id):
+        raise OperationError(404, f"no event {provider!r}:{event_id!r}")
+
+
 async def show(store: OperatorStore, provider: str, event_id: str) -> dict[str, Any]:
+    _require_key(provider, event_id)
     row = await store.get(provider, event_id)
     if row is None:
         raise OperationError(404, f"no event {provider}:{event_id}")
@@ -266,6 +311,7 @@ async def release(store: OperatorStore, provider: str, event_id: str, *,
 
     The answer is :func:`show`'s, with ``forced_live_lease`` true when a live attempt was
     released (the caller warns the operator)."""
+    _require_key(provider, event_id)
     before = await store.get(provider, event_id) if force else None
     if not await store.release(provider, event_id, force=force):
         row = await store.get(provider, event_id)
@@ -302,6 +348,7 @@ async def redrive(config: Config, store: OperatorStore, forwarder: Forwarder, ow
     A ``failed`` (or crashed) forward-mode event is forwarded again now from its stored
     request, as attempt + 1 (:class:`RedriveResult`)."""
     provider = _provider(config, provider_key)
+    _require_key(provider_key, event_id)
     row = await store.get(provider_key, event_id)
     if row is None:
         raise OperationError(404, f"no event {provider_key}:{event_id}")

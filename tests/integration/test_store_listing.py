@@ -244,6 +244,10 @@ async def test_the_rows_read_are_the_rows_written(store: Store, rows: list[Spec]
         assert round(row.received_at * 1e6) == spec.received_us
         assert (row.response.status if row.response else None) == spec.status
         assert row.in_queue == (spec.state in (EventState.QUEUED, EventState.DEAD))
+    for state in (EventState.QUEUED, EventState.DEAD):  # read from the queue: all in it
+        page = await store.list_page(EventQuery(tuple({s.provider for s in rows}), state=state,
+                                                limit=500))
+        assert page.rows and all(row.in_queue is True and row.state is state for row in page.rows)
 
 
 async def test_the_next_cursor_is_the_last_rows_exact_key(

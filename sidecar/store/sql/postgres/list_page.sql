@@ -18,19 +18,31 @@
 -- orders rows by received_at only: the Incremental Sort by event_id sorts each group of equal
 -- times, never more. Text compares in the "C" collation (code points), as SQLite and the
 -- cursor's other users do; received_us is exact (extract gives a numeric).
-SELECT page.*
-  FROM jsonb_array_elements_text(:providers::jsonb) AS wanted (provider)
- CROSS JOIN LATERAL (
-       SELECT {{event_row}}, {{in_queue}}, e.received_us
-         FROM (SELECT e.*, (extract(epoch FROM e.received_at) * 1000000)::bigint AS received_us,
-                      ({{page_filter}}) AS passes
-                 FROM webhook_event AS e
-                WHERE e.provider = wanted.provider
-                  AND {{page_range}}
-                ORDER BY e.received_at DESC, e.event_id COLLATE "C"
-               OFFSET 0) AS e
-        WHERE e.passes
-        LIMIT :limit::integer + 1
-       ) AS page
- ORDER BY page.received_us DESC, page.provider COLLATE "C", page.event_id COLLATE "C"
- LIMIT :limit::integer + 1;
+--
+-- in_queue is read in the outer SELECT, after the final LIMIT: one lookup of webhook_queue's
+-- key per row returned. Inside the walk, and as an EXISTS, the planner read and hashed the
+-- whole queue instead (20 000 entries: most of a page's time).
+SELECT {{event_row}},
+       -- in_queue.fragment.sql as a scalar subquery: an EXISTS the planner may hash (a read of the
+       -- whole queue), a scalar subquery it runs per row.
+       (SELECT true FROM webhook_queue AS q
+         WHERE q.provider = e.provider AND q.event_id = e.event_id) IS NOT NULL AS in_queue,
+       e.received_us
+  FROM (SELECT page.*
+          FROM jsonb_array_elements_text(:providers::jsonb) AS wanted (provider)
+         CROSS JOIN LATERAL (
+               SELECT e.*
+                 FROM (SELECT e.*,
+                              (extract(epoch FROM e.received_at) * 1000000)::bigint AS received_us,
+                              ({{page_filter}}) AS passes
+                         FROM webhook_event AS e
+                        WHERE e.provider = wanted.provider
+                          AND {{page_range}}
+                        ORDER BY e.received_at DESC, e.event_id COLLATE "C"
+                       OFFSET 0) AS e
+                WHERE e.passes
+                LIMIT :limit::integer + 1
+               ) AS page
+         ORDER BY page.received_us DESC, page.provider COLLATE "C", page.event_id COLLATE "C"
+         LIMIT :limit::integer + 1) AS e
+ ORDER BY e.received_us DESC, e.provider COLLATE "C", e.event_id COLLATE "C";

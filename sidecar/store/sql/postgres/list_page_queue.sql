@@ -3,11 +3,12 @@
 -- entries (webhook_queue holds every queued and dead event, and only events still in a queue)
 -- instead of by walking its whole history, where queued or dead rows may be few and far
 -- between. The entries are read by the queue's primary key and their rows by the event
--- table's: the sort is over the provider's queue, never over the event table.
+-- table's: the sort is over the provider's queue, never over the event table. Every row found
+-- so has a queue entry (in the statement's one snapshot): in_queue is true.
 SELECT page.*
   FROM jsonb_array_elements_text(:providers::jsonb) AS wanted (provider)
  CROSS JOIN LATERAL (
-       SELECT {{event_row}}, {{in_queue}},
+       SELECT {{event_row}}, true AS in_queue,
               (extract(epoch FROM e.received_at) * 1000000)::bigint AS received_us
          FROM webhook_event AS e
         WHERE (e.provider, e.event_id) IN (SELECT q.provider, q.event_id
