@@ -80,7 +80,7 @@ async def test_pages_carry_the_security_headers_and_reach_the_overview(tmp_path:
         assert status == 200, html
         assert resp.headers["Content-Security-Policy"].startswith("default-src 'self'")
         assert resp.headers["X-Frame-Options"] == "DENY"
-        assert resp.headers["Referrer-Policy"] == "no-referrer"
+        assert resp.headers["Referrer-Policy"] == "same-origin"
         assert resp.headers["Cache-Control"] == "no-store"
         assert "since start" in html and ">stripe</a>" in html
         assert '<a class="skip" href="#content">' in html

@@ -41,7 +41,10 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; form-action 'self'; "
                                "frame-ancestors 'none'; base-uri 'none'",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: with it a browser sends "Origin: null" on the page's own form POSTs,
+    # which access.browser_refusal must refuse (a sandboxed page sends that too). same-origin
+    # still keeps the inspector's URLs (event ids) from every other site.
+    "Referrer-Policy": "same-origin",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
