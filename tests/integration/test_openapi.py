@@ -325,8 +325,8 @@ async def exercise(admin: Admin) -> None:
 
 async def trouble(admin: Admin, store: SQLiteStore, base: str, outside: str) -> None:
     """No admin_token, from another host or from another website's page: 403, but the
-    description is served (it is open, like /healthz). The store closed: 503 (and /readyz's). The group's supervisor silent: /healthz's
-    503."""
+    description is served (it is open, like /healthz). The store closed: 503 (and /readyz's).
+    The group's supervisor silent: /healthz's 503."""
     served = await admin.call("get", "/admin/openapi.json", headers={}, base=outside)
     assert served.status == 200 and served.body == description()
     for method, template in GUARDED:
