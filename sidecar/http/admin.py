@@ -11,7 +11,7 @@ from aiohttp import web
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, OperationError, StoreError
-from sidecar.http.access import fingerprint, from_loopback, presents
+from sidecar.http.access import browser_refusal, fingerprint, from_loopback, presents
 from sidecar.http.appkeys import CONFIG, FORWARDER, GROUP, METRICS, OWNER, STORE
 from sidecar.http.openapi import description
 from sidecar.obs.logs import get_logger
@@ -59,18 +59,30 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
 
     def guarded(handler: AdminHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
         """JSON in and out; the admin token checked when configured, and without one only a
-        loopback peer is served (in a pod, the admin port is on the pod IP for probes and
-        Prometheus; release and re-drive must not be open to the cluster); store trouble is
-        503."""
+        request from this host itself is served (in a pod, the admin port is on the pod IP for
+        probes and Prometheus; release and re-drive must not be open to the cluster, nor to a
+        proxy in front: ``access.from_loopback``); what another website's page makes a browser
+        send is refused (``access.browser_refusal``); store trouble is 503."""
 
         async def run(request: web.Request) -> web.Response:
-            token = proxy_app[CONFIG].admin_token
-            if token is None and not from_loopback(request):
-                log.warning("admin_refused", path=request.path, reason="admin_token_required")
+            config = proxy_app[CONFIG]
+            token = config.admin_token
+            refusal = browser_refusal(request, token_configured=token is not None,
+                                      admin_host=config.admin_listen.host)
+            if refusal is not None:
+                log.warning("admin_refused", path=request.path, peer=request.remote,
+                            reason=refusal.reason, host=request.headers.get("Host"),
+                            origin=request.headers.get("Origin"),
+                            fetch_site=request.headers.get("Sec-Fetch-Site"))
+                return web.json_response({"error": refusal.message, "reason": refusal.reason},
+                                         status=403)
+            if token is None and not from_loopback(request, config.trusted_proxies):
+                log.warning("admin_refused", path=request.path, peer=request.remote,
+                            reason="admin_token_required")
                 return web.json_response({
-                    "error": "without admin_token the admin API answers only on loopback: set "
-                             "admin_token (sent as 'Authorization: Bearer …') to use it from "
-                             "elsewhere",
+                    "error": "without admin_token the admin API answers only on loopback, and "
+                             "not through a proxy in front of it: set admin_token (sent as "
+                             "'Authorization: Bearer …') to use it from elsewhere",
                     "reason": "admin_token_required"}, status=403)
             if token is not None:
                 presented = presents(request.headers.get("Authorization", ""), token)

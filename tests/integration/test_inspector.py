@@ -10,6 +10,7 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import aiohttp
 import structlog
@@ -65,7 +66,8 @@ async def failing(_: Any) -> web.StreamResponse:
 
 
 def csrf_of(html: str, action: str) -> str:
-    form = re.search(rf'<form method="post" action="{re.escape(action)}">\s*<input type="hidden"'
+    form = re.search(rf'<form method="post" action="{re.escape(action)}"[^>]*>\s*'
+                     r'<input type="hidden"'
                      r' name="csrf" value="([0-9a-f]+)">', html)
     assert form is not None, f"no form posting to {action}"
     return form.group(1)
@@ -78,7 +80,7 @@ async def test_pages_carry_the_security_headers_and_reach_the_overview(tmp_path:
         assert status == 200, html
         assert resp.headers["Content-Security-Policy"].startswith("default-src 'self'")
         assert resp.headers["X-Frame-Options"] == "DENY"
-        assert resp.headers["Referrer-Policy"] == "no-referrer"
+        assert resp.headers["Referrer-Policy"] == "same-origin"
         assert resp.headers["Cache-Control"] == "no-store"
         assert "since start" in html and ">stripe</a>" in html
         assert '<a class="skip" href="#content">' in html
@@ -254,3 +256,157 @@ async def test_each_filter_reaches_the_listing_and_the_older_link_carries_the_cu
 
         status, html, _ = await ui.page("/ui/?state=bogus")
         assert status == 400 and "state" in html
+
+
+SECURITY = ("Content-Security-Policy", "X-Frame-Options", "Referrer-Policy",
+            "X-Content-Type-Options", "Cache-Control")
+
+
+async def test_an_action_on_an_id_that_url_encoding_changes_is_done(tmp_path: Path) -> None:
+    """Composite ids (hubspot, zoom, adyen, lemonsqueezy) hold ':' and the like: the form's
+    token is for the path as the page spells it, the request arrives decoded."""
+    async with inspector(tmp_path) as ui:
+        ui.stub.behaviour = failing
+        event_id = "evt:1 é%"
+        assert await ui.deliver(event_id) == 500
+        page = "/ui/events/stripe/" + quote(event_id, safe="")
+        status, html, _ = await ui.page(page)
+        assert status == 200, html
+        ui.stub.behaviour = _ok
+        async with ui.client.post(ui.admin(page + "/redrive"), allow_redirects=False,
+                                  data={"csrf": csrf_of(html, page + "/redrive")}) as resp:
+            assert resp.status == 303, await resp.text()
+            assert unquote(resp.headers["Location"]) == unquote(page) + "?notice=forwarded"
+            # A redirect carries the security headers as a page does.
+            assert all(name in resp.headers for name in SECURITY)
+        assert ui.stub.attempts(event_id) == [1, 2]
+
+
+async def test_without_a_token_another_sites_page_cannot_drive_the_listener(
+    tmp_path: Path,
+) -> None:
+    """DNS rebinding (the attacker's name resolving to 127.0.0.1: a foreign Host) and
+    cross-site POSTs (Sec-Fetch-Site, Origin) are refused; probes, curl and the CLI (neither
+    header) are not."""
+    async with inspector(tmp_path) as ui:
+        ui.stub.behaviour = failing
+        assert await ui.deliver("evt_rb") == 500
+        page, action = "/ui/events/stripe/evt_rb", "/ui/events/stripe/evt_rb/redrive"
+        assert ui.running.admin_listen is not None
+        port = ui.running.admin_listen.port
+        rebound = {"Host": f"attacker.example:{port}"}
+        with structlog.testing.capture_logs() as logs:
+            status, html, resp = await ui.page(page, headers=rebound)
+            assert status == 403 and 'name="csrf"' not in html and "attacker.example" in html
+            assert all(name in resp.headers for name in SECURITY)
+            async with ui.client.get(ui.admin("/admin/events"), headers=rebound) as api:
+                assert api.status == 403
+                assert (await api.json())["reason"] == "host_not_allowed"
+        assert [e["reason"] for e in logs if e["event"] in ("ui_refused", "admin_refused")] == [
+            "host_not_allowed", "host_not_allowed"]
+        for probe in ("/healthz", "/metrics", "/admin/openapi.json"):
+            async with ui.client.get(ui.admin(probe), headers=rebound) as resp:
+                assert resp.status == 200, probe
+        for host in (f"localhost:{port}", "localhost", f"127.0.0.1:{port}"):
+            assert (await ui.page(page, headers={"Host": host}))[0] == 200, host
+
+        _, html, _ = await ui.page(page)
+        token = csrf_of(html, action)
+        foreign = ({"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+                   {"Origin": "https://evil.example"}, {"Origin": "null"},
+                   {"Origin": f"http://localhost:{port + 1}"})
+        for headers in foreign:
+            async with ui.client.post(ui.admin(action), data={"csrf": token}, headers=headers,
+                                      allow_redirects=False) as resp:
+                assert resp.status == 403, headers
+            async with ui.client.post(ui.admin("/admin/events/stripe/evt_rb/release"),
+                                      headers=headers, data="x=1") as resp:
+                assert resp.status == 403 and (await resp.json())["reason"] == "cross_site"
+        assert ui.stub.attempts("evt_rb") == [1]
+        # The browser's own page posting (same origin) and curl (no Origin) are served.
+        same = {"Origin": f"http://127.0.0.1:{port}", "Sec-Fetch-Site": "same-origin"}
+        async with ui.client.post(ui.admin(action), data={"csrf": token}, headers=same,
+                                  allow_redirects=False) as resp:
+            assert resp.status == 303, await resp.text()
+        async with ui.client.post(ui.admin("/admin/events/stripe/evt_rb/release")) as resp:
+            assert resp.status == 200, await resp.text()
+
+
+async def test_with_a_token_any_host_is_served_but_not_a_cross_site_post(tmp_path: Path) -> None:
+    async with inspector(tmp_path, admin_token=TOKEN) as ui:
+        bearer = {"Authorization": f"Bearer {TOKEN}", "Host": "sidecar.internal.example"}
+        assert (await ui.page("/ui/", headers=bearer))[0] == 200
+        async with ui.client.post(ui.admin("/ui/login"), allow_redirects=False,
+                                  data={"token": TOKEN, "next": "/ui/"},
+                                  headers={"Origin": "https://evil.example"}) as resp:
+            assert resp.status == 403 and "Set-Cookie" not in resp.headers
+
+
+async def test_a_proxy_in_front_does_not_make_a_remote_user_loopback(tmp_path: Path) -> None:
+    """A reverse proxy on this host (or in this pod) connects from loopback on behalf of
+    others: a forwarding header, or a peer in trusted_proxies, needs the token."""
+    async with inspector(tmp_path) as ui:
+        for header in ({"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"},
+                       {"X-Real-IP": "203.0.113.9"}, {"X-Forwarded-Proto": "https"}):
+            status, html, _ = await ui.page("/ui/", headers=header)
+            assert status == 403 and "Loopback only" in html, header
+            async with ui.client.get(ui.admin("/admin/events"), headers=header) as resp:
+                assert resp.status == 403, header
+                assert (await resp.json())["reason"] == "admin_token_required"
+        assert (await ui.page("/ui/"))[0] == 200
+    async with inspector(tmp_path, trusted_proxies=["127.0.0.0/8"]) as ui:
+        assert (await ui.page("/ui/"))[0] == 403
+        async with ui.client.get(ui.admin("/admin/events")) as resp:
+            assert resp.status == 403
+
+
+async def test_the_session_cookie_is_secure_behind_a_trusted_tls_ingress(tmp_path: Path) -> None:
+    async def cookie(ui: Inspected) -> str:
+        async with ui.client.post(ui.admin("/ui/login"), allow_redirects=False,
+                                  data={"token": TOKEN, "next": "/ui/"},
+                                  headers={"X-Forwarded-Proto": "https"}) as resp:
+            assert resp.status == 303
+            return resp.headers["Set-Cookie"]
+
+    async with inspector(tmp_path, admin_token=TOKEN, trusted_proxies=["127.0.0.0/8"]) as ui:
+        assert "Secure" in await cookie(ui)
+    async with inspector(tmp_path, admin_token=TOKEN) as ui:  # anyone may send the header
+        assert "Secure" not in await cookie(ui)
+
+
+async def test_a_malformed_session_cookie_is_logged_out_never_an_error(tmp_path: Path) -> None:
+    async with inspector(tmp_path, admin_token=TOKEN) as ui:
+        for value in ("\u00b2.x", "9" * 5000 + ".x", "9999999999.\u00e9"):
+            status, _, resp = await ui.page("/ui/", headers={
+                "Cookie": f"sidecar_inspector={value}"})
+            assert status == 303, value
+            assert resp.headers["Location"].startswith("/ui/login")
+
+
+async def test_query_string_secrets_are_masked_their_names_shown(tmp_path: Path) -> None:
+    async with inspector(tmp_path) as ui:
+        body = stripe_event("evt_q")
+        status, _, _ = await post(ui.client, f"http://{ui.running.listen}{STRIPE}"
+                                  "?token=SUPERSECRETQ&api_key=K3Y5ECRET&page=2", body,
+                                  stripe_headers(body))
+        assert status == 200
+        status, html, _ = await ui.page("/ui/events/stripe/evt_q")
+        assert status == 200
+        assert "SUPERSECRETQ" not in html and "K3Y5ECRET" not in html
+        assert f"{STRIPE}?token=••••••&amp;api_key=••••••&amp;page=2" in html
+
+
+async def test_logout_and_the_bare_ui_path_redirect_with_the_security_headers(
+    tmp_path: Path,
+) -> None:
+    async with inspector(tmp_path, admin_token=TOKEN) as ui:
+        async with ui.client.post(ui.admin("/ui/login"), allow_redirects=False,
+                                  data={"token": TOKEN, "next": "/ui/"}) as resp:
+            assert resp.status == 303
+        _, html, _ = await ui.page("/ui/")
+        async with ui.client.post(ui.admin("/ui/logout"), allow_redirects=False,
+                                  data={"csrf": csrf_of(html, "/ui/logout")}) as resp:
+            assert resp.status == 303 and resp.headers["Location"].startswith("/ui/login")
+            assert all(name in resp.headers for name in SECURITY)
+        status, _, resp = await ui.page("/ui")
+        assert status == 308 and all(name in resp.headers for name in SECURITY)

@@ -324,14 +324,19 @@ async def exercise(admin: Admin) -> None:
 
 
 async def trouble(admin: Admin, store: SQLiteStore, base: str, outside: str) -> None:
-    """No admin_token, from another host: 403, but the description is served (it is open, like
-    /healthz). The store closed: 503 (and /readyz's). The group's supervisor silent: /healthz's
-    503."""
+    """No admin_token, from another host or from another website's page: 403, but the
+    description is served (it is open, like /healthz). The store closed: 503 (and /readyz's).
+    The group's supervisor silent: /healthz's 503."""
     served = await admin.call("get", "/admin/openapi.json", headers={}, base=outside)
     assert served.status == 200 and served.body == description()
     for method, template in GUARDED:
         answer = await admin.call(method, template, headers={}, base=outside, **KEY)
         assert answer.status == 403, template
+        # From loopback, what another website's page makes a browser send: refused as well.
+        browser = ({"Host": "attacker.example"} if method == "get"
+                   else {"Origin": "https://attacker.example"})
+        answer = await admin.call(method, template, headers=browser, base=base, **KEY)
+        assert answer.status == 403, (template, answer.body)
     await store.close()
     for method, template in GUARDED:
         answer = await admin.call(method, template, headers={}, base=base, **KEY)

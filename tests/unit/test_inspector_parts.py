@@ -3,6 +3,7 @@ overview's rates from counter samples."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sidecar.config.loader import parse_config
@@ -38,6 +39,15 @@ def test_a_session_is_derived_from_the_token_expires_and_survives_a_new_process(
     assert not gate.session_valid(session)
 
 
+def test_a_malformed_session_cookie_is_no_session_never_an_error() -> None:
+    gate = Gate(TOKEN, clock=Clock())
+    _, _, mac = gate.new_session().partition(".")
+    for value in ("\u00b2.x", "\u0661\u0662.x", "9" * 5000 + ".x", "9" * 13 + "." + mac,
+                  "9999999999.\u00e9", "9999999999.\udcc3\udca9", "", ".", "x", "1e10.x",
+                  "-1.x", " 9999999999.x"):
+        assert not gate.session_valid(value), value
+
+
 def test_a_csrf_token_is_bound_to_the_session_and_the_form() -> None:
     gate = Gate(TOKEN)
     alice = Operator(gate.new_session(), gate.fingerprint, "127.0.0.1")
@@ -69,9 +79,29 @@ def test_masking_uses_the_providers_signature_headers_and_the_generic_list() -> 
     assert shown == {"X-Plain-Mac": MASK, "Stripe-Signature": MASK, "Authorization": MASK,
                      "Cookie": MASK, "X-Shopify-Hmac-Sha256": MASK, "Content-Type": "x/y",
                      "X-Id": "e1"}
-    pretty = masker.json_text('{"signature": {"token": "t", "timestamp": 1}, "id": "e"}')
-    assert pretty is not None and '"token": "' + MASK in pretty and '"id": "e"' in pretty
-    assert '"timestamp": 1' in pretty and masker.json_text("not json") is None
+    assert masker.json_text("not json") is None
+
+
+def test_everything_under_a_sensitive_json_member_is_masked_its_shape_kept() -> None:
+    masker = Masker(parse_config(base_config("http://127.0.0.1:9", "sqlite:///unused.db"),
+                                 env={}))
+    body = ('{"signature": {"value": "v1", "timestamp": 1, "parts": ["p", {"n": null}]},'
+            ' "credentials": ["c"], "id": "e", "data": {"amount": 5}}')
+    pretty = masker.json_text(body)
+    assert pretty is not None
+    assert json.loads(pretty) == {
+        "signature": {"value": MASK, "timestamp": MASK, "parts": [MASK, {"n": MASK}]},
+        "credentials": [MASK], "id": "e", "data": {"amount": 5}}
+
+
+def test_query_values_under_sensitive_names_are_masked_the_names_kept() -> None:
+    masker = Masker(parse_config(base_config("http://127.0.0.1:9", "sqlite:///unused.db"),
+                                 env={}))
+    shown = masker.path("/webhooks/x?token=T1&page=2&api_key=K&Sig=S&code=C&auth=A"
+                        "&pass=P&x%2Dsignature=X&flag&note=a=b")
+    assert shown == (f"/webhooks/x?token={MASK}&page=2&api_key={MASK}&Sig={MASK}&code={MASK}"
+                     f"&auth={MASK}&pass={MASK}&x%2Dsignature={MASK}&flag&note=a=b")
+    assert masker.path("/webhooks/x") == "/webhooks/x"
 
 
 def event(state: str, attempt: int, attempts: list[dict[str, Any]], *,
@@ -95,6 +125,8 @@ def test_the_timeline_names_attempts_without_a_record() -> None:
     # Before the attempts are recorded by this version: every number is a gap.
     assert [e["note"] for e in timeline({"state": "done", "attempt": 1,
                                          "lease_live": False})] == [NO_RESULT]
+    # So the note does not blame a crash for an attempt older than the attempts table.
+    assert "predates the attempts timeline" in NO_RESULT
 
 
 def test_rates_are_totals_since_start_until_a_minute_of_samples_exists() -> None:

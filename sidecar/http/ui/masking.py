@@ -1,5 +1,6 @@
 """What the inspector never shows: signature values, credentials and cookies, in stored request
-headers, recorded response headers and JSON bodies (Mailgun signs in the body)."""
+headers, the request's query string, recorded response headers and JSON bodies (Mailgun signs in
+the body). Names stay visible; only values are masked."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import re
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import unquote_plus
 
 from sidecar.config.model import Config
 from sidecar.core.signing.spec import DeclarativeSpec
@@ -21,6 +23,11 @@ _GENERIC_NAMES = frozenset({
 })
 _FRAGMENTS = re.compile(r"signature|hmac|secret|password|passwd|token|api[-_]?key|credential",
                         re.IGNORECASE)
+# Query parameters carry credentials under shorter names too (?key=…, ?sig=…, ?code=… in an
+# OAuth redirect, ?auth=…, ?pass=…): these, as well as every name above.
+_QUERY_NAMES = frozenset({"key", "sig", "sign", "code", "pass", "pwd", "auth", "apikey", "jwt",
+                          "session", "sid"})
+_QUERY_FRAGMENTS = re.compile(r"auth|pass", re.IGNORECASE)
 
 
 class Masker:
@@ -45,8 +52,26 @@ class Masker:
             masked.append((name, MASK if self.sensitive(name) else value))
         return masked
 
+    def path(self, path_qs: str) -> str:
+        """A stored request path with the values of sensitive query parameters masked, their
+        names and every other parameter kept as received."""
+        path, mark, query = path_qs.partition("?")
+        if not mark:
+            return path_qs
+        items = []
+        for item in query.split("&"):
+            name, equals, _ = item.partition("=")
+            items.append(f"{name}={MASK}" if equals and self._query_sensitive(name) else item)
+        return f"{path}?{'&'.join(items)}"
+
+    def _query_sensitive(self, raw_name: str) -> bool:
+        name = unquote_plus(raw_name)
+        return (self.sensitive(name) or name.lower() in _QUERY_NAMES
+                or _QUERY_FRAGMENTS.search(name) is not None)
+
     def json_text(self, body: str) -> str | None:
-        """A JSON body pretty-printed with sensitive members' values masked, or None when the
+        """A JSON body pretty-printed with sensitive members' values masked (a sensitive
+        member's object or array keeps its shape, every scalar in it masked), or None when the
         body is not JSON."""
         try:
             document = json.loads(body)
@@ -54,10 +79,11 @@ class Masker:
             return None
         return json.dumps(self._masked(document), indent=2, ensure_ascii=False)
 
-    def _masked(self, value: Any) -> Any:
+    def _masked(self, value: Any, hidden: bool = False) -> Any:
+        """``hidden``: ``value`` is under a sensitive name, however deep."""
         if isinstance(value, dict):
-            return {key: MASK if self.sensitive(str(key)) and not isinstance(item, dict | list)
-                    else self._masked(item) for key, item in value.items()}
+            return {key: self._masked(item, hidden or self.sensitive(str(key)))
+                    for key, item in value.items()}
         if isinstance(value, list):
-            return [self._masked(item) for item in value]
-        return value
+            return [self._masked(item, hidden) for item in value]
+        return MASK if hidden else value

@@ -1,12 +1,14 @@
 """An event's attempts as the inspector lists them: every recorded attempt, and every attempt
-number the row went through without a record (its process never wrote a result)."""
+number the row went through without a record (its process never wrote a result, or it was made
+by a version that kept no attempts)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-NO_RESULT = "no result recorded — the lease ran out or the process stopped"
+NO_RESULT = ("not recorded (the lease ran out, the process stopped, or it predates the "
+             "attempts timeline)")
 IN_FLIGHT = "in flight now — its lease is live"
 
 

@@ -4,7 +4,9 @@ Server-rendered HTML (Jinja2, autoescaped), no script. Each page answers with a 
 Content-Security-Policy and is never cached; each action is a POST with a CSRF token, logged
 with the operator's token fingerprint and peer, and answered with a redirect to the page that
 shows its effect (so reloading does not repeat it). The verbs are ``sidecar.ops.events``',
-with the CLI's guards.
+with the CLI's guards. Every answer under ``/ui/`` carries the security headers, redirects
+included; requests another website's page makes an operator's browser send are refused
+(``sidecar.http.access.browser_refusal``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from sidecar.config.model import Config, Mode
 from sidecar.core.errors import OperationError, StoreError
 from sidecar.core.events import QueueStats
 from sidecar.core.ports import AdminStore
+from sidecar.http.access import browser_refusal
 from sidecar.http.appkeys import CONFIG, FORWARDER, METRICS, OWNER, STORE
-from sidecar.http.ui.auth import CSRF_FIELD, Gate, Operator, end_session, set_session
+from sidecar.http.ui.auth import CSRF_FIELD, Gate, Operator, end_session
 from sidecar.http.ui.masking import Masker
 from sidecar.http.ui.overview import Cached, CounterHistory
 from sidecar.http.ui.timeline import timeline
@@ -38,7 +41,10 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; form-action 'self'; "
                                "frame-ancestors 'none'; base-uri 'none'",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: with it a browser sends "Origin: null" on the page's own form POSTs,
+    # which access.browser_refusal must refuse (a sandboxed page sends that too). same-origin
+    # still keeps the inspector's URLs (event ids) from every other site.
+    "Referrer-Policy": "same-origin",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
@@ -88,7 +94,7 @@ class Inspector:
         config: Config = proxy_app[CONFIG]
         self._config = config
         self._providers = tuple(provider.key for provider in config.providers)
-        self._gate = Gate(config.admin_token)
+        self._gate = Gate(config.admin_token, trusted=config.trusted_proxies)
         self._masker = Masker(config)
         self._env = _templates()
         folder = resources.files("sidecar.http.ui").joinpath("static")
@@ -151,13 +157,25 @@ class Inspector:
         response.headers.update(headers or {})
         return response
 
+    def _foreign(self, request: web.Request) -> web.Response | None:
+        """A 403 for what another website's page made the browser send, else None."""
+        refusal = browser_refusal(request, token_configured=self._gate.needs_login,
+                                  admin_host=self._config.admin_listen.host)
+        if refusal is None:
+            return None
+        log.warning("ui_refused", path=request.path, peer=request.remote, reason=refusal.reason,
+                    host=request.headers.get("Host"), origin=request.headers.get("Origin"),
+                    fetch_site=request.headers.get("Sec-Fetch-Site"))
+        return self._problem(request, 403, "Refused", refusal.message)
+
     def _refused(self, request: web.Request) -> web.Response:
         if not self._gate.needs_login:
             log.warning("ui_refused", path=request.path, peer=request.remote,
                         reason="admin_token_required")
             return self._problem(request, 403, "Loopback only",
                                  "Without admin_token the inspector answers only on this host "
-                                 "(loopback). Set admin_token to use it from elsewhere.")
+                                 "(loopback), and not through a proxy in front of it. Set "
+                                 "admin_token to use it from elsewhere.")
         if request.method == "GET":
             target = request.path_qs
             raise web.HTTPSeeOther(PREFIX + "login?" + urlencode({"next": target}),
@@ -166,11 +184,15 @@ class Inspector:
                              "This action needs a session: log in and try again.")
 
     def _page(self, handler: Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        @_all_secured
         async def run(request: web.Request) -> web.StreamResponse:
+            foreign = self._foreign(request)
+            if foreign is not None:
+                return foreign
             operator = self._gate.operator(request)
             if operator is None:
-                return _secured(self._refused(request))
-            return _secured(await self._served(handler, request, operator))
+                return self._refused(request)
+            return await self._served(handler, request, operator)
 
         return run
 
@@ -178,22 +200,26 @@ class Inspector:
         """A POST: the operator let in, then the form's CSRF token checked, before anything
         is done."""
 
+        @_all_secured
         async def run(request: web.Request) -> web.StreamResponse:
+            foreign = self._foreign(request)
+            if foreign is not None:
+                return foreign
             operator = self._gate.operator(request)
             if operator is None:
-                return _secured(self._refused(request))
+                return self._refused(request)
             form = await request.post()
             given = form.get(CSRF_FIELD)
-            if not self._gate.csrf_valid(operator, request.path,
+            if not self._gate.csrf_valid(operator, _form_action(request),
                                          given if isinstance(given, str) else None):
                 log.warning("ui_csrf_refused", path=request.path, token=operator.fingerprint,
                             peer=operator.peer, present=given is not None)
-                return _secured(self._problem(
+                return self._problem(
                     request, 403, "Refused: the form's token is missing or stale",
                     "Nothing was done. Reload the page you came from and try again (a form "
                     "shown before the proxy restarted, or from another site, is refused).",
-                    operator))
-            return _secured(await self._served(handler, request, operator))
+                    operator)
+            return await self._served(handler, request, operator)
 
         return run
 
@@ -220,7 +246,7 @@ class Inspector:
     # --- pages -----------------------------------------------------------------------------
 
     async def _to_events(self, _: web.Request) -> web.StreamResponse:
-        raise web.HTTPPermanentRedirect(PREFIX)
+        raise web.HTTPPermanentRedirect(PREFIX, headers=SECURITY_HEADERS)
 
     async def asset(self, request: web.Request) -> web.StreamResponse:
         """The stylesheet and the icon, shipped in the wheel (no login: nothing in them)."""
@@ -294,6 +320,9 @@ class Inspector:
         """The token, presented once: answered with a session cookie derived from it."""
         if not self._gate.needs_login:
             raise web.HTTPSeeOther(PREFIX, headers=SECURITY_HEADERS)
+        foreign = self._foreign(request)
+        if foreign is not None:
+            return _secured(foreign)
         form = await request.post()
         token, target = form.get("token"), _local(_text(form.get("next")))
         if not isinstance(token, str) or not self._gate.token_matches(token):
@@ -302,7 +331,7 @@ class Inspector:
                                          error="That is not the admin token."))
         log.info("ui_login", token=self._gate.fingerprint, peer=request.remote)
         response = web.HTTPSeeOther(target, headers=SECURITY_HEADERS)
-        set_session(response, request, self._gate.new_session())
+        self._gate.set_session(response, request)
         raise response
 
     async def logout(self, request: web.Request, operator: Operator) -> web.StreamResponse:
@@ -372,7 +401,8 @@ class Inspector:
         pretty = self._masker.json_text(text) if text is not None else None
         size = (len(text.encode("utf-8", "surrogateescape")) if text is not None
                 else len(stored["body_base64"] or "") * 3 // 4)
-        return {"method": stored["method"], "path": stored["path"], "headers": headers,
+        return {"method": stored["method"], "path": self._masker.path(stored["path"]),
+                "headers": headers,
                 "json": pretty, "size": size, "content_type": content_type}
 
     def _response_view(self, event: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -397,6 +427,34 @@ def install(admin: web.Application, proxy_app: web.Application) -> None:
 def _secured(response: web.StreamResponse) -> web.StreamResponse:
     response.headers.update(SECURITY_HEADERS)
     return response
+
+
+def _all_secured(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``handler``'s answers with the security headers, the redirects and errors it raises
+    (``web.HTTPException``) included."""
+
+    async def run(request: web.Request) -> web.StreamResponse:
+        try:
+            return _secured(await handler(request))
+        except web.HTTPException as exc:
+            exc.headers.update(SECURITY_HEADERS)
+            raise
+
+    return run
+
+
+def _form_action(request: web.Request) -> str:
+    """The path the form behind this POST posts to, spelt as the pages spell it (each part
+    ``quote(…, safe='')``, like ``_event_path``), whatever spelling the browser sent: the CSRF
+    token is bound to this one spelling on both sides. ``request.path`` would be the decoded
+    path, which differs for an id with ':', a space, '%' or non-ASCII."""
+    resource = request.match_info.route.resource
+    if resource is None:
+        return request.path
+    parts = {name: quote(value, safe="") for name, value in request.match_info.items()}
+    return resource.canonical.format(**parts)
 
 
 def _key(request: web.Request) -> tuple[str, str]:
