@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from sidecar.config.model import ProviderConfig
 from sidecar.core import phases
@@ -78,7 +78,7 @@ class Forwarder:
         self._clock = clock
         self._tracer = tracer
         self._app = _app_attributes(app_url)  # what every forward span says of the app
-        self._app_url = app_url.rstrip("/")
+        self._app_url = _redacted(app_url).rstrip("/")  # url.full never shows a password
 
     async def forward(self, provider: ProviderConfig, rows: Sequence[tuple[str, int]],
                       request: StoredRequest) -> Forwarded:
@@ -207,6 +207,16 @@ def _app_attributes(app_url: str) -> dict[str, str | int]:
     parts = urlsplit(app_url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return {"server.address": parts.hostname or "", "server.port": port}
+
+
+def _redacted(url: str) -> str:
+    """``url`` with any credentials in it replaced, as the HTTP semantic conventions ask of
+    ``url.full`` (``REDACTED:REDACTED@``): an upstream URL may carry Basic auth."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"REDACTED:REDACTED@{host}"))
 
 
 def _describe(span: Span, sent: Sent) -> None:
