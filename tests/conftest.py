@@ -37,7 +37,8 @@ from tests.pgserver import (
 )
 
 # ``node_oracle``: Node.js packages as independent signers and verifiers.
-pytest_plugins = ["tests.node_oracle"]
+# ``chromium``: Debian's browser for the inspector's browser test.
+pytest_plugins = ["tests.node_oracle", "tests.browser"]
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +82,7 @@ async def pg_database_factory(pg_server: PgServer) -> AsyncIterator[Callable[[],
 async def pg_store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
     conn = await asyncpg.connect(pg_dsn)
     try:
-        await conn.execute("TRUNCATE webhook_queue, webhook_event")
+        await conn.execute("TRUNCATE webhook_attempt, webhook_queue, webhook_event")
     finally:
         await conn.close()
     store = await PostgresStore.connect(pg_dsn, min_size=2, max_size=8, observer=StoreLog())

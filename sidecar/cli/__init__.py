@@ -1,4 +1,4 @@
-"""The command line: run, migrate, check-config, demo."""
+"""The command line: run, migrate, check-config, events, demo, send, completion."""
 
 from __future__ import annotations
 
@@ -97,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     send = sub.add_parser("send", help="sign a payload as a provider and deliver it to a URL")
     _configure_send(send)
     send.set_defaults(func=_send)
+
+    completion = sub.add_parser("completion", help="print a shell completion script")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(func=_completion)
     return parser
 
 
@@ -197,3 +201,10 @@ def _send(args: argparse.Namespace) -> int:
     from sidecar.cli.send import run
 
     return run(args)
+
+
+def _completion(args: argparse.Namespace) -> int:
+    from sidecar.cli.completion import script
+
+    print(script(args.shell, _parser()), end="")
+    return 0

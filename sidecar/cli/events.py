@@ -27,7 +27,14 @@ def configure_parser(parser: argparse.ArgumentParser,
     listing.add_argument("--provider")
     listing.add_argument("--state", choices=operations.STATES)
     listing.add_argument("--older-than", help="minimum age, e.g. 10m")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--since", help="received at or after (ISO-8601 or epoch seconds)")
+    listing.add_argument("--until", help="received before (ISO-8601 or epoch seconds)")
+    listing.add_argument("--id-prefix", help="event ids starting with this")
+    listing.add_argument("--status", choices=operations.STATUS_CLASSES,
+                         help="the app's last status class (none: no answer recorded)")
+    listing.add_argument("--cursor", help="the next page: the cursor the previous page printed")
+    listing.add_argument("--limit", type=int, default=operations.PAGE_LIMIT,
+                         help=f"rows per page, at most {operations.MAX_PAGE_LIMIT}")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     for name, text in (("show", "show one event"),
                        ("release", "release a failed event, or a processing one whose lease "
@@ -90,11 +97,16 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     try:
         command = args.events_command
         if command == "list":
-            older = (parse_duration(args.older_than, "--older-than")
-                     if args.older_than else None)
-            rows = await operations.list_events(store, provider=args.provider, state=args.state,
-                                                older_than=older, limit=args.limit)
-            _print_rows(rows, as_json=args.json)
+            params = {name: str(value) for name, value in (
+                ("provider", args.provider), ("state", args.state), ("since", args.since),
+                ("until", args.until), ("id_prefix", args.id_prefix), ("status", args.status),
+                ("cursor", args.cursor), ("older_than", args.older_than),
+                ("limit", args.limit)) if value is not None}
+            page = await operations.list_page(
+                store, operations.query_from(params, [p.key for p in config.providers]))
+            _print_rows(page["events"], as_json=args.json)
+            if page["next"] is not None:  # on stderr: stdout stays one row per line
+                print(f"next page: --cursor {page['next']}", file=sys.stderr)
         elif command == "show":
             shown = await operations.show(store, args.provider, args.event_id)
             print(json.dumps(shown, indent=2) if args.json else _show_text(shown))
@@ -197,6 +209,7 @@ def _show_text(row: dict[str, Any]) -> str:
     queue = row.get("queue")
     if queue is not None:
         lines += _queue_text(queue)
+    lines += _attempts_text(row.get("attempts") or [])
     lines.append(f"  body sha256 {row['body_sha256']}")
     if "response_headers" in row:
         lines.append("  response headers")
@@ -229,6 +242,22 @@ def _queue_text(queue: dict[str, Any]) -> list[str]:
         lines.append(f"  order key   {_safe(queue['order_key'])}")
     if queue["last_error"] is not None:
         lines.append(f"  last error  {_safe(queue['last_error'])}")
+    return lines
+
+
+def _attempts_text(attempts: list[dict[str, Any]]) -> list[str]:
+    """The timeline, one line per recorded attempt, oldest first: when it started, how long it
+    took, the app's answer or the error, what the event became, and which process made it."""
+    if not attempts:
+        return ["  attempts    none recorded"]
+    lines = [f"  attempts    {len(attempts)}"]
+    for a in attempts:
+        answer = f"HTTP {a['status']}" if a["status"] is not None else a["outcome"]
+        if a["error"] is not None:
+            answer += f" ({_safe(a['error'])})"
+        owner = f" by {_safe(a['owner'])}" if a["owner"] is not None else ""
+        lines.append(f"    #{a['attempt']:<3} {a['started_at_iso']} {a['duration_ms']:>9.1f} ms  "
+                     f"{answer} -> {a['state']}{owner}")
     return lines
 
 

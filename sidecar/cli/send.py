@@ -9,9 +9,14 @@ S``). Public-key schemes (Discord, SendGrid, Standard Webhooks ``v1a``) verify w
 key, so signing needs the private key: pass it with ``--secret`` (Discord: hex 32-byte seed;
 SendGrid: base64 DER PKCS#8; Standard Webhooks: ``whsk_`` + base64 seed).
 
+The payload is a file (``--file``) or one of the preset's sample payloads (``--sample TYPE``,
+shipped in ``sidecar/samples``; ``--list-samples`` names them); with neither, the preset's
+first sample. A sample brings the headers the provider sends beside it (``X-GitHub-Event:
+push``); a file gets the provider's test-event value (``X-GitHub-Event: ping``). Apps route on
+that header; ``--header`` overrides either.
+
 It prints the event id(s) the delivery carries (every copy carries the same; a batch carries
-several), and sets the provider's event-type header where it has one (``X-GitHub-Event: ping``),
-as the provider would: apps route on it. A non-2xx answer's line says why: the ``reason`` of the
+several). A non-2xx answer's line says why: the ``reason`` of the
 proxy's JSON error, or the start of the app's answer. ``--quiet`` prints only the event ids, one
 a line.
 """
@@ -30,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from sidecar.cli.samples import Sample, find_sample, samples_of
 from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.errors import ConfigError, EventIdError
 from sidecar.core.eventid import EventIdSpec, delivery_items, parse_event_id_spec
@@ -58,8 +64,8 @@ class Scheme:
 
 
 # The header naming the kind of event, for providers that send one beside the body, and a
-# harmless value for a test delivery (a provider's own test or ping event where it has one).
-# Apps route on it; the proxy never reads it. A --header of the same name wins.
+# harmless value for a --file delivery (a provider's own test or ping event where it has one).
+# Apps route on it; the proxy never reads it. A sample's own value, then --header, win.
 EVENT_TYPE_HEADERS: Mapping[str, tuple[str, str]] = {
     "github": ("X-GitHub-Event", "ping"),
     "gitlab": ("X-Gitlab-Event", "System Hook"),
@@ -93,11 +99,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--preset", help=f"preset name: {', '.join(preset_names())}")
     parser.add_argument("--secret", help="signing secret (with --preset; or, with --config, a "
                         "private key for public-key schemes)")
-    parser.add_argument("--url", required=True, help="where to deliver, e.g. "
+    parser.add_argument("--url", help="where to deliver (required to send), e.g. "
                         "http://127.0.0.1:8080/webhooks/stripe")
     parser.add_argument("--signed-url", help="with --preset, the public URL URL-signed schemes "
                         "sign (Square, HubSpot, Twilio); default: --url without its query")
-    parser.add_argument("--file", "-f", required=True, help="payload file, or - for stdin")
+    payload = parser.add_mutually_exclusive_group()
+    payload.add_argument("--file", "-f", help="payload file, or - for stdin")
+    payload.add_argument("--sample", metavar="TYPE", help="send the preset's sample payload "
+                         "TYPE (default, without --file: its first sample)")
+    payload.add_argument("--list-samples", nargs="?", const="", metavar="PRESET",
+                         help="list the sample payloads of PRESET (default: the --preset or "
+                         "--config provider's), then exit")
     parser.add_argument("--header", "-H", action="append", default=[], metavar="K=V",
                         help="extra request header (repeatable), e.g. webhook-id=msg_1 to "
                         "reuse an event id")
@@ -260,8 +272,12 @@ def event_ids(scheme: Scheme, body: bytes, headers: Mapping[str, str]) -> list[s
     return [item.event_id for item in delivery_items(scheme.event_id, body, headers)]
 
 
-async def send(args: argparse.Namespace, scheme: Scheme, body: bytes) -> list[Outcome]:
+async def send(args: argparse.Namespace, scheme: Scheme, body: bytes,
+               sample: Sample | None = None) -> list[Outcome]:
     headers = _headers(args.header)
+    for name, value in (sample.headers if sample is not None else {}).items():
+        if header_value(headers, name) is None:
+            headers[name] = value
     if header_value(headers, "Content-Type") is None:
         form = "application/x-www-form-urlencoded"
         headers["Content-Type"] = form if scheme.form_body else "application/json"
@@ -314,17 +330,67 @@ def _read_body(name: str) -> bytes:
         raise ConfigError("--file", f"cannot read {name}: {exc.strerror}") from exc
 
 
+def list_samples(preset: str) -> list[str]:
+    """``--list-samples``: per sample, a line with its type (the default marked) and the headers
+    it brings, then an indented line naming its source."""
+    samples = samples_of(preset)
+    if not samples:
+        load_preset(preset)  # an unknown name: its error lists the known ones
+        return [f"preset {preset!r} has no samples"]
+    names = [sample.type + (" (default)" if i == 0 else "") for i, sample in enumerate(samples)]
+    width = max(len(name) for name in names)
+    lines = []
+    for name, sample in zip(names, samples, strict=True):
+        headers = ", ".join(f"{k}: {v}" for k, v in sample.headers.items())
+        lines += [f"{name.ljust(width)}  {headers}".rstrip(), f"    source: {sample.source}"]
+    return lines
+
+
+def _preset_named(args: argparse.Namespace) -> str:
+    """The preset --list-samples names, else the --preset or --config provider's."""
+    if args.list_samples:
+        return str(args.list_samples)
+    if args.preset:
+        return str(args.preset)
+    if args.config and args.provider:
+        from sidecar.config.loader import load_config_file
+
+        config = load_config_file(args.config)
+        provider = next((p for p in config.providers if p.key == args.provider), None)
+        if provider is not None and provider.preset:
+            return provider.preset
+    raise ConfigError("--list-samples", "name a preset: --list-samples PRESET")
+
+
+def _payload(args: argparse.Namespace, scheme: Scheme) -> tuple[bytes, Sample | None]:
+    if args.file is not None:
+        return _read_body(args.file), None
+    if scheme.preset is None:
+        raise ConfigError("--file", "required: the provider uses no preset, so it has no "
+                          "samples")
+    sample = find_sample(scheme.preset, args.sample)
+    return sample.body(), sample
+
+
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when every response was 2xx, 1 otherwise (2 for a usage/config error, raised as
     ``ConfigError`` to the CLI)."""
+    if args.list_samples is not None:
+        for line in list_samples(_preset_named(args)):
+            print(line)
+        return 0
     if (args.config is None) == (args.preset is None):
         raise ConfigError("", "give --config FILE --provider KEY, or --preset NAME --secret S")
+    if not args.url:
+        raise ConfigError("--url", "required: where to deliver")
     if args.count < 1:
         raise ConfigError("--count", "must be at least 1")
     scheme = _from_config(args) if args.config else _from_preset(args)
-    body = _read_body(args.file)
+    body, sample = _payload(args, scheme)
+    if sample is not None and not args.quiet:
+        print(f"sample: {sample.preset} {sample.type} ({sample.source})", flush=True)
     try:
-        outcomes = asyncio.run(send(args, scheme, body))
+        outcomes = asyncio.run(send(args, scheme, body, sample))
     except ValueError as exc:  # the payload cannot be signed this way (e.g. not JSON)
         raise ConfigError("--file", str(exc)) from None
     ok = sum(outcome.ok for outcome in outcomes)

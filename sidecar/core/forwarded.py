@@ -23,6 +23,8 @@ other ``X-Forwarded-*``    dropped                           the peer's
 ``X-Real-IP``              dropped                           the peer's
 ``X_Forwarded_For`` and    dropped                           dropped
 other such spellings
+``traceparent``,           dropped                           the peer's
+``tracestate``, ``baggage``
 any other header           as received, in order             as received, in order
 =========================  ================================  ==================================
 
@@ -48,6 +50,10 @@ Precisely:
 - A trusted peer's forwarding headers are kept only as hops write them, in letters, digits
   and dashes: another spelling (``X_Forwarded_For``) came from a client behind the peer, and
   is dropped from any peer.
+- Trace context (W3C ``traceparent``/``tracestate``, ``baggage``) says which trace the
+  request belongs to: providers send none, and from anyone else it would graft the app's spans
+  onto a trace of the sender's choosing (and ``baggage`` can carry what the app trusts). Only a
+  trusted hop's is passed on, as the proxy's own tracing honours only a trusted parent.
 - Headers the proxy sets come after the ones it keeps; the names of kept headers are not
   changed.
 """
@@ -69,6 +75,8 @@ FORWARDED_HOST: Final = "X-Forwarded-Host"
 FORWARDED: Final = "Forwarded"  # RFC 7239
 REAL_IP: Final = "X-Real-IP"
 
+TRACE_CONTEXT: Final = frozenset({"traceparent", "tracestate", "baggage"})
+
 _X_FORWARDED_CGI_PREFIX: Final = cgi_name("X-Forwarded-")
 _OTHERS_CGI: Final = (cgi_name(FORWARDED), cgi_name(REAL_IP))
 
@@ -78,6 +86,11 @@ def is_forwarding(name: str) -> bool:
     underscores (``X_Forwarded_For``): CGI/WSGI servers map both spellings to one variable."""
     cgi = cgi_name(name)
     return cgi.startswith(_X_FORWARDED_CGI_PREFIX) or cgi in _OTHERS_CGI
+
+
+def is_trace_context(name: str) -> bool:
+    """W3C Trace Context (``traceparent``, ``tracestate``) or ``baggage``, in any case."""
+    return name.lower() in TRACE_CONTEXT
 
 
 def misspelt_forwarding(name: str) -> bool:
@@ -113,7 +126,7 @@ def forwarding_headers(headers: Iterable[tuple[str, str]], peer: str | None, sch
     address = peer_address(peer)
     if address is not None and is_trusted(address, trusted):
         return _from_trusted(pairs, address, scheme)
-    kept = [(n, v) for n, v in pairs if not is_forwarding(n)]
+    kept = [(n, v) for n, v in pairs if not is_forwarding(n) and not is_trace_context(n)]
     if address is not None:
         kept.append((FORWARDED_FOR, str(address)))
     kept.append((FORWARDED_PROTO, scheme.lower()))

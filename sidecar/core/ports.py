@@ -5,7 +5,7 @@ Each caller is typed by the role it plays, and sees only that role's verbs:
     RowReader         get                                       whether a lost write landed
     EventStore        + take_over, complete                     the forwarder's result write
     DeliveryStore     + claim, enqueue, bind_nonce              the delivery pipeline
-    OperatorStore     + list_events, queue_entry, release, …    the events CLI and admin API
+    OperatorStore     + list_page, attempts, release, …         the events CLI and admin API
     QueueWorkerStore  get, take_queued, settle_queued, …        queue mode's delivery workers
     UpkeepStore       purge, purge_nonces, stuck_counts, …      maintenance, probes, gauges
     AdminStore        OperatorStore + UpkeepStore               the admin API (verbs, readiness)
@@ -19,9 +19,12 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sidecar.core.events import (
+    Attempt,
     AttemptResult,
     Claim,
     Enqueued,
+    EventPage,
+    EventQuery,
     EventRow,
     EventState,
     NonceBinding,
@@ -179,11 +182,20 @@ class UpkeepStore(Protocol):
 
 class OperatorStore(EventStore, Protocol):
     """What the operator's verbs (``events`` CLI, admin API) need besides an event's attempts:
-    list, read the stored request and the queue entry, release, re-drive dead events."""
+    list, read the attempts timeline, the stored request and the queue entry, release,
+    re-drive dead events."""
 
     async def queue_entry(self, provider: str, event_id: str) -> QueueEntry | None:
         """The event's queue entry, or None (not queued, or done): where an event of
         ``EventRow.in_queue`` stands in its provider's queue."""
+        ...
+
+    async def attempts(self, provider: str, event_id: str) -> list[Attempt]:
+        """Every recorded attempt of the event, oldest first (empty: none recorded).
+
+        An attempt is recorded by the write of its result (``complete``, ``settle_queued``),
+        atomically with it: a superseded write records nothing, and a write repeated after a
+        lost connection records it once. Retention deletes an event's attempts with it."""
         ...
 
     async def list_events(
@@ -194,6 +206,17 @@ class OperatorStore(EventStore, Protocol):
         older_than_seconds: float | None = None,
     ) -> list[EventRow]:
         """Rows newest first, optionally filtered by provider, state and minimum age."""
+        ...
+
+    async def list_page(self, query: EventQuery) -> EventPage:
+        """One page of rows newest first, from an index (no OFFSET, no sort of the table).
+
+        Order: (received_at DESC, provider, event_id), exact to the microsecond; the page holds
+        the first ``query.limit`` rows strictly after ``query.after`` that pass every filter,
+        and ``next`` is its last row's key when older rows pass too. Each provider's
+        ``(provider, received_at)`` index is walked back from the cursor, the filters applied
+        along the walk: a filter that few rows pass walks further (state ``queued``/``dead``
+        read the provider's queue entries instead)."""
         ...
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:

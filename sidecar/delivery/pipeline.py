@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from sidecar.config.model import Mode, ProviderConfig
+from sidecar.core import phases
 from sidecar.core.answers import Answer, refuse
 from sidecar.core.body import Body
 from sidecar.core.errors import StoreError
@@ -53,6 +54,7 @@ class Pipeline:
 
     async def _deliver(self, delivery: Delivery) -> Answer:
         admitted = await self._steps.admit(delivery)
+        phases.mark("verify")
         if isinstance(admitted, Answer):
             return admitted
         if admitted.provider.mode is Mode.QUEUE:

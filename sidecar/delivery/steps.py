@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+from sidecar.core import phases
 from sidecar.core.answers import Answer, Result, refuse
 from sidecar.core.bodyreplay import guard_key, ids_digest
 from sidecar.core.decision import rejects_other_body
@@ -117,6 +118,7 @@ class Steps:
         and the first one's time noted on the trace (and in a span, tracing on)."""
         started = time.monotonic()
         answer = await (self._traced(claim, operation) if self._tracer.enabled else claim)
+        phases.mark(operation, "_return")
         seconds = time.monotonic() - started
         self._observer.claimed(delivery.key, seconds)
         delivery.trace.fields.setdefault("claim_ms", round(seconds * 1000, 2))

@@ -1,19 +1,19 @@
-"""The admin listener: /healthz, /readyz, /metrics and the event admin API. Never served on
-the provider listener."""
+"""The admin listener: /healthz, /readyz, /metrics, the event admin API and its OpenAPI
+description. Never served on the provider listener."""
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 from aiohttp import web
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, OperationError, StoreError
+from sidecar.http.access import browser_refusal, fingerprint, from_loopback, presents
 from sidecar.http.appkeys import CONFIG, FORWARDER, GROUP, METRICS, OWNER, STORE
+from sidecar.http.openapi import description
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
 
@@ -50,23 +50,42 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         body = await proxy_app[METRICS].scrape()
         return web.Response(body=body, headers={"Content-Type": proxy_app[METRICS].content_type})
 
+    described = description()
+
+    async def openapi(_: web.Request) -> web.Response:
+        # Open, like /healthz: the document is the repository's docs/openapi.json, holding no
+        # secret and nothing about this deployment; tools fetch it without credentials.
+        return web.Response(body=described, content_type="application/json")
+
     def guarded(handler: AdminHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
         """JSON in and out; the admin token checked when configured, and without one only a
-        loopback peer is served (in a pod, the admin port is on the pod IP for probes and
-        Prometheus; release and re-drive must not be open to the cluster); store trouble is
-        503."""
+        request from this host itself is served (in a pod, the admin port is on the pod IP for
+        probes and Prometheus; release and re-drive must not be open to the cluster, nor to a
+        proxy in front: ``access.from_loopback``); what another website's page makes a browser
+        send is refused (``access.browser_refusal``); store trouble is 503."""
 
         async def run(request: web.Request) -> web.Response:
-            token = proxy_app[CONFIG].admin_token
-            if token is None and not _from_loopback(request):
-                log.warning("admin_refused", path=request.path, reason="admin_token_required")
+            config = proxy_app[CONFIG]
+            token = config.admin_token
+            refusal = browser_refusal(request, token_configured=token is not None,
+                                      admin_host=config.admin_listen.host)
+            if refusal is not None:
+                log.warning("admin_refused", path=request.path, peer=request.remote,
+                            reason=refusal.reason, host=request.headers.get("Host"),
+                            origin=request.headers.get("Origin"),
+                            fetch_site=request.headers.get("Sec-Fetch-Site"))
+                return web.json_response({"error": refusal.message, "reason": refusal.reason},
+                                         status=403)
+            if token is None and not from_loopback(request, config.trusted_proxies):
+                log.warning("admin_refused", path=request.path, peer=request.remote,
+                            reason="admin_token_required")
                 return web.json_response({
-                    "error": "without admin_token the admin API answers only on loopback: set "
-                             "admin_token (sent as 'Authorization: Bearer …') to use it from "
-                             "elsewhere",
+                    "error": "without admin_token the admin API answers only on loopback, and "
+                             "not through a proxy in front of it: set admin_token (sent as "
+                             "'Authorization: Bearer …') to use it from elsewhere",
                     "reason": "admin_token_required"}, status=403)
             if token is not None:
-                presented = _presents(request.headers.get("Authorization", ""), token)
+                presented = presents(request.headers.get("Authorization", ""), token)
                 if presented is None:
                     return web.json_response({"error": "admin token required"}, status=401,
                                              headers={"WWW-Authenticate": CHALLENGE})
@@ -75,21 +94,24 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
                                 message="send 'Authorization: Bearer <token>': the token "
                                         "without a scheme is deprecated")
             try:
-                return web.json_response(await handler(request))
+                response = web.json_response(await handler(request))
             except OperationError as exc:
-                return web.json_response({"error": str(exc)}, status=exc.status)
+                response = web.json_response({"error": str(exc)}, status=exc.status)
             except StoreError as exc:
-                return web.json_response({"error": f"store unavailable: {exc}"}, status=503,
-                                         headers={"Retry-After": "5"})
+                response = web.json_response({"error": f"store unavailable: {exc}"},
+                                             status=503, headers={"Retry-After": "5"})
+            if request.method == "POST":  # who changed what: each action is attributable
+                log.info("admin_action", path=request.path, status=response.status,
+                         token=fingerprint(token), peer=request.remote)
+            return response
 
         return run
 
     async def list_events(request: web.Request) -> Any:
-        query = request.query
-        older, limit = _age_and_limit(request, default_limit=100)
-        return {"events": await operations.list_events(
-            proxy_app[STORE], provider=query.get("provider"), state=query.get("state"),
-            older_than=older, limit=limit)}
+        # Every configured provider unless one is named: the listing walks each one's index.
+        providers = [p.key for p in proxy_app[CONFIG].providers]
+        return await operations.list_page(
+            proxy_app[STORE], operations.query_from(request.query, providers))
 
     async def show(request: web.Request) -> Any:
         return await operations.show(proxy_app[STORE], *_key(request))
@@ -121,41 +143,13 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         web.get("/healthz", healthz),
         web.get("/readyz", readyz),
         web.get("/metrics", metrics),
+        web.get("/admin/openapi.json", openapi),
         web.get("/admin/events", guarded(list_events)),
         web.get("/admin/events/{provider}/{event_id}", guarded(show)),
         web.post("/admin/events/{provider}/{event_id}/release", guarded(release)),
         web.post("/admin/events/{provider}/{event_id}/redrive", guarded(redrive)),
         web.post("/admin/queue/{provider}/redrive-dead", guarded(redrive_dead)),
     ]
-
-
-def _presents(authorization: str, token: str) -> Literal["bearer", "bare"] | None:
-    """How an ``Authorization`` value carries the admin token: ``bearer`` (the scheme in any
-    case, then one or more spaces: RFC 9110 §11.1), ``bare`` (the token alone, which earlier
-    versions accepted too: kept so deployments sending it keep working, but deprecated), or
-    None (it does not)."""
-    scheme, _, credentials = authorization.partition(" ")
-    if scheme.lower() == "bearer" and _same(credentials.lstrip(" "), token):
-        return "bearer"
-    return "bare" if _same(authorization, token) else None
-
-
-def _same(given: str, token: str) -> bool:
-    # Header values are decoded with surrogateescape: encode them back the same way.
-    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode())
-
-
-def _from_loopback(request: web.Request) -> bool:
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    if not peer:
-        return False
-    try:
-        address = ipaddress.ip_address(peer[0])
-    except ValueError:  # a Unix socket path: local by definition
-        return isinstance(peer, str)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
 
 
 def _age_and_limit(request: web.Request, *, default_limit: int) -> tuple[float | None, int]:

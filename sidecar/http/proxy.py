@@ -1,8 +1,8 @@
 """The provider-facing HTTP shell: read the body within its bounds, hand the request to the
-delivery pipeline, write its answer, and emit one log line and one metric per delivery, even
-when something unexpected happens. (The connection-level bounds — header and idle timeouts,
-connection cap, malformed requests, no decompression — are the
-listener's: ``sidecar.http.listener``.)"""
+delivery pipeline, write its answer, and emit one log line and one count per delivery, even
+when something unexpected happens, and its duration end to end once the answer is written.
+(The connection-level bounds — header and idle timeouts, connection cap, malformed requests,
+no decompression — are the listener's: ``sidecar.http.listener``.)"""
 
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from sidecar.config.model import ProviderConfig
+from sidecar.config.model import LogLevel, ProviderConfig
+from sidecar.core import phases
 from sidecar.core.answers import Answer, Result, refuse
 from sidecar.core.body import read_bounded
 from sidecar.core.forwarded import is_trusted, peer_address
 from sidecar.core.tracing import Span
 from sidecar.delivery import Inbound
 from sidecar.http.appkeys import CONFIG, METRICS, PIPELINE, TRACER
-from sidecar.http.listener import ProviderResponse
+from sidecar.http.listener import BoundedConnection, ProviderResponse
 from sidecar.obs.logs import get_logger
 
 log = get_logger("sidecar.delivery")
@@ -47,20 +48,50 @@ def delivery_handler(provider: ProviderConfig) -> Handler:
 async def _handle(provider: ProviderConfig, request: web.Request,
                   span: Span | None) -> web.StreamResponse:
     started = time.monotonic()
+    marks = _phase_marks(request)
     answer: Answer | None = None
     try:
         answer = await _answer(provider, request)
+        phases.mark("answer")
     except Exception as exc:  # a bug in this shell (the pipeline answers its own)
         answer = replace(refuse("internal_error"), log={"exc_info": exc})
     finally:
-        _observe(request, provider, answer, time.monotonic() - started)
+        result = _observe(request, provider, answer, time.monotonic() - started)
         if span is not None:
             _describe(span, answer)
     response = ProviderResponse(status=answer.status, body=answer.body,
                                 headers=CIMultiDict(answer.headers))
+    # From the request's first byte to the answer's last (timed by the listener).
+    observe = request.app[METRICS].delivery_duration.labels(provider.key, result.value).observe
+    response.when_written(observe if marks is None else _with_phases(observe, marks, provider))
     if _closes(answer):
         response.force_close()  # a refused body is not read: the connection ends with it
     return response
+
+
+def _phase_marks(request: web.Request) -> phases.Marks | None:
+    """The delivery's phase marks, from its first byte (``core.phases``), at ``log.level:
+    debug`` only."""
+    if request.app[CONFIG].log_level is not LogLevel.DEBUG:
+        return None
+    connection = request.protocol
+    first_byte = (connection.first_byte if isinstance(connection, BoundedConnection)
+                  else time.monotonic())
+    marks = phases.start(round(first_byte * 1e9))
+    marks.add("headers")
+    return marks
+
+
+def _with_phases(observe: Callable[[float], None], marks: phases.Marks,
+                 provider: ProviderConfig) -> Callable[[float], None]:
+    """``observe``, then the ``delivery_phases`` line once the answer is written."""
+
+    def report(seconds: float) -> None:
+        observe(seconds)
+        marks.add("written")
+        log.debug("delivery_phases", provider=provider.key, phases_ms=marks.phases_ms())
+
+    return report
 
 
 def _trusted_parent(request: web.Request) -> Mapping[str, str] | None:
@@ -128,6 +159,7 @@ def _closes(answer: Answer) -> bool:
 
 async def _answer(provider: ProviderConfig, request: web.Request) -> Answer:
     body = await _read(provider, request)
+    phases.mark("read")
     if isinstance(body, Answer):
         return replace(body, log={"reason": body.reason})
     inbound = Inbound(method=request.method, path=request.path_qs,
@@ -164,9 +196,10 @@ async def _read(provider: ProviderConfig, request: web.Request) -> bytes | Answe
 
 
 def _observe(request: web.Request, provider: ProviderConfig, answer: Answer | None,
-             seconds: float) -> None:
-    """The delivery's one log line and metric. ``answer`` is None only when the handler was
-    cancelled (shutdown past its timeout): counted as an error, logged without a status."""
+             seconds: float) -> Result:
+    """The delivery's one log line and count; its result. ``answer`` is None only when the
+    handler was cancelled (shutdown past its timeout): counted as an error, logged without a
+    status (and, as nothing is written, not timed)."""
     result = answer.result if answer is not None else Result.ERROR
     request.app[METRICS].events.labels(provider.key, result.value).inc()
     fields = dict(answer.log) if answer is not None else {"cancelled": True}
@@ -181,6 +214,7 @@ def _observe(request: web.Request, provider: ProviderConfig, answer: Answer | No
     emit("delivery", provider=provider.key, result=result.value,
          status=answer.status if answer is not None else None,
          latency_ms=round(seconds * 1000, 2), **fields)
+    return result
 
 
 @web.middleware

@@ -50,6 +50,22 @@ class Metrics:
             "payload_mismatch, invalid_signature, replayed_body, bad_request, too_large, "
             "handshake, store_error, error; queue mode: queued, queue_full).",
             ["provider", "result"], registry=self.registry)
+        # Sub-millisecond replays of known answers up to the longest upstream timeout.
+        self.delivery_duration = Histogram(
+            "webhook_delivery_duration_seconds", "Deliveries end to end, from the request's "
+            "first byte received to the answer's last byte written, by provider and result "
+            "(the values of webhook_events_total).", ["provider", "result"],
+            buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25,
+                     0.5, 1, 2.5, 5, 10, 30, 60), registry=self.registry)
+        # 1 (alone) up to the coalescer's MAX_BATCH.
+        self.store_batch_size = Histogram(
+            "webhook_store_batch_size", "Calls carried by each store statement of a coalesced "
+            "write (claim, complete, bind_nonce); 1: a call that went alone.", ["verb"],
+            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64), registry=self.registry)
+        self.store_singles = Counter(
+            "webhook_store_singles", "Coalesced-write calls that went to the store alone, "
+            "as the single-row statement (none of their kind was waiting with them).",
+            ["verb"], registry=self.registry)
         self.app_answers = Counter(
             "webhook_app_answers", "Forwards by provider and the app's status class (2xx, 3xx, "
             "4xx, 5xx, or none: timeout, refused, disconnected).", ["provider", "status_class"],
@@ -104,6 +120,10 @@ class Metrics:
             "webhook_queue_attempts", "Tries of queued events by provider and how they ended "
             "(done, retry, dead, unreachable: the app could not be connected to, superseded: "
             "a newer take won).", ["provider", "result"], registry=self.registry)
+        self.forwards_in_flight = Gauge(
+            "webhook_forwards_in_flight", "Forwards to the app waiting for its answer now, per "
+            "provider (this replica's processes).", ["provider"], registry=self.registry,
+            multiprocess_mode="livesum")
         self.dead_lettered = Counter(
             "webhook_dead_lettered", "Queued events that ran out of attempts or age and are "
             "now dead.", ["provider"], registry=self.registry)
@@ -125,15 +145,26 @@ class Metrics:
             self.registry.register(_GroupCollector(group))
 
     def render(self) -> bytes:
+        return generate_latest(self._readable())
+
+    def samples(self, names: frozenset[str]) -> list[tuple[str, dict[str, str], float]]:
+        """The current value of each sample named in ``names`` (as exported: a counter's
+        ``…_total``), with its labels; with workers > 1 summed over the group as ``render``
+        does. For the inspector's overview: as costly as one scrape, without the text."""
+        return [(sample.name, sample.labels, sample.value)
+                for metric in self._readable().collect() for sample in metric.samples
+                if sample.name in names]
+
+    def _readable(self) -> CollectorRegistry:
         if self.multiprocess_dir is None:
-            return generate_latest(self.registry)
+            return self.registry
         # Every worker's files, this one's included: the sum over the group. Not described
         # when registered (auto_describe), which would read and merge every file twice.
         merged = CollectorRegistry()
         MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
         if self._group is not None:
             merged.register(_GroupCollector(self._group))
-        return generate_latest(merged)
+        return merged
 
 
 class _GroupCollector(Collector):

@@ -42,6 +42,7 @@ from sidecar.http.appkeys import (
 )
 from sidecar.http.listener import tracked
 from sidecar.http.proxy import delivery_handler, unrouted
+from sidecar.http.ui import install as install_inspector
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.storelog import StoreLog
@@ -94,13 +95,16 @@ class Shutdown:
 @dataclass(frozen=True, slots=True)
 class Apps:
     proxy: web.Application  # bound to `listen`: provider routes only
-    admin: web.Application  # bound to `admin_listen`: health, readiness, metrics
+    admin: web.Application  # bound to `admin_listen`: health, metrics, admin API, inspector
     shutdown: Shutdown  # set going by serve.stop; read by the proxy app's cleanup
 
 
-async def open_store(config: StoreConfig) -> Store:
+async def open_store(config: StoreConfig, metrics: Metrics | None = None) -> Store:
+    """The store ``config`` names, reporting its outages as log lines and, given ``metrics``,
+    its coalesced writes as metrics."""
+    observer = StoreLog(metrics)
     if config.kind == "sqlite":
-        return await SQLiteStore.open(config.sqlite_path)
+        return await SQLiteStore.open(config.sqlite_path, observer=observer)
     return await PostgresStore.connect(
         config.url,
         min_size=config.pool_min_size,
@@ -111,7 +115,7 @@ async def open_store(config: StoreConfig) -> Store:
         command_timeout=config.statement_timeout + 1.0,
         statement_cache_size=config.statement_cache_size,
         session_settings=config.session_settings,
-        observer=StoreLog(),
+        observer=observer,
     )
 
 
@@ -213,7 +217,7 @@ def build_apps(
         metrics.export_group(group)
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
-        opened = store or await open_store(config.store)
+        opened = store or await open_store(config.store, metrics)
         app[STORE] = opened
         await upstream.start()
         forwarder = build_forwarder(opened, upstream, metrics, pending, keyring,
@@ -271,4 +275,5 @@ def build_apps(
 
     admin = web.Application(middlewares=[tracked])  # its connections are bounded as well
     admin.add_routes(admin_routes(proxy))
+    install_inspector(admin, proxy)  # the events inspector, under /ui/
     return Apps(proxy=proxy, admin=admin, shutdown=shutdown)

@@ -19,6 +19,10 @@ it does not raise itself.
 
 ``max_batch`` <= 1 turns coalescing off: every call runs ``one`` at once, concurrently, as
 before (the A/B switch for tests and benchmarks).
+
+``sent(calls)`` hears of every statement as it goes out: how many calls it carries (1: a call
+that went alone, as ``one``). Over a coalescer's life the calls it is told of add up to the
+calls that were sent; a waiter that gave up before its turn is in none.
 """
 
 from __future__ import annotations
@@ -52,9 +56,11 @@ class Coalescer(Generic[T, R]):
         *,
         max_batch: int = MAX_BATCH,
         wait: float | None = None,
+        sent: Callable[[int], None] = lambda calls: None,
     ) -> None:
         self._one = one
         self._many = many
+        self._sent = sent
         self._max_batch = max_batch
         self._wait = wait
         self._busy = False
@@ -73,16 +79,12 @@ class Coalescer(Generic[T, R]):
         # The caller's span may ask how its call went out (``core.tracing.statement_note``).
         note = statement_note.get()
         if self._max_batch <= 1:
-            self.singles += 1
-            if note is not None:
-                note.batch_size = 1
+            self._alone(note)
             return await self._one(item)
         if not self._busy:
             # Nothing in flight: out at once, in the caller's own task.
+            self._alone(note)
             self._busy = True
-            self.singles += 1
-            if note is not None:
-                note.batch_size = 1
             try:
                 return await self._one(item)
             finally:
@@ -139,17 +141,24 @@ class Coalescer(Generic[T, R]):
 
     async def _answers(self, items: list[T]) -> Sequence[R | BaseException]:
         if len(items) == 1:
-            self.singles += 1
+            self._alone()
             try:
                 return [await self._one(items[0])]
             except Exception as exc:
                 return [exc]
         self.batches += 1
         self.batched += len(items)
+        self._sent(len(items))
         results = await self._many(items)
         if len(results) != len(items):
             raise RuntimeError(f"{len(items)} calls sent together, {len(results)} answers")
         return results
+
+    def _alone(self, note: StatementNote | None = None) -> None:
+        self.singles += 1
+        self._sent(1)
+        if note is not None:
+            note.batch_size = 1
 
 
 def fresh(exc: E) -> E:

@@ -1,8 +1,10 @@
-"""What a store reports besides its answers: a database outage, and queue mode's notifications.
+"""What a store reports besides its answers: a database outage, queue mode's notifications, and
+how its coalesced writes went out.
 
 The store says what happened; ``sidecar.obs.storelog.StoreLog`` writes it as log lines
-(``store_unavailable``, ``store_recovered``, ``queue_listen_lost``, …) and
-``sidecar.runtime.wiring`` passes it in. A store made without one reports nothing.
+(``store_unavailable``, ``store_recovered``, ``queue_listen_lost``, …) and metrics (the
+statements' sizes), and ``sidecar.runtime.wiring`` passes it in. A store made without one
+reports nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ class StoreObserver(Protocol):
     def wake_failed(self, provider: str, error: str) -> None:
         """Waking ``provider``'s workers for a notification raised; the connection listens on."""
 
+    def statement_sent(self, verb: str, calls: int) -> None:
+        """A statement of a coalesced write (``claim``, ``complete``, ``bind_nonce``) went out
+        carrying ``calls`` calls; 1: a call that went alone. Called on the event loop, on the
+        write path: it must be cheap and must not raise."""
+
 
 class Unobserved:
     """A ``StoreObserver`` that reports nothing."""
@@ -45,4 +52,7 @@ class Unobserved:
         pass
 
     def wake_failed(self, provider: str, error: str) -> None:
+        pass
+
+    def statement_sent(self, verb: str, calls: int) -> None:
         pass

@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from sidecar.core.events import (
+    Attempt,
     AttemptResult,
+    EventPage,
+    EventQuery,
     EventRow,
     EventState,
     NonceBinding,
     Outcome,
+    PageKey,
     QueuedWork,
     QueueEntry,
     QueueStats,
@@ -63,6 +67,61 @@ def event_row(record: Record) -> EventRow:
         latency_ms=_float(record["latency_ms"]),
         now=float(record["now"]),
         in_queue=bool(record["in_queue"]),
+    )
+
+
+def attempt(record: Record) -> Attempt:
+    """An ``Attempt`` from a record with the columns of the ``attempts`` queries."""
+    status = record["response_status"]
+    return Attempt(
+        attempt=int(record["attempt"]),
+        started_at=float(record["started_at"]),
+        finished_at=float(record["finished_at"]),
+        owner=process_owner(record["owner"]),
+        outcome=Outcome(record["outcome"]),
+        status=int(status) if status is not None else None,
+        latency_ms=float(record["latency_ms"]),
+        state=EventState(record["state"]),
+        error=record["error"],
+    )
+
+
+def process_owner(lease_owner: str | None) -> str | None:
+    """The process's owner id in a lease owner as the SQL stores write it: the call token
+    (``#…``, ``verbs._call_owner``) that tells one call's rows from another's is left out."""
+    if lease_owner is None:
+        return None
+    owner, token, _ = lease_owner.rpartition("#")
+    return owner if token else lease_owner
+
+
+def page_params(query: EventQuery) -> dict[str, object]:
+    """The parameters of ``list_page.sql`` and ``list_page_queue.sql`` for ``query``."""
+    after = query.after
+    return {
+        "providers": json.dumps(list(query.providers)),
+        "cursor_us": after.received_us if after is not None else None,
+        "cursor_provider": after.provider if after is not None else None,
+        "cursor_event_id": after.event_id if after is not None else None,
+        "received_after": _float(query.received_after),
+        "received_before": _float(query.received_before),
+        "state": query.state.value if query.state is not None else None,
+        "id_prefix": query.id_prefix,
+        "status_class": query.status_class.value if query.status_class is not None else None,
+        "limit": int(query.limit),
+    }
+
+
+def event_page(records: Sequence[Record], limit: int) -> EventPage:
+    """A page from the ``list_page`` queries' records (up to ``limit`` + 1 of them, the extra
+    one telling that older rows pass the filters): the next cursor is the last kept row's key,
+    read exactly from its ``received_us`` column."""
+    kept = records[:limit]
+    last = kept[-1] if len(records) > limit and kept else None
+    return EventPage(
+        rows=tuple(event_row(r) for r in kept),
+        next=(PageKey(int(last["received_us"]), str(last["provider"]), str(last["event_id"]))
+              if last is not None else None),
     )
 
 

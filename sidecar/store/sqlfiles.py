@@ -101,11 +101,21 @@ def query(dialect: str, name: str) -> str:
 
 @functools.cache
 def statement(dialect: str, name: str) -> Statement:
-    """``query(dialect, name)`` ready for the dialect's driver, built once per process."""
-    sql, names = to_positional(query(dialect, name), what=f"{dialect}/{name}.sql")
+    """``query(dialect, name)`` ready for the dialect's driver, built once per process: its
+    first line (the file's one-line summary, which names the statement wherever the server
+    shows it) and its SQL, without the other comment lines. PostgreSQL keeps only the first
+    1024 bytes of a running statement's text (``pg_stat_activity.query``); a long explanation
+    would push the statement itself out of sight."""
+    text = _first_comment_only(query(dialect, name))
+    sql, names = to_positional(text, what=f"{dialect}/{name}.sql")
     if dialect == "sqlite":  # sqlite3 binds :name from a mapping itself
-        sql = query(dialect, name)
+        sql = text
     return Statement(name, sql, names)
+
+
+def _first_comment_only(sql: str) -> str:
+    first, *rest = sql.splitlines()
+    return "\n".join([first, *(line for line in rest if not line.lstrip().startswith("--"))])
 
 
 def to_positional(sql: str, *, what: str = "query") -> tuple[str, tuple[str, ...]]:

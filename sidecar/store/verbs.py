@@ -25,9 +25,12 @@ from collections.abc import Callable, Sequence
 
 from sidecar.core.errors import StoreError
 from sidecar.core.events import (
+    Attempt,
     AttemptResult,
     Claim,
     Enqueued,
+    EventPage,
+    EventQuery,
     EventRow,
     EventState,
     NonceBinding,
@@ -135,6 +138,17 @@ class SQLStore(abc.ABC):
             "older_than": float(older_than_seconds) if older_than_seconds is not None else None,
         })
         return [event_row(r) for r in rows]
+
+    async def attempts(self, provider: str, event_id: str) -> list[Attempt]:
+        records = await self._rows("attempts", {"provider": provider, "event_id": event_id})
+        return [rows.attempt(r) for r in records]
+
+    async def list_page(self, query: EventQuery) -> EventPage:
+        # Queued and dead events are all in the (small) queue table: read them from there.
+        queued = query.state in (EventState.QUEUED, EventState.DEAD)
+        records = await self._rows("list_page_queue" if queued else "list_page",
+                                   rows.page_params(query))
+        return rows.event_page(records, query.limit)
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
         rows = await self._rows("get_payload", {"provider": provider, "event_id": event_id})

@@ -1,6 +1,7 @@
 """The admin API (list, release, re-drive) is served to loopback only unless admin_token is
 set: in a pod the admin port listens on the pod IP for probes and Prometheus, and release or
-re-drive must not be open to the whole cluster. A real proxy process with its admin listener on
+re-drive must not be open to the whole cluster (nor to a proxy in front, nor to a website
+rebinding its name to this host). A real proxy process with its admin listener on
 0.0.0.0, reached once over loopback and once over this host's own non-loopback address."""
 
 from __future__ import annotations
@@ -57,6 +58,21 @@ async def test_without_a_token_admin_answers_only_loopback(tmp_path: Path) -> No
             assert r.status == 403 and (await r.json())["reason"] == "admin_token_required"
         refused = await dep.procs[0].wait_for_log("admin_refused")
         assert refused["reason"] == "admin_token_required"
+
+        # From loopback, but through a proxy on this host, or by a name that is not this
+        # listener's (DNS rebinding from an operator's browser): refused too; probes are not.
+        proxied = {"X-Forwarded-For": "203.0.113.9"}
+        assert await statuses(dep.client, port, "127.0.0.1", proxied) == {
+            "/healthz": 200, "/metrics": 200, "/admin/events": 403}
+        rebound = {"Host": f"attacker.example:{port}"}
+        assert await statuses(dep.client, port, "127.0.0.1", rebound) == {
+            "/healthz": 200, "/metrics": 200, "/admin/events": 403}
+        async with dep.client.get(f"http://127.0.0.1:{port}/admin/events",
+                                  headers=rebound) as r:
+            assert (await r.json())["reason"] == "host_not_allowed"
+        async with dep.client.get(f"http://127.0.0.1:{port}/admin/events",
+                                  headers={"Host": f"localhost:{port}"}) as r:
+            assert r.status == 200
 
         # check-config says so up front.
         code, out, _ = await run_cli("check-config", "--config",

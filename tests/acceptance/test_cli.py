@@ -258,3 +258,28 @@ def run_into_closed_pipe(*args: str) -> tuple[int, str]:
     finally:
         os.close(write)
     return done.returncode, done.stderr.decode()
+
+
+async def test_samples_sent_through_the_proxy_arrive_with_their_event_id_and_type(
+    tmp_path: Path,
+) -> None:
+    """``send --sample``: the proxy verifies each sample and forwards it under the event id
+    send printed (Stripe and Slack: from the sample's body; GitHub: the X-GitHub-Delivery send
+    made up), and the app sees the sample's X-GitHub-Event, not the file default ``ping``."""
+    async with deploy("sqlite", tmp_path, None) as dep:
+        await dep.start(1)
+        cases = [("stripe", STRIPE_SECRET, "invoice.paid", "evt_1PJm7tLkdIwHu7ixw3gNqB5d"),
+                 ("slack", "8f742231b10e8888abcd99yyyzzz85a5", "app_mention", "Ev123ABC456"),
+                 ("github", GITHUB_SECRET, "pull_request", None)]
+        for preset, secret, sample, expected in cases:
+            code, out, err = await run_cli(
+                "send", "--preset", preset, "--secret", secret, "--sample", sample,
+                "--url", dep.url(0, f"/webhooks/{preset}"), "--quiet")
+            assert (code, err) == (0, ""), out + err
+            [event_id] = out.split()
+            assert expected in (None, event_id)
+            [seen] = [s for s in dep.stub.seen if s.event_id == event_id]
+            if preset == "github":
+                assert seen.headers["X-GitHub-Event"] == "pull_request"
+                assert b'"action": "opened"' in seen.body
+        assert dep.stub.count() == 3

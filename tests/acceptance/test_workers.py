@@ -144,6 +144,18 @@ async def test_connections_reach_both_workers_and_each_event_the_app_once(
     assert sum(answers.values()) == 61
     latency = await metric(proc, group.client, "webhook_upstream_latency_seconds_count")
     assert sum(latency.values()) == 61
+    # So do the end-to-end durations (one per delivery, labelled as counted; each observed
+    # once its answer was written, so polled) and the coalesced writes' statement sizes (every
+    # result write in exactly one statement, whichever worker sent it).
+    for _ in range(200):  # a bounded poll (<= 10 s)
+        durations = await metric(proc, group.client, "webhook_delivery_duration_seconds_count")
+        if durations == events:
+            break
+        await asyncio.sleep(0.05)
+    assert durations == events
+    batched = await metric(proc, group.client, "webhook_store_batch_size_sum")
+    assert batched[(("verb", "complete"),)] == 61, batched
+    assert batched[(("verb", "claim"),)] >= 61, batched  # a claim per new event at least
     for path in ("/healthz", "/readyz"):
         async with group.client.get(proc.admin_url + path) as resp:
             assert resp.status == 200, path

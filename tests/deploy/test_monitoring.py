@@ -249,7 +249,8 @@ def test_the_dashboard_queries_parse_and_use_exported_series() -> None:
                    "webhook_maintenance_errors_total", "webhook_secret_reloads_total",
                    "webhook_queue_depth", "webhook_queue_oldest_age_seconds",
                    "webhook_queue_attempts_total", "webhook_queue_dead",
-                   "webhook_dead_lettered_total"):
+                   "webhook_dead_lettered_total", "webhook_delivery_duration_seconds_bucket",
+                   "webhook_store_batch_size_bucket", "webhook_store_batch_size_sum"):
         assert series in used, series
     exprs = " ".join(expr for _, expr in queries)
     assert 'result="duplicate"' in exprs and 'result="store_error"' in exprs
@@ -264,6 +265,24 @@ def test_the_dashboard_queries_parse_and_use_exported_series() -> None:
         if panel["type"] != "row":
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
             assert panel["description"]
+
+
+def test_the_total_panel_is_quantiles_of_the_end_to_end_histogram() -> None:
+    """Issue 20: the "total" latency panel reads the delivery's own duration (first byte in to
+    last byte out), not a sum of the parts the proxy happens to time."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    [panel] = [p for p in dashboard["panels"] if p["title"].lower().startswith("total")]
+    quantiles = []
+    for target in panel["targets"]:
+        parsed = promql_parser.parse(substitute(target["expr"]))
+        assert isinstance(parsed, promql_parser.Call), target["expr"]
+        assert parsed.func.name == "histogram_quantile", target["expr"]
+        quantiles.append(parsed.args[0].val)
+        [selector] = selectors(parsed)
+        assert selector.name == "webhook_delivery_duration_seconds_bucket", target["expr"]
+    assert {0.5, 0.9, 0.99} <= set(quantiles)
+    assert panel["fieldConfig"]["defaults"]["unit"] == "s"
+    assert "webhook_delivery_duration_seconds" in panel["description"]
 
 
 def test_the_dashboard_configmap(example_chart: Path) -> None:

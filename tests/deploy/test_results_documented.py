@@ -1,8 +1,8 @@
 """Every result a delivery is counted as (``core.answers.Result``, the ``result`` label of
 ``webhook_events_total``) is documented, read from the code rather than from a list kept here:
-the README names each one, docs/operations.md has a row for each, and that row gives the status
-of every refusal counted under it (``core.answers.RULES``). A new result or refusal that is not
-documented fails here."""
+docs/operations.md names each one where it introduces its metrics, has a row for each in its
+result table, and that row gives the status of every refusal counted under it
+(``core.answers.RULES``). A new result or refusal that is not documented fails here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import re
 from sidecar.core.answers import RULES, Result
 from tests.deploy.chart_support import REPO
 
-README = REPO / "README.md"
 OPERATIONS = REPO / "docs" / "operations.md"
 RESULTS = {result.value for result in Result}
 # Refusals made before any provider route is chosen (no provider label): logged as `rejected`,
@@ -36,8 +35,8 @@ def test_every_result_has_a_row_in_the_operations_table() -> None:
     assert set(operations_rows()) == RESULTS
 
 
-def test_the_readme_lists_every_result() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_metrics_introduction_lists_every_result() -> None:
+    text = OPERATIONS.read_text(encoding="utf-8")
     listed = text.split("`webhook_events_total{provider,result}`, results", 1)[1]
     listed = listed.split("(", 1)[0]  # up to the remark after the list
     assert set(re.findall(r"`(\w+)`", listed)) == RESULTS

@@ -240,15 +240,21 @@ async def _complete_all(store: Any, ids: list[str], stale: list[str]) -> None:
 
 
 async def _check_completes(store: Any, ids: list[str], stale: list[str]) -> None:
+    """Each row holds its one written result, and its timeline that one attempt, with the
+    owner of the lease it cleared: a superseded item of the batch recorded nothing."""
     for event_id in ids:
         row = await store.get("stripe", event_id)
         assert row is not None and row.lease_until is None
+        timeline = [(a.attempt, a.state, a.owner) for a in await store.attempts("stripe",
+                                                                                 event_id)]
         if event_id in stale:
             assert (row.state, row.attempt, row.response) == (EventState.DONE, 2, DONE.response)
+            assert timeline == [(2, EventState.DONE, "q")]
         else:
             n = ids.index(event_id)
             assert row.attempt == 1
             assert row.state is (EventState.DONE if n % 2 else EventState.FAILED)
+            assert timeline == [(1, row.state, "p")]
 
 
 @pytest.mark.postgres
@@ -364,7 +370,7 @@ async def test_an_idle_call_goes_out_alone_as_the_single_row_statement(
     if postgres:
         assert sent == ["claim", "complete"] * 3, "claim.sql and complete.sql, never a batch"
     else:
-        assert sent == ["claim:claim", "complete:execute"] * 3
+        assert sent == ["claim:claim", "complete:complete"] * 3
 
 
 # == (d) a crash mid-batch; (f) a batch's answer lost =========================================
@@ -489,5 +495,9 @@ async def test_a_batch_whose_answer_was_lost_is_recognised_item_by_item(
         assert eater.fired.is_set(), "the batch committed and its answer was swallowed"
         assert (coalescer.singles, coalescer.batches) == (1, 1)
         rows = [await store.get("stripe", e) for e in ids]
+        # Each item's repeat wrote nothing: its attempt is in the timeline once, or (claims)
+        # not at all.
+        timelines = [len(await store.attempts("stripe", e)) for e in ids]
     expected = EventState.PROCESSING if verb == "claim" else EventState.DONE
     assert all(r is not None and (r.state, r.attempt) == (expected, 1) for r in rows)
+    assert timelines == [0 if verb == "claim" else 1] * len(ids)

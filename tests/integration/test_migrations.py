@@ -459,6 +459,81 @@ async def test_sqlite_queue_schema_is_the_declared_one(tmp_path: Path) -> None:
     assert "STRICT" in event_sql and "'dead'" in event_sql and "attempt >= 0" in event_sql
 
 
+PG_ATTEMPT_COLUMNS = {
+    "provider": ("text", "NO"),
+    "event_id": ("text", "NO"),
+    "attempt": ("integer", "NO"),
+    "started_at": ("timestamp with time zone", "NO"),
+    "finished_at": ("timestamp with time zone", "NO"),
+    "owner": ("text", "YES"),
+    "outcome": ("text", "NO"),
+    "response_status": ("integer", "YES"),
+    "latency_ms": ("double precision", "NO"),
+    "state": ("text", "NO"),
+    "error": ("text", "YES"),
+}
+ATTEMPT_INDEX = ["provider", "event_id", "finished_at"]
+
+
+@pytest.mark.postgres
+async def test_migrated_postgres_attempts_schema_is_the_declared_one(pg_dsn: str) -> None:
+    """The timeline: one index, for reading an event's attempts in order (and retention's
+    delete); nothing unique (a queued try that did not reach the app gives its attempt number
+    back); no foreign key (purge.sql deletes an event's attempts itself)."""
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        columns = await conn.fetch(
+            "SELECT column_name, data_type, is_nullable FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = 'webhook_attempt'")
+        indexes = await conn.fetch(
+            """
+            SELECT i.relname AS name, ix.indisunique AS is_unique,
+                   array_agg(a.attname ORDER BY k.ord) AS columns
+              FROM pg_index ix
+              JOIN pg_class i ON i.oid = ix.indexrelid
+              CROSS JOIN LATERAL unnest(ix.indkey) WITH ORDINALITY AS k(attnum, ord)
+              JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum
+             WHERE ix.indrelid = 'webhook_attempt'::regclass
+             GROUP BY i.relname, ix.indisunique
+            """)
+        constraints = await conn.fetchval(
+            "SELECT count(*) FROM pg_constraint WHERE conrelid = 'webhook_attempt'::regclass"
+            " AND contype IN ('f', 'u', 'p')")
+    finally:
+        await conn.close()
+    assert {r["column_name"]: (r["data_type"], r["is_nullable"]) for r in columns} == \
+        PG_ATTEMPT_COLUMNS
+    assert {r["name"]: (r["is_unique"], list(r["columns"])) for r in indexes} == {
+        "webhook_attempt_event_idx": (False, ATTEMPT_INDEX)}
+    assert constraints == 0
+
+
+async def test_sqlite_attempts_schema_is_the_declared_one(tmp_path: Path) -> None:
+    """As on PostgreSQL, except that retention's delete is the foreign key's cascade."""
+    path = tmp_path / "events.db"
+    store = await SQLiteStore.open(path)
+    await store.close()
+    con = sqlite3.connect(path)
+    try:
+        columns = [r[1] for r in con.execute("PRAGMA table_info(webhook_attempt)")]
+        indexes = {
+            name: [c[2] for c in con.execute(f"PRAGMA index_info('{name}')")]
+            for (name,) in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index'"
+                " AND tbl_name = 'webhook_attempt'")
+        }
+        unique = [r for r in con.execute("PRAGMA index_list(webhook_attempt)") if r[2]]
+        keys = sorted((r[2], r[3], r[4], r[6]) for r in con.execute(
+            "PRAGMA foreign_key_list(webhook_attempt)"))
+    finally:
+        con.close()
+    assert columns == list(PG_ATTEMPT_COLUMNS)
+    assert indexes == {"webhook_attempt_event_idx": ATTEMPT_INDEX}
+    assert unique == []
+    assert keys == [("webhook_event", "event_id", "event_id", "CASCADE"),
+                    ("webhook_event", "provider", "provider", "CASCADE")]
+
+
 # Rows as release 3 (schema 0003) left them: one per state, with payloads and results.
 _V3_ROWS = [
     ("stripe", "evt_done", "done", 1, "response", 200, '[["X-A", "b"]]', b"ok", 1.5,
@@ -490,7 +565,8 @@ async def test_postgres_schema_4_keeps_the_rows_of_schema_3(pg_database_factory:
         await conn.execute("INSERT INTO webhook_nonce VALUES ('mailgun', 'tok', '\\x02', now())")
         before = await conn.fetch("SELECT * FROM webhook_event ORDER BY provider, event_id")
 
-        assert await migrate_postgres(dsn) == ["0004_queue", "0005_queue_checks"]
+        assert await migrate_postgres(dsn) == ["0004_queue", "0005_queue_checks",
+                                               "0006_attempts"]
 
         after = await conn.fetch("SELECT * FROM webhook_event ORDER BY provider, event_id")
         assert [dict(r) for r in after] == [dict(r) for r in before]

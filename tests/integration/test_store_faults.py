@@ -228,10 +228,13 @@ async def test_a_write_whose_answer_was_lost_is_recognised_when_repeated(
             assert await store.complete("stripe", "evt_1", 1, DONE) is True
         assert eater.fired.is_set(), "the first run's answer was swallowed"
         row = await store.get("stripe", "evt_1")
+        timeline = [(a.attempt, a.state) for a in await store.attempts("stripe", "evt_1")]
     assert row is not None
     expected = {"claim": (EventState.PROCESSING, 1), "take_over": (EventState.PROCESSING, 2),
                 "complete": (EventState.DONE, 1)}[verb]
     assert (row.state, row.attempt) == expected
+    # The repeated result write records its attempt once (the first run's record).
+    assert timeline == ([(1, EventState.DONE)] if verb == "complete" else [])
 
 
 async def test_a_release_whose_answer_was_lost_is_not_repeated_over_a_newer_attempt(

@@ -803,6 +803,11 @@ async def test_postgres_a_queue_write_whose_answer_was_lost_is_recognised_when_r
     expected = {"enqueue": (EventState.QUEUED, 0, 0), "take_queued": (EventState.PROCESSING, 1, 1),
                 "settle_queued": (EventState.QUEUED, 1, 1)}[verb]
     assert (row.state, row.attempt, entry.tries) == expected
+    # The repeated settle records its try once (the first run's record).
+    timeline = [(a.attempt, a.state, a.error) for a in await pg_store.attempts("stripe",
+                                                                                 "evt_1")]
+    assert timeline == ([(1, EventState.QUEUED, "HTTP 500")] if verb == "settle_queued"
+                        else [])
 
 
 @pytest.mark.postgres

@@ -32,9 +32,10 @@ Proxy = tuple[Running, StubApp, InMemorySpanExporter, OtelTracer]
 async def make_proxy(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     made: list[Proxy] = []
 
-    async def make(**overrides: Any) -> Proxy:
+    async def make(userinfo: str = "", **overrides: Any) -> Proxy:
         stub = await StubApp().start()
-        data = base_config(stub.url, f"sqlite:///{tmp_path / f'events-{len(made)}.db'}",
+        app_url = stub.url.replace("://", f"://{userinfo}", 1)
+        data = base_config(app_url, f"sqlite:///{tmp_path / f'events-{len(made)}.db'}",
                            **overrides)
         config = parse_config(data, env={})
         exporter = InMemorySpanExporter()
@@ -127,6 +128,18 @@ async def test_a_new_event_is_a_server_span_with_its_steps_and_the_app_continues
     app_trace, app_parent = traceparent_parts(stub.seen[0].headers["traceparent"])
     assert app_trace == f"{server.context.trace_id:032x}"
     assert app_parent == f"{forward.context.span_id:016x}"
+
+
+async def test_the_forward_span_never_shows_the_upstreams_credentials(
+    make_proxy: Callable[..., Any],
+) -> None:
+    running, stub, exporter, tracer = await make_proxy(userinfo="user:s3cretpw@")
+    assert await deliver(running, "evt_basic") == 200
+    assert stub.seen[0].headers["Authorization"].startswith("Basic ")  # the app got them
+    forward = dict(only(spans(exporter, tracer), "forward").attributes or {})
+    assert forward["url.full"] == (
+        f"http://REDACTED:REDACTED@127.0.0.1:{stub.port}/webhooks/stripe")
+    assert "s3cretpw" not in repr(forward)
 
 
 async def test_a_duplicate_is_answered_without_a_forward_span(

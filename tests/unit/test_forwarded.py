@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from sidecar.config.loader import parse_config
 from sidecar.config.network_kinds import Networks
 from sidecar.core.errors import ConfigError
-from sidecar.core.forwarded import Network, forwarding_headers, is_forwarding, peer_address
+from sidecar.core.forwarded import (
+    Network,
+    forwarding_headers,
+    is_forwarding,
+    is_trace_context,
+    peer_address,
+)
 from tests.support import base_config
 
 Headers = tuple[tuple[str, str], ...]
@@ -193,7 +199,7 @@ def test_no_forwarding_header_from_an_untrusted_peer_survives(
     address = peer_address(peer)
     assume(address is None or address not in TRUSTED[0])
     out = forwarding_headers(headers, peer, scheme, TRUSTED)
-    others = [(n, v) for n, v in headers if not is_forwarding(n)]
+    others = [(n, v) for n, v in headers if not is_forwarding(n) and not is_trace_context(n)]
     assert [(n, v) for n, v in out if not is_forwarding(n)] == others
     expected = [] if address is None else [("X-Forwarded-For", str(address))]
     expected.append(("X-Forwarded-Proto", scheme))
@@ -215,6 +221,17 @@ def test_a_trusted_peer_is_appended_to_and_nothing_else_changes(
     assert [(n, v) for n, v in out if n.lower() not in chains][:len(kept)] == kept
     sent = [v.strip() for n, v in headers if n.lower() == "x-forwarded-for" and v.strip()]
     assert [v for n, v in out if n.lower() == "x-forwarded-for"] == [", ".join([*sent, peer])]
+
+
+TRACE: Headers = (("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+                  ("TraceState", "evil=1"), ("baggage", "user=admin"))
+
+
+def test_trace_context_passes_only_from_a_trusted_hop() -> None:
+    untrusted = forwarding_headers((("Host", "h"), *TRACE), "6.6.6.6", "http", TRUSTED)
+    assert not [n for n, _ in untrusted if is_trace_context(n)]
+    trusted = forwarding_headers((("Host", "h"), *TRACE), "10.1.2.3", "http", TRUSTED)
+    assert [(n, v) for n, v in trusted if is_trace_context(n)] == list(TRACE)
 
 
 @given(peer=st.text(max_size=60))

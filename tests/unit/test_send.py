@@ -19,8 +19,9 @@ from aiohttp import web
 from nacl.signing import SigningKey
 
 from sidecar.cli import main
+from sidecar.cli.samples import find_sample, samples_of
 from sidecar.cli.send import refusal
-from sidecar.config.presets import load_preset
+from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.errors import VerificationError
 from sidecar.core.eventid import delivery_items, parse_event_id_spec
 from sidecar.core.signing import Delivery, decode_secret, parse_signature_spec, verify
@@ -355,3 +356,84 @@ def test_a_non_2xx_answer_says_why() -> None:
     assert refusal(b'{"reason": 3}') == 'answer={"reason": 3}'
     assert refusal(b"\xff\xfe") == "answer=\ufffd\ufffd"
     assert refusal(b"") == ""
+
+
+def _keys(preset: str) -> tuple[str, str]:
+    """(what send signs with, what the verifying receiver is configured with) for a preset."""
+    whsec = "whsec_" + base64.b64encode(b"sample-sender-key-0123456789abcd").decode()
+    if preset in ("standard-webhooks", "svix", "clerk", "resend"):
+        return whsec, whsec
+    if preset == "adyen":
+        key = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+        return key, key
+    if preset == "discord":
+        seed = bytes(range(32))
+        return seed.hex(), SigningKey(seed).verify_key.encode().hex()
+    if preset == "sendgrid":
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        private = ec.generate_private_key(ec.SECP256R1())
+        pkcs8 = private.private_bytes(serialization.Encoding.DER,
+                                      serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption())
+        public = private.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        return base64.b64encode(pkcs8).decode(), base64.b64encode(public).decode()
+    return "sample-secret", "sample-secret"
+
+
+SAMPLES = [(preset, sample.type) for preset in preset_names() for sample in samples_of(preset)]
+
+
+@pytest.mark.parametrize(("preset", "sample_type"), SAMPLES)
+def test_every_sample_verifies_and_carries_the_event_id_where_the_preset_reads_it(
+    receiver_factory: object, preset: str, sample_type: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Sent with --sample to a receiver verifying with the preset: it verifies, the event id
+    the receiver parses with the preset's rule is the one send printed (from the body where
+    the preset reads it there), and the sample's headers (X-GitHub-Event: push) arrive."""
+    signing, verifying = _keys(preset)
+    receiver = receiver_factory(Receiver(preset, [verifying]))  # type: ignore[operator]
+    assert main(["send", "--preset", preset, "--secret", signing, "--url", receiver.url,
+                 "--sample", sample_type, "--quiet"]) == 0, receiver.rejected
+    printed = capsys.readouterr().out.split()
+    [(ids, headers)] = receiver.seen
+    assert ids == printed and ids
+    sample = find_sample(preset, sample_type)
+    for name, value in sample.headers.items():
+        assert headers[name] == value
+    event_id = parse_event_id_spec(load_preset(preset)["event_id"], "e")
+    if event_id.header is None:  # read from the body: the sample itself must carry it
+        assert [i.event_id for i in delivery_items(event_id, sample.body(), {})] == ids
+
+
+def test_sample_choice_list_and_errors(
+    receiver_factory: object, payload: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    receiver = receiver_factory(Receiver("github", ["gh"]))  # type: ignore[operator]
+    base = ["send", "--preset", "github", "--secret", "gh", "--url", receiver.url]
+    assert main(base) == 0  # neither --file nor --sample: the first sample, push
+    assert main([*base, "--sample", "pull_request", "-H", "X-GitHub-Event=custom"]) == 0
+    assert main([*base, "--file", str(payload)]) == 0  # a file keeps the test event, ping
+    assert [h["X-GitHub-Event"] for _, h in receiver.seen] == ["push", "custom", "ping"]
+    assert receiver.seen[0][1]["Content-Type"] == "application/json"
+    out = capsys.readouterr().out
+    assert out.startswith("sample: github push (https://github.com/octokit/webhooks/")
+
+    assert main([*base, "--sample", "nope"]) == 2
+    assert capsys.readouterr().err == (
+        "webhook-sidecar: config error: --sample: no sample 'nope' for preset 'github'; "
+        "available: push, pull_request, ping\n")
+    assert main(["send", "--list-samples", "github"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert listing[0].split() == ["push", "(default)", "X-GitHub-Event:", "push"]
+    assert [line.split()[0] for line in listing[::2]] == ["push", "pull_request", "ping"]
+    assert all(line.startswith("    source: https://") for line in listing[1::2])
+    assert main(["send", "--preset", "stripe", "--list-samples"]) == 0
+    assert "invoice.paid" in capsys.readouterr().out
+    assert main(["send", "--list-samples", "nope"]) == 2
+    assert main(["send", "--list-samples"]) == 2  # no preset named anywhere
+    assert main(["send", "--preset", "github", "--secret", "gh"]) == 2  # no --url
+    assert capsys.readouterr().err.count("config error") == 3

@@ -101,6 +101,10 @@ class BoundedConnection(web.RequestHandler):
         self._header_timer: asyncio.TimerHandle | None = None
         self._discarding = False
         self._malformed = False  # the parser refused what was sent: the rest is not a request
+        # Event-loop time of the first byte not yet part of a request (the next request's
+        # first byte), and of the current request's.
+        self._next_first_byte: float | None = None
+        self._first_byte = 0.0
         self._lost: asyncio.Future[None] = loop.create_future()
 
     # -- the connection's life ---------------------------------------------------------------
@@ -128,6 +132,9 @@ class BoundedConnection(web.RequestHandler):
         if self._idle and data:
             self._idle = False
             self._expect_headers()
+        if not self._busy and self._next_first_byte is None:
+            # Outside a request, a byte starts the next one (inside, it is the body's).
+            self._next_first_byte = self._event_loop.time()
         super().data_received(data)
 
     def stop(self) -> None:
@@ -159,12 +166,21 @@ class BoundedConnection(web.RequestHandler):
 
     def request_started(self) -> None:
         self._stop_header_timer()
+        # No byte noted: the request was pipelined, its bytes in before the previous answer
+        # was out (they were read as that one's); it is timed from here.
+        first_byte, self._next_first_byte = self._next_first_byte, None
+        self._first_byte = first_byte if first_byte is not None else self._event_loop.time()
         self._busy = True
         self._idle = False
         self._listener.started(self)
         task = asyncio.current_task()
         if task is not None:
             self._listener.track(task)
+
+    @property
+    def first_byte(self) -> float:
+        """Event-loop time of the current request's first byte."""
+        return self._first_byte
 
     def _peer(self) -> str | None:
         peer = self.transport.get_extra_info("peername") if self.transport is not None else None
@@ -175,7 +191,11 @@ class BoundedConnection(web.RequestHandler):
     async def finish_response(self, request: web.BaseRequest, resp: web.StreamResponse,
                               start_time: float | None) -> tuple[web.StreamResponse, bool]:
         try:
-            result = await super().finish_response(request, resp, start_time)
+            try:
+                result = await super().finish_response(request, resp, start_time)
+            finally:  # written, or its write failed: the answer's last byte is behind us
+                if isinstance(resp, ProviderResponse):
+                    resp.written(self._event_loop.time() - self._first_byte)
             unread = self._malformed or not request.content.is_eof()
             if unread and not resp.keep_alive and not result[1]:
                 await self._linger()

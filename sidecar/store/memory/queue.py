@@ -72,7 +72,8 @@ class QueueVerbs(Tables):
         if (event is None or entry is None or entry.tries != tries
                 or event.state is not EventState.PROCESSING):
             return False
-        event.record(settlement.state, settlement.result, now)
+        self._attempts.setdefault(key, []).append(
+            event.record(settlement.state, settlement.result, now, error=settlement.error))
         if not settlement.reached:
             event.attempt -= 1
         if settlement.state is EventState.DONE:

@@ -8,11 +8,15 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 from sidecar.core.events import (
+    Attempt,
     AttemptResult,
     Claim,
+    EventPage,
+    EventQuery,
     EventRow,
     EventState,
     NonceBinding,
+    PageKey,
     StoredRequest,
 )
 from sidecar.store.memory.queue import QueueVerbs
@@ -100,7 +104,8 @@ class MemoryStore(QueueVerbs):
         if (event is None or event.state is not EventState.PROCESSING
                 or event.attempt != attempt or (provider, event_id) in self._queue):
             return False
-        event.record(result.state, result, now)
+        self._attempts.setdefault((provider, event_id), []).append(
+            event.record(result.state, result, now))
         return True
 
     async def get(self, provider: str, event_id: str) -> EventRow | None:
@@ -122,6 +127,40 @@ class MemoryStore(QueueVerbs):
         ]
         found.sort(key=lambda e: (-e.received_at, e.provider, e.event_id))
         return [self._read(e, now) for e in found[:max(limit, 0)]]
+
+    async def attempts(self, provider: str, event_id: str) -> list[Attempt]:
+        await self._now("attempts")
+        return list(self._attempts.get((provider, event_id), ()))
+
+    async def list_page(self, query: EventQuery) -> EventPage:
+        now = await self._now("list_page")
+        wanted = set(query.providers)
+        after = query.after
+
+        def key(e: Event) -> tuple[int, str, str]:
+            return (-_micros(e.received_at), e.provider, e.event_id)
+
+        def passes(e: Event) -> bool:
+            status = e.response.status if e.response is not None else None
+            status_class = f"{status // 100}xx" if status is not None else "none"
+            return (
+                e.provider in wanted
+                and (after is None
+                     or key(e) > (-after.received_us, after.provider, after.event_id))
+                and (query.received_after is None or e.received_at >= query.received_after)
+                and (query.received_before is None or e.received_at < query.received_before)
+                and (query.state is None or e.state is query.state)
+                and (query.id_prefix is None or e.event_id.startswith(query.id_prefix))
+                and (query.status_class is None or status_class == query.status_class.value)
+            )
+
+        found = sorted((e for e in self._events.values() if passes(e)), key=key)
+        kept = found[:max(query.limit, 0)]
+        last = kept[-1] if len(found) > len(kept) and kept else None
+        return EventPage(
+            rows=tuple(self._read(e, now) for e in kept),
+            next=(PageKey(_micros(last.received_at), last.provider, last.event_id)
+                  if last is not None else None))
 
     async def get_payload(self, provider: str, event_id: str) -> StoredRequest | None:
         await self._now("get_payload")
@@ -160,6 +199,7 @@ class MemoryStore(QueueVerbs):
         for e in doomed:
             del self._events[(e.provider, e.event_id)]
             self._queue.pop((e.provider, e.event_id), None)
+            self._attempts.pop((e.provider, e.event_id), None)
         return len(doomed)
 
     async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> NonceBinding:
@@ -186,3 +226,8 @@ class MemoryStore(QueueVerbs):
 
     async def close(self) -> None:
         self._closed = True
+
+
+def _micros(epoch: float) -> int:
+    """A time as the cursor's exact key: integer microseconds since the epoch."""
+    return round(epoch * 1_000_000)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sidecar.core.errors import RowLocked, StoreClosed
 from sidecar.core.events import (
+    Attempt,
     AttemptResult,
     EventRow,
     EventState,
@@ -72,15 +73,23 @@ class Event:
         self.outcome, self.response, self.latency_ms = None, None, None
         return self.attempt
 
-    def record(self, state: EventState, result: AttemptResult, now: float) -> None:
+    def record(self, state: EventState, result: AttemptResult, now: float, *,
+               error: str | None = None) -> Attempt:
         """An attempt's result written (a result write, a queued try's settle): the lease
-        cleared."""
+        cleared. Answers the attempt as the timeline keeps it (its number and owner as the row
+        held them before this write)."""
+        tried = Attempt(
+            attempt=self.attempt, started_at=now - float(result.latency_ms) / 1000.0,
+            finished_at=now, owner=self.lease_owner, outcome=Outcome(result.outcome),
+            status=result.response.status if result.response is not None else None,
+            latency_ms=float(result.latency_ms), state=EventState(state), error=error)
         self.state = EventState(state)
         self.outcome = Outcome(result.outcome)
         self.response = result.response
         self.latency_ms = float(result.latency_ms)
         self.lease_owner, self.lease_until = None, None
         self.updated_at = now
+        return tried
 
 
 @dataclass(slots=True)
@@ -105,6 +114,7 @@ class Tables:
         self._nonces: dict[Key, tuple[bytes, float]] = {}  # -> (hash, received_at)
         self._held: set[Key] = set()  # rows "another session" has locked
         self._queue: dict[Key, Entry] = {}
+        self._attempts: dict[Key, list[Attempt]] = {}  # each event's timeline, oldest first
         self._seq = itertools.count(1)
         self._wakers: list[Callable[[str], None]] = []
         self._closed = False

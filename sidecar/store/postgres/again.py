@@ -14,6 +14,7 @@ from typing import Final, TypeVar
 
 import asyncpg
 
+from sidecar.core import phases
 from sidecar.core.errors import StoreClosed, StoreError
 from sidecar.store.postgres.connections import DIALECT, Connect, Connections
 from sidecar.store.postgres.faults import ConnectionLost, no_answer, refusal, server_refused
@@ -30,9 +31,11 @@ T = TypeVar("T")
 # A statement missing here is not repeated: its call fails with StoreError (503).
 AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     # Reads: nothing to repeat but the read.
-    **{read: (read,) for read in ("get", "get_nonce", "get_payload", "list_events", "ping",
+    **{read: (read,) for read in ("get", "get_nonce", "get_payload", "list_events", "attempts",
+                                  "ping",
                                   "stuck_counts", "migrations_exist", "migrations_applied",
-                                  "queue_entry", "queue_stats")},
+                                  "queue_entry", "queue_stats", "list_page",
+                                  "list_page_queue")},
     # ON CONFLICT DO NOTHING inserts at most once; but if the first run's insert committed, a
     # plain repeat finds the row and answers "lost". The row is leased to an owner unique to
     # the call, so claim_landed.sql finds it first and answers "won".
@@ -45,7 +48,9 @@ AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     "take_over": ("take_over", "take_over_landed"),
     # Fenced by attempt: a repeat writes nothing more. If the first run committed, the repeat
     # updates nothing; complete_landed.sql then tells "recorded by the first run" from
-    # "superseded" (the row holds exactly this result).
+    # "superseded" (the row holds exactly this result). The attempt's record in the timeline
+    # (webhook_attempt) is inserted only from the fenced update's own rows, so a repeat that
+    # updates nothing records nothing: the first run's record stays the only one.
     "complete": ("complete", "complete_landed"),
     # ON CONFLICT DO NOTHING, then the bound hash either way: idempotent per (provider, nonce,
     # hash). If the first run's insert committed, the repeat finds the row and answers the hash
@@ -62,7 +67,9 @@ AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     # The lease owner is unique to the call, so take_queued_landed.sql finds them first.
     "take_queued": ("take_queued_landed", "take_queued"),
     # Fenced by the take counter: a repeat writes nothing more. If the first run committed,
-    # settle_queued_landed.sql tells "written by the first run" from "superseded".
+    # settle_queued_landed.sql tells "written by the first run" from "superseded". As with
+    # complete, the try's record in the timeline comes only from the fenced update's rows: a
+    # repeat that writes nothing records nothing.
     "settle_queued": ("settle_queued", "settle_queued_landed"),
     # requeue_dead is not repeated: a repeat after a first run that committed finds those
     # events no longer dead and answers none of them. The operator sees the error, looks, and
@@ -151,12 +158,16 @@ class Calls:
         statements = _prepared(names, params)
 
         async def run(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+            phases.mark(name, "_wait")  # for a connection in hand (and the coalescer's turn)
             if lock is None:
-                return await _until_rows(conn, statements)
-            take_lock = statement(DIALECT, "advisory_lock")
-            async with conn.transaction():
-                await conn.execute(take_lock.sql, *take_lock.positional({"lock_name": lock}))
-                return await _until_rows(conn, statements)
+                records = await _until_rows(conn, statements)
+            else:
+                take_lock = statement(DIALECT, "advisory_lock")
+                async with conn.transaction():
+                    await conn.execute(take_lock.sql, *take_lock.positional({"lock_name": lock}))
+                    records = await _until_rows(conn, statements)
+            phases.mark(name, "_statement")
+            return records
 
         return await self._connections.using(name, connection, run)
 

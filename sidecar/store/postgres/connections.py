@@ -133,7 +133,10 @@ class Connections:
     async def pooled(self, name: str) -> asyncpg.Connection:
         """A connection from the pool (opened anew if the pooled one is known to be closed)."""
         try:
-            conn: asyncpg.Connection = await self.pool.acquire(timeout=self._acquire_timeout)
+            # The bound as a timeout scope, not asyncpg's own: that is asyncio.wait_for, a task
+            # and two more event-loop turns on every call (bench.lone).
+            async with asyncio.timeout(self._acquire_timeout):
+                conn: asyncpg.Connection = await self.pool.acquire()
         except Exception as exc:
             if self.closing:
                 raise StoreClosed(f"{name}: the PostgreSQL store is closed") from exc
@@ -171,7 +174,8 @@ class Connections:
         """Return a connection that works to the pool (a local step, no round trip); if the
         pool refuses it, close it instead."""
         try:
-            await self.pool.release(conn)
+            # The acquire gave the connection no timeout: its reset gets the acquire's bound.
+            await self.pool.release(conn, timeout=self._acquire_timeout)
         except Exception:
             discard(conn)
 

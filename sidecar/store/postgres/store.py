@@ -4,6 +4,7 @@ together."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
@@ -65,7 +66,8 @@ class PostgresStore(SQLStore):
         # Concurrent claims, result writes and nonce binds go out together (write_batch <= 1:
         # never). A waiting call is bound by the deadline like any other.
         self._claims, self._completes, self._binds = (
-            self._writes(name, write_batch) for name in ("claim", "complete", "bind_nonce"))
+            self._writes(name, write_batch, observer)
+            for name in ("claim", "complete", "bind_nonce"))
 
     def __repr__(self) -> str:  # never shows the DSN (it may carry a password)
         return f"<PostgresStore pool={self._pool.get_size()}/{self._pool.get_max_size()}>"
@@ -100,8 +102,8 @@ class PostgresStore(SQLStore):
         instead) and ``statement_cache_size=0``. ``command_timeout`` is asyncpg's own bound on
         one statement, a backstop behind the deadline. ``write_batch`` bounds how many
         concurrent claims (or result writes, or nonce binds) go out in one statement; 1 sends
-        each alone. ``observer`` hears of outages and of the LISTEN connection (default: no
-        one).
+        each alone. ``observer`` hears of outages, of the LISTEN connection and of each
+        coalesced write's statements (default: no one).
 
         Raises ``SchemaError`` if the database lacks migrations this release needs, and
         ``StoreError`` if it cannot be reached within ``connect_timeout``.
@@ -231,12 +233,13 @@ class PostgresStore(SQLStore):
     async def _bind_nonce(self, params: Params) -> list[asyncpg.Record]:
         return await self._together(self._binds, "bind_nonce", params)
 
-    def _writes(self, name: str, write_batch: int) -> _Writes:
+    def _writes(self, name: str, write_batch: int, observer: StoreObserver) -> _Writes:
         """``name``'s calls, sent together while one is in flight: alone as ``<name>.sql``,
-        together as ``<name>_batch.sql``."""
+        together as ``<name>_batch.sql``; each statement's size told to ``observer``."""
         return Coalescer(lambda params: self._rows(name, params),
                          lambda items: self._many(name, items),
-                         max_batch=write_batch, wait=self._deadline)
+                         max_batch=write_batch, wait=self._deadline,
+                         sent=functools.partial(observer.statement_sent, name))
 
     async def _together(self, writes: _Writes, name: str, params: Params
                         ) -> list[asyncpg.Record]:

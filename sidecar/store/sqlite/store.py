@@ -16,6 +16,7 @@ from sidecar.core.errors import StoreClosed, StoreError
 from sidecar.core.events import Claim, Enqueued
 from sidecar.store import migrations
 from sidecar.store.coalesce import MAX_BATCH, Coalescer, fresh
+from sidecar.store.observer import StoreObserver, Unobserved
 from sidecar.store.rows import Params
 from sidecar.store.sqlite import transactions
 from sidecar.store.sqlite.connection import (
@@ -37,7 +38,8 @@ class SQLiteStore(SQLStore):
     more than one statement)."""
 
     def __init__(self, path: str, con: sqlite3.Connection, executor: ThreadPoolExecutor,
-                 deadline: float = 5.0, write_batch: int = MAX_BATCH) -> None:
+                 deadline: float = 5.0, write_batch: int = MAX_BATCH,
+                 observer: StoreObserver | None = None) -> None:
         self._path = path
         self._con = con
         self._executor = executor
@@ -46,12 +48,15 @@ class SQLiteStore(SQLStore):
         # so a held write lock turns into prompt 503s instead of an ever longer queue.
         self._deadline = deadline
         # Concurrent claims, result writes and nonce binds run together (write_batch <= 1:
-        # never).
+        # never); the observer hears of each statement's size.
+        self._observer = observer or Unobserved()
         self._claims = self._writes(
             "claim", lambda params: self._call("claim", transactions.claim, self._con, params),
             transactions.claims, write_batch)
         self._completes = self._writes(
-            "complete", lambda params: self._rows("complete", params), transactions.completes,
+            "complete",
+            lambda params: self._call("complete", transactions.complete, self._con, params),
+            transactions.completes,
             write_batch)
         self._binds = self._writes(
             "bind_nonce", lambda params: self._rows("bind_nonce", params), transactions.binds,
@@ -66,12 +71,14 @@ class SQLiteStore(SQLStore):
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, busy_timeout: float = 5.0,
-                   write_batch: int = MAX_BATCH) -> SQLiteStore:
+                   write_batch: int = MAX_BATCH,
+                   observer: StoreObserver | None = None) -> SQLiteStore:
         """Open (creating if needed) and migrate the database file at ``path``.
 
         ``busy_timeout`` bounds how long a statement waits for another process's write lock.
         ``write_batch`` bounds how many concurrent claims (or result writes, or nonce binds)
-        share one transaction; 1 runs each alone. Raises ``StoreError`` if the file cannot be
+        share one transaction; 1 runs each alone. ``observer`` hears of each coalesced
+        write's statements (default: no one). Raises ``StoreError`` if the file cannot be
         opened or migrated.
         """
         filename = os.fspath(path)
@@ -90,7 +97,7 @@ class SQLiteStore(SQLStore):
         # Past SQLite's own busy timeout, so a statement waiting on a lock fails cleanly (and
         # changes nothing) before the caller stops waiting for it.
         store = cls(filename, con, executor, deadline=busy_timeout + 0.5,
-                    write_batch=write_batch)
+                    write_batch=write_batch, observer=observer)
         try:
             await migrations.migrate(DIALECT, _MigrationSession(store))
         except BaseException as exc:
@@ -150,7 +157,8 @@ class SQLiteStore(SQLStore):
         """``name``'s calls, run together while one is in flight: ``one`` alone, ``many`` in
         one transaction."""
         return Coalescer(one, lambda items: self._many(name, many, items),
-                         max_batch=write_batch, wait=self._deadline)
+                         max_batch=write_batch, wait=self._deadline,
+                         sent=functools.partial(self._observer.statement_sent, name))
 
     async def _together(self, coalescer: Coalescer[Params, T], name: str, params: Params) -> T:
         try:

@@ -39,10 +39,23 @@ def _claim_in_transaction(con: sqlite3.Connection, params: Params) -> Claim:
     return Claim(won=False, row=event_row(existing[0]))
 
 
-def completes(con: sqlite3.Connection, items: Sequence[Params]) -> list[list[sqlite3.Row]]:
-    """Several result writes in one transaction, each fenced as complete.sql is alone."""
+def complete(con: sqlite3.Connection, params: Params) -> list[sqlite3.Row]:
+    """A result write: its attempt recorded in the timeline, then the row written, under one
+    fence (complete_fence.fragment.sql); the row written (the attempt), or none when
+    superseded (nothing recorded either)."""
     with immediate(con):
-        return [execute(con, "complete", params) for params in items]
+        return _complete_in_transaction(con, params)
+
+
+def completes(con: sqlite3.Connection, items: Sequence[Params]) -> list[list[sqlite3.Row]]:
+    """Several result writes in one transaction, each fenced (and recorded) as alone."""
+    with immediate(con):
+        return [_complete_in_transaction(con, params) for params in items]
+
+
+def _complete_in_transaction(con: sqlite3.Connection, params: Params) -> list[sqlite3.Row]:
+    execute(con, "complete_attempt", params)
+    return execute(con, "complete", params)
 
 
 def binds(con: sqlite3.Connection, items: Sequence[Params]) -> list[list[sqlite3.Row]]:
@@ -93,9 +106,10 @@ def take_queued(con: sqlite3.Connection, params: Params) -> list[dict[str, Any]]
 
 
 def settle_queued(con: sqlite3.Connection, params: Params) -> list[sqlite3.Row]:
-    """The fenced write of the row; only if it was written, the entry's (removed when
-    done)."""
+    """The try recorded in the timeline and the row written, under one fence
+    (settle_fence.fragment.sql); only if it was written, the entry's (removed when done)."""
     with immediate(con):
+        execute(con, "settle_queued_attempt", params)
         written = execute(con, "settle_queued_event", params)
         if written:
             step = "settle_queued_done" if params["state"] == "done" else "settle_queued_entry"

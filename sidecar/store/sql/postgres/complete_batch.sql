@@ -14,6 +14,10 @@
 -- fails the whole statement (nothing is written); the adapter then runs the items one by one,
 -- so that only the locked row's write answers RowLocked. Likewise a deadlock with another
 -- session's batch (rows are locked in the order of the plan).
+--
+-- Each item written is recorded in the attempts timeline by the same statement, as in
+-- complete.sql (the owner from `held`, the row as the snapshot had it: see there why that is
+-- the owner of the version the fence passed on).
 WITH item AS (
     SELECT *
       FROM unnest(:provider::text[], :event_id::text[], :attempt::integer[], :state::text[],
@@ -22,21 +26,32 @@ WITH item AS (
            WITH ORDINALITY AS i(key_provider, key_event_id, item_attempt, item_state,
                                 item_outcome, item_status, item_headers, item_body,
                                 item_latency, n)
+), written AS (
+    UPDATE webhook_event AS e
+       SET state = i.item_state,
+           outcome = i.item_outcome,
+           response_status = i.item_status,
+           response_headers = i.item_headers::jsonb,
+           response_body = i.item_body,
+           latency_ms = i.item_latency,
+           lease_owner = NULL,
+           lease_until = NULL,
+           updated_at = clock_timestamp()
+      FROM item AS i, webhook_event AS held
+     WHERE e.provider = i.key_provider AND e.event_id = i.key_event_id
+       AND held.provider = e.provider AND held.event_id = e.event_id
+       AND e.attempt = i.item_attempt AND e.state = 'processing'
+       AND {{row_lock_wait}}
+       AND NOT EXISTS (SELECT 1 FROM webhook_queue AS q
+                        WHERE q.provider = e.provider AND q.event_id = e.event_id)
+    RETURNING i.n AS item, e.provider, e.event_id, e.attempt, e.state, e.outcome,
+              e.response_status, e.latency_ms, e.updated_at, held.lease_owner
+), recorded AS (
+    INSERT INTO webhook_attempt (provider, event_id, attempt, started_at, finished_at, owner,
+                                 outcome, response_status, latency_ms, state, error)
+    SELECT provider, event_id, attempt,
+           updated_at - make_interval(secs => latency_ms / 1000.0), updated_at, lease_owner,
+           outcome, response_status, latency_ms, state, NULL
+      FROM written
 )
-UPDATE webhook_event AS e
-   SET state = i.item_state,
-       outcome = i.item_outcome,
-       response_status = i.item_status,
-       response_headers = i.item_headers::jsonb,
-       response_body = i.item_body,
-       latency_ms = i.item_latency,
-       lease_owner = NULL,
-       lease_until = NULL,
-       updated_at = clock_timestamp()
-  FROM item AS i
- WHERE e.provider = i.key_provider AND e.event_id = i.key_event_id
-   AND e.attempt = i.item_attempt AND e.state = 'processing'
-   AND {{row_lock_wait}}
-   AND NOT EXISTS (SELECT 1 FROM webhook_queue AS q
-                    WHERE q.provider = e.provider AND q.event_id = e.event_id)
-RETURNING i.n AS item, e.attempt;
+SELECT item, attempt FROM written;

@@ -9,6 +9,13 @@
 -- re-driven (requeue_dead.sql) after this statement's snapshot and before its lock, which the
 -- NOT EXISTS alone, read in the snapshot, would miss. A 'processing' row with an expired lease
 -- is a queued event's only if it has an entry, which it keeps while 'processing'.
+--
+-- An event's attempts (webhook_attempt) go with it, in this statement, by the keys deleted (no
+-- foreign key: see 0006_attempts.sql). All the CTEs read one snapshot, so an attempt recorded
+-- by a result write that committed after it would be left behind. Such a write is for a row
+-- received longer ago than the retention and still in an attempt; the forwarder writes no
+-- result past its lease (forwarder.py, LEASE_MARGIN), so that takes a retention shorter than
+-- the lease (seconds to minutes, against the provider's retry window of hours or days).
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), doomed AS (
@@ -31,6 +38,10 @@ WITH clock AS MATERIALIZED (
     DELETE FROM webhook_event
      WHERE provider = :provider::text
        AND event_id = ANY (ARRAY(SELECT event_id FROM doomed))
-    RETURNING 1
+    RETURNING event_id
+), attempts_deleted AS (
+    DELETE FROM webhook_attempt
+     WHERE provider = :provider::text
+       AND event_id IN (SELECT event_id FROM deleted)
 )
 SELECT count(*)::integer AS deleted FROM deleted;

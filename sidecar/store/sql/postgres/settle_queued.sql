@@ -16,10 +16,17 @@
 -- another session holds is given up on after ~100 ms (row_lock_wait.fragment.sql): RowLocked,
 -- and the worker writes again. (take_queued.sql never waits for a lock, so a settle waits
 -- only for a purge, an operator's requeue_dead or a session holding the row by hand.)
+--
+-- The same statement records the try in the attempts timeline (webhook_attempt), fed only by
+-- the fenced UPDATE: a superseded settle, or a repeat after a lost connection, records nothing.
+-- Its attempt number and owner are the row's before this settle (`fenced` locked and read its
+-- newest version): the number the app was told, even when it is given back (not :reached), and
+-- the take's lease owner, which the settle clears. Its state is the row's new one, its error
+-- :error.
 WITH t AS MATERIALIZED (
     SELECT clock_timestamp() AS ts
 ), fenced AS (
-    SELECT q.provider, q.event_id
+    SELECT q.provider, q.event_id, e.attempt AS told, e.lease_owner
       FROM webhook_queue AS q
       JOIN webhook_event AS e ON e.provider = q.provider AND e.event_id = q.event_id
      WHERE q.provider = :provider::text AND q.event_id = :event_id::text
@@ -34,7 +41,15 @@ WITH t AS MATERIALIZED (
            updated_at = t.ts
       FROM fenced, t
      WHERE e.provider = fenced.provider AND e.event_id = fenced.event_id
-    RETURNING e.attempt
+    RETURNING e.attempt, e.state, e.outcome, e.response_status, e.latency_ms, e.updated_at,
+              fenced.told, fenced.lease_owner
+), recorded AS (
+    INSERT INTO webhook_attempt (provider, event_id, attempt, started_at, finished_at, owner,
+                                 outcome, response_status, latency_ms, state, error)
+    SELECT :provider::text, :event_id::text, told,
+           updated_at - make_interval(secs => latency_ms / 1000.0), updated_at, lease_owner,
+           outcome, response_status, latency_ms, state, :error::text
+      FROM settled
 ), removed AS (
     DELETE FROM webhook_queue AS q
      USING fenced

@@ -2,7 +2,8 @@
 -- ago, oldest first, never a processing row whose lease is live. Answers one row per deleted row
 -- (SQLite cannot count inside the statement). A row whose queue entry is waiting or in flight
 -- is never deleted, however old (queue mode: the event is still to be delivered); a dead one
--- is, and its entry with it (ON DELETE CASCADE; the connection enforces foreign keys).
+-- is, and its entry with it (ON DELETE CASCADE; the connection enforces foreign keys). An
+-- event's attempts (webhook_attempt) go with it the same way, in this statement.
 DELETE FROM webhook_event
  WHERE rowid IN (
        SELECT rowid

@@ -1,4 +1,5 @@
--- Settle, step 1 (sqlite/transactions.py runs the steps inside BEGIN IMMEDIATE): write how
+-- Settle, step 1 (sqlite/transactions.py runs the steps inside BEGIN IMMEDIATE, after
+-- settle_queued_attempt.sql recorded the try under the same fence): write how
 -- take :tries ended on the row, fenced: only if the entry's take counter is still :tries and
 -- the row still 'processing'. :state is 'done', 'queued' or 'dead'; the try's result is
 -- written in every case (operators see the last try), the lease cleared, and unless :reached
@@ -9,9 +10,5 @@ UPDATE webhook_event
        attempt = CASE WHEN :reached THEN attempt ELSE attempt - 1 END,
        {{recorded_result}},
        updated_at = (julianday('now') - 2440587.5) * 86400.0
- WHERE provider = :provider AND event_id = :event_id
-   AND state = 'processing'
-   AND EXISTS (SELECT 1 FROM webhook_queue AS q
-                WHERE q.provider = :provider AND q.event_id = :event_id
-                  AND q.tries = :tries)
+ WHERE {{settle_fence}}
 RETURNING attempt;
