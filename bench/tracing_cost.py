@@ -1,9 +1,14 @@
 """What tracing costs the proxy: CPU seconds of the proxy process per new event, with tracing
 off, with every delivery sampled and exported over OTLP/HTTP to a local receiver that discards,
 and (``--main PATH``) on another checkout with tracing off. Rounds alternate the variants;
-medians are reported. SQLite store, loopback only, bounded by rounds x variants x events.
+medians are reported. ``--before PATH``: another checkout with every delivery sampled too (a
+change to tracing, measured against what it replaces in the same run). SQLite store, loopback
+only, bounded by rounds x variants x events. ``--callgrind``: instructions the proxy ran per
+new event instead (all its threads, under valgrind's callgrind: about 50 times slower, but the
+same count however loaded the machine is; 400 events are plenty).
 
     .venv/bin/python -m bench.tracing_cost [--events 2000] [--rounds 3] [--main /work/main]
+        [--before PATH] [--callgrind]
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import os
 import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -53,15 +59,38 @@ async def discarding_receiver() -> tuple[web.AppRunner, int, list[int]]:
     return runner, runner.addresses[0][1], received
 
 
-async def one(tree: Path, env: dict[str, str], events: int, tmp: Path) -> float:
-    """CPU ms of the proxy per new event, over ``events`` new events after a warm-up."""
+def instructions(pid: int, out: Path) -> int:
+    """Instructions callgrind counted in the proxy since its last dump; dumps (and zeroes)."""
+    subprocess.run(["callgrind_control", "--dump", str(pid)], check=True, capture_output=True)
+    dumps = sorted(out.parent.glob(f"{out.name}.{pid}.*"), key=lambda p: int(p.suffix[1:]))
+    summary = next(line for line in dumps[-1].read_text().splitlines()
+                   if line.startswith("summary:"))
+    return int(summary.split()[1])
+
+
+async def one(tree: Path, env: dict[str, str], events: int, tmp: Path,
+              callgrind: bool = False) -> float:
+    """CPU ms (``callgrind``: instructions) of the proxy per new event, over ``events`` new
+    events after a warm-up."""
     stub = await StubApp().start()
     store = f"sqlite:///{tmp / f'{secrets.token_hex(4)}.db'}"
     path = tmp / "bench.yaml"
     path.write_text(yaml.safe_dump(config(stub.url, store)))
     # `python -m sidecar` runs the checkout it is started in (its folder is first on the path).
     support.REPO = tree
-    started = await ProxyProcess(path, env={"PYTHONPATH": str(tree), **env}).start()
+    proxy = ProxyProcess(path, env={"PYTHONPATH": str(tree), **env})
+    out = tmp / "callgrind.out"
+    python = sys.executable
+    if callgrind:  # ProxyProcess starts sys.executable: a script running it under callgrind
+        wrapper = tmp / "callgrind-python"
+        wrapper.write_text(f'#!/bin/sh\nexec valgrind --tool=callgrind -q '
+                           f'--callgrind-out-file={out}.%p {python} "$@"\n')
+        wrapper.chmod(0o755)
+        sys.executable = str(wrapper)
+    try:
+        started = await proxy.start(timeout=600 if callgrind else 20)
+    finally:
+        sys.executable = python
     headers = signer(config("http://x", store))
     url = started.url + "/webhooks/stripe"
     run = secrets.token_hex(3)
@@ -71,14 +100,17 @@ async def one(tree: Path, env: dict[str, str], events: int, tmp: Path) -> float:
             warm = [json.dumps({"id": f"warm_{run}_{i}"}).encode() for i in range(300)]
             await run_load(client, url, warm, headers, CONCURRENCY)
             assert started.proc is not None
-            before = cpu_seconds(started.proc.pid)
+            pid = started.proc.pid
+            before = instructions(pid, out) if callgrind else cpu_seconds(pid)
             bodies = [json.dumps({"id": f"evt_{run}_{i}"}).encode() for i in range(events)]
             _, _, statuses = await run_load(client, url, bodies, headers, CONCURRENCY)
-            after = cpu_seconds(started.proc.pid)
+            after = instructions(pid, out) if callgrind else cpu_seconds(pid)
             assert statuses == {200: events}, statuses
     finally:
         await started.terminate()
         await stub.stop()
+    if callgrind:
+        return after / events  # the dump before zeroed the count
     return (after - before) * 1000 / events
 
 
@@ -87,11 +119,17 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--main", type=Path, help="another checkout, run with tracing off")
+    parser.add_argument("--before", type=Path,
+                        help="another checkout, run with every delivery sampled")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count instructions under callgrind instead of CPU time")
     args = parser.parse_args()
     runner, port, received = await discarding_receiver()
     traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
               "OTEL_TRACES_SAMPLER": "always_on"}
     variants = {"tracing off": (HERE, {}), "tracing on, all sampled": (HERE, traced)}
+    if args.before is not None:
+        variants["before, all sampled"] = (args.before.resolve(), traced)
     if args.main is not None:
         variants["main (no tracing)"] = (args.main.resolve(), {})
     results: dict[str, list[float]] = {name: [] for name in variants}
@@ -103,17 +141,19 @@ async def main() -> None:
                     order.reverse()
                 for name in order:
                     tree, env = variants[name]
-                    results[name].append(await one(tree, env, args.events, Path(tmp_dir)))
+                    results[name].append(await one(tree, env, args.events, Path(tmp_dir),
+                                                  args.callgrind))
     finally:
         await runner.cleanup()
     print(f"{os.cpu_count()} cores, Python {sys.version.split()[0]}; {args.events} new events "
           f"x {args.rounds} rounds, concurrency {CONCURRENCY}, SQLite; "
           f"{sum(received)} bytes of spans received")
     base = statistics.median(results["tracing off"])
+    unit, scale = ("M instructions/event", 1e-6) if args.callgrind else ("CPU ms/event", 1.0)
     for name, values in results.items():
         median = statistics.median(values)
-        print(f"{name:<26} {median:6.3f} CPU ms/event  ({median / base:5.2f}x)  "
-              f"rounds: {', '.join(f'{v:.3f}' for v in values)}")
+        print(f"{name:<26} {median * scale:6.3f} {unit}  ({median / base:5.2f}x)  "
+              f"rounds: {', '.join(f'{v * scale:.3f}' for v in values)}")
 
 
 if __name__ == "__main__":

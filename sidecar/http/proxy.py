@@ -7,12 +7,14 @@ no decompression — are the listener's: ``sidecar.http.listener``.)"""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from sidecar.config.model import LogLevel, ProviderConfig
 from sidecar.core import phases
@@ -96,8 +98,11 @@ def _trusted_parent(request: web.Request) -> Mapping[str, str] | None:
     """The request's headers, to continue the trace context they carry, from a trusted proxy
     only: providers send none, and anyone else could send any (it would graft our spans onto
     a trace of their choosing)."""
+    trusted = request.app[CONFIG].trusted_proxies
+    if not trusted:  # the usual case: no address to parse
+        return None
     address = peer_address(request.remote)
-    if address is not None and is_trusted(address, request.app[CONFIG].trusted_proxies):
+    if address is not None and is_trusted(address, trusted):
         return request.headers
     return None
 
@@ -105,13 +110,13 @@ def _trusted_parent(request: web.Request) -> Mapping[str, str] | None:
 def _request_attributes(provider: ProviderConfig, request: web.Request) -> dict[str, str | int]:
     """The server span's attributes known before the answer (HTTP semantic conventions; the
     query is left out: it may carry a token)."""
-    url = request.url  # its host and port are the Host header's
+    host, port = _server(request.scheme, request.host)
     attributes: dict[str, str | int] = {
         "http.request.method": request.method, "url.path": request.path,
         "url.scheme": request.scheme, "http.route": provider.path,
-        "server.address": url.host or "", "webhook.provider": provider.key}
-    if url.port is not None:
-        attributes["server.port"] = url.port
+        "server.address": host, "webhook.provider": provider.key}
+    if port is not None:
+        attributes["server.port"] = port
     if request.remote:
         attributes["client.address"] = request.remote
         attributes["network.peer.address"] = request.remote
@@ -121,6 +126,14 @@ def _request_attributes(provider: ProviderConfig, request: web.Request) -> dict[
     if agent:
         attributes["user_agent.original"] = agent
     return attributes
+
+
+@functools.lru_cache(maxsize=64)
+def _server(scheme: str, host: str) -> tuple[str, int | None]:
+    """The Host header's host and port (else the scheme's), as ``request.url`` reads them;
+    remembered, as requests name the same few, and building that URL costs more than a span."""
+    url = URL.build(scheme=scheme, authority=host)
+    return url.host or "", url.port
 
 
 def _describe(span: Span, answer: Answer | None) -> None:

@@ -1,31 +1,44 @@
 """The tracing port (``core.tracing.Tracer``) on the OpenTelemetry SDK. Imported only when tracing
 is on (``sidecar.obs.tracing.build_tracer``): the ``otel`` extra is optional.
 
-An exporter that is down or slow never delays a delivery: a finished span is put on the
-``BatchSpanProcessor``'s bounded queue and the delivery goes on; a background thread exports.
-Spans that cannot be kept are dropped and counted (``SpanDrops``)."""
+The delivery path keeps each span as a light record (``SpanRecord``: ids, times, a plain dict of
+attributes) in a context variable of its own, and puts it, once ended, on a bounded queue; the
+SDK's span objects (``ReadableSpan``) are built from the records in the export thread, just
+before the exporter encodes them. The SDK's own span machinery (attribute validation, its
+context, a lock and processor calls per span) cost the proxy more CPU than the rest of a
+delivery (docs/benchmarks.md, "Tracing cost"). The SDK still decides what it owns: the sampler
+(called for each trace's root; a child shares its parent's decision, as the parent-based samplers
+decide), the id generator, the resource and the exporter.
+
+An exporter that is down or slow never delays a delivery: a finished span is put on the bounded
+queue and the delivery goes on; a background thread exports. Spans that cannot be kept are
+dropped and counted (``Dropped``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Final
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
-)
-from opentelemetry.trace import Link, Status, StatusCode
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBased
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from sidecar.core.tracing import Attributes, Span, SpanKind
+from sidecar.core.tracing import Attributes, AttributeValue, Span, SpanKind
 
 _KINDS: Final = {
     SpanKind.SERVER: trace.SpanKind.SERVER,
@@ -33,22 +46,88 @@ _KINDS: Final = {
     SpanKind.CONSUMER: trace.SpanKind.CONSUMER,
     SpanKind.INTERNAL: trace.SpanKind.INTERNAL,
 }
+SCOPE: Final = "webhook-sidecar"
+# Samplers that sample every trace without a parent, adding nothing to it.
+_ALWAYS_ON: Final = frozenset(
+    sampler.get_description() for sampler in (ALWAYS_ON, ParentBased(ALWAYS_ON)))
 
-# The SDK logs a warning per span it drops from a full queue: while a collector is down that is
-# a line per delivery. Drops are counted in a metric instead.
-logging.getLogger("opentelemetry.sdk._shared_internal").setLevel(logging.ERROR)
+log = logging.getLogger("sidecar.obs.otel")
 
 Dropped = Callable[[str, int], None]  # (reason, spans)
 
 
+class SpanRecord:
+    """A span while the delivery path holds it: what the export thread needs to build the SDK's
+    ``ReadableSpan``, nothing validated or copied twice. ``parent``: the parent's span id, 0 for
+    a root; ``remote``: that parent came from another process."""
+
+    __slots__ = ("attributes", "end", "error", "flags", "kind", "links", "name", "parent",
+                 "queue", "remote", "span_id", "start", "state", "token", "trace_id")
+
+    def __init__(self, name: str, kind: SpanKind, trace_id: int, span_id: int, flags: int,
+                 state: TraceState | None, parent: int, remote: bool,
+                 attributes: dict[str, AttributeValue], links: Sequence[Link]) -> None:
+        self.name = name
+        self.kind = kind
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.flags = flags
+        self.state = state
+        self.parent = parent
+        self.remote = remote
+        self.attributes = attributes
+        self.links = links
+        self.start = time.time_ns()
+        self.end = 0
+        self.error: tuple[BaseException, str] | None = None  # escaped: (exception, traceback)
+        self.queue: SpanQueue | None = None  # where it goes when it ends: sampled only
+        self.token: Token[SpanRecord | None] | None = None
+
+    # A class, not a generator-based context manager: a third of the cost per span.
+    def __enter__(self) -> SpanRecord:
+        self.token = _current.set(self)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if isinstance(exc, Exception):  # as the SDK does: the exception on the span, an error
+            self.error = (exc, "".join(traceback.format_exception(exc)))
+        if self.token is not None:
+            _current.reset(self.token)
+        self.end = time.time_ns()
+        if self.queue is not None:
+            self.queue.put(self)
+
+    def set_attribute(self, key: str, value: AttributeValue) -> None:
+        self.attributes[key] = value
+
+    @property
+    def sampled(self) -> bool:
+        return bool(self.flags & TraceFlags.SAMPLED)
+
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-{self.flags:02x}"
+
+
+# The open span of the running task (children: tasks started from it see it too).
+_current: ContextVar[SpanRecord | None] = ContextVar("sidecar_span", default=None)
+
+
 class OtelTracer:
-    """``core.tracing.Tracer`` on an SDK ``TracerProvider``. W3C Trace Context in and out."""
+    """``core.tracing.Tracer`` on an SDK ``TracerProvider`` (its sampler, id generator and
+    resource) and a ``SpanQueue`` added to it. W3C Trace Context in and out."""
 
     enabled = True
 
-    def __init__(self, provider: TracerProvider, db_system: str) -> None:
+    def __init__(self, provider: TracerProvider, queue: SpanQueue, db_system: str) -> None:
         self._provider = provider
-        self._tracer = provider.get_tracer("webhook-sidecar")
+        self._queue = queue
+        self._sampler = provider.sampler
+        # The default sampler samples every new trace as it is: no need to ask it each time.
+        self._always = self._sampler.get_description() in _ALWAYS_ON
+        self._ids = provider.id_generator
+        # W3C Trace Context level 2: the SDK flags trace ids its generator drew at random.
+        self._random = TraceFlags.RANDOM_TRACE_ID if self._ids.is_trace_id_random() else 0
         self._propagator = TraceContextTextMapPropagator()
         self._db_system = db_system
         self._root = Context()  # no parent: a new trace, whatever the running task holds
@@ -59,8 +138,14 @@ class OtelTracer:
 
     def server(self, name: str, attributes: Attributes,
                parent: Mapping[str, str] | None) -> contextlib.AbstractContextManager[Span]:
-        context = self._propagator.extract(parent) if parent is not None else self._root
-        return self._open(name, SpanKind.SERVER, attributes, context, ())
+        if parent is not None:
+            context = self._propagator.extract(parent)
+            remote = trace.get_current_span(context).get_span_context()
+            if remote.is_valid:
+                return self._open(self._root_record(name, SpanKind.SERVER, attributes, context,
+                                                    remote, ()))
+        return self._open(self._root_record(name, SpanKind.SERVER, attributes, self._root,
+                                            None, ()))
 
     def linked(self, name: str, kind: SpanKind, attributes: Attributes,
                link: str | None) -> contextlib.AbstractContextManager[Span]:
@@ -70,27 +155,54 @@ class OtelTracer:
                 self._propagator.extract({"traceparent": link})).get_span_context()
             if linked.is_valid:
                 links = (Link(linked),)
-        return self._open(name, kind, attributes, self._root, links)
+        return self._open(self._root_record(name, kind, attributes, self._root, None, links))
 
     def span(self, name: str, kind: SpanKind = SpanKind.INTERNAL,
              attributes: Attributes | None = None) -> contextlib.AbstractContextManager[Span]:
-        return self._open(name, kind, attributes or {}, None, ())
+        parent = _current.get()
+        if parent is None:
+            return self._open(self._root_record(name, kind, attributes or {}, self._root, None,
+                                                ()))
+        # A child shares its parent's trace, sampling decision and trace state.
+        return self._open(SpanRecord(name, kind, parent.trace_id, self._ids.generate_span_id(),
+                                  parent.flags, parent.state, parent.span_id, False,
+                                  dict(attributes) if attributes else {}, ()))
 
     def headers(self) -> dict[str, str]:
-        carrier: dict[str, str] = {}
-        self._propagator.inject(carrier)
+        current = _current.get()
+        if current is None:
+            return {}
+        carrier = {"traceparent": current.traceparent()}
+        if current.state:
+            carrier["tracestate"] = current.state.to_header()
         return carrier
 
-    @contextlib.contextmanager
-    def _open(self, name: str, kind: SpanKind, attributes: Attributes,
-              context: Context | None, links: Sequence[Link]) -> Iterator[Span]:
-        with self._tracer.start_as_current_span(name, context=context, kind=_KINDS[kind],
-                                                attributes=attributes, links=links) as span:
-            yield span
-            # The port's rule: a span that names an error.type ends with an error status.
-            recorded = getattr(span, "attributes", None)
-            if recorded is not None and "error.type" in recorded:
-                span.set_status(Status(StatusCode.ERROR))
+    def _root_record(self, name: str, kind: SpanKind, attributes: Attributes, context: Context,
+                     remote: SpanContext | None, links: Sequence[Link]) -> SpanRecord:
+        """A trace's first span here: the sampler decides (given the remote parent, if any)."""
+        if remote is None and self._always:
+            return SpanRecord(name, kind, self._ids.generate_trace_id(),
+                              self._ids.generate_span_id(), TraceFlags.SAMPLED | self._random,
+                              None, 0, False, dict(attributes), links)
+        trace_id = remote.trace_id if remote is not None else self._ids.generate_trace_id()
+        sampling = self._sampler.should_sample(context, trace_id, name, _KINDS[kind],
+                                               attributes, links)
+        flags = TraceFlags.SAMPLED if sampling.decision is Decision.RECORD_AND_SAMPLE else 0
+        if remote is not None:
+            flags |= remote.trace_flags & TraceFlags.RANDOM_TRACE_ID
+        else:
+            flags |= self._random
+        recorded = dict(attributes)
+        if sampling.attributes:
+            recorded.update(sampling.attributes)  # what the sampler adds
+        return SpanRecord(name, kind, trace_id, self._ids.generate_span_id(), flags,
+                       sampling.trace_state, remote.span_id if remote is not None else 0,
+                       remote is not None, recorded, links)
+
+    def _open(self, record: SpanRecord) -> SpanRecord:
+        if record.flags & TraceFlags.SAMPLED:
+            record.queue = self._queue
+        return record
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Export what is queued now (tests; blocks the calling thread up to ``timeout``)."""
@@ -116,56 +228,148 @@ class OtelTracer:
                 await done
 
 
-class CountingExporter(SpanExporter):
-    """Wraps the exporter: spans of an export that failed (after the exporter's own retries,
-    within its timeout) or raised are counted as dropped, ``export_failed``."""
+def _env_millis(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        log.warning("$%s is not a number of milliseconds; %s it is", name, default)
+        return default
 
-    def __init__(self, inner: SpanExporter, dropped: Dropped) -> None:
-        self._inner = inner
+
+class SpanQueue(SpanProcessor):
+    """The bounded queue of ended spans and the thread that exports them, in batches of
+    ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (default 512) at least every ``OTEL_BSP_SCHEDULE_DELAY``
+    ms (default 5000), as the SDK's ``BatchSpanProcessor`` does. ``put`` never blocks: a span
+    that finds the queue full is dropped and counted (``queue_full``); the spans of an export
+    that failed (after the exporter's own retries) or raised are counted as ``export_failed``.
+    Added to the provider, so its ``force_flush`` and ``shutdown`` reach the queue."""
+
+    def __init__(self, exporter: RecordExporter, *, max_queue_size: int, dropped: Dropped,
+                 schedule_delay_millis: float | None = None) -> None:
+        self._exporter = exporter
+        self._max_queue_size = max_queue_size
+        self._batch = max(1, min(int(_env_millis("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)),
+                                 max_queue_size))
+        self._delay = (schedule_delay_millis if schedule_delay_millis is not None
+                       else _env_millis("OTEL_BSP_SCHEDULE_DELAY", 5000)) / 1000
         self._dropped = dropped
+        self._queue: deque[SpanRecord] = deque()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()  # guards _flushed
+        self._flushed: list[threading.Event] = []  # force_flush calls waiting for the thread
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="span-export", daemon=True)
+        self._thread.start()
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self._inner.export(spans)
-        except Exception:
-            self._dropped("export_failed", len(spans))
-            raise
-        if result is not SpanExportResult.SUCCESS:
-            self._dropped("export_failed", len(spans))
-        return result
+    def put(self, record: SpanRecord) -> None:
+        """Queue an ended span (the delivery path; never blocks)."""
+        if self._stopping:
+            return
+        queued = len(self._queue)
+        if queued >= self._max_queue_size:
+            self._dropped("queue_full", 1)
+            return
+        self._queue.append(record)  # deque.append is atomic: no lock
+        if queued + 1 == self._batch:  # wake the thread once per batch, not per span
+            self._wake.set()
 
-    def shutdown(self) -> None:
-        self._inner.shutdown()
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._delay)
+            self._wake.clear()
+            with self._lock:
+                flushed, self._flushed = self._flushed, []
+            self._export_queued()
+            for event in flushed:
+                event.set()
+            if self._stopping:
+                self._export_queued()
+                return
+
+    def _export_queued(self) -> None:
+        """Export the spans queued now, a batch at a time."""
+        queued = len(self._queue)
+        while queued > 0:
+            count = min(queued, self._batch)
+            batch = [self._queue.popleft() for _ in range(count)]
+            queued -= count
+            try:
+                exported = self._exporter.export(batch)
+            except Exception:
+                log.exception("exporting %d spans failed", len(batch))
+                exported = False
+            if not exported:
+                self._dropped("export_failed", len(batch))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
+        if not self._thread.is_alive():
+            return not self._queue
+        done = threading.Event()
+        with self._lock:
+            self._flushed.append(done)
+        self._wake.set()
+        return done.wait(timeout_millis / 1000)
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+        self._exporter.shutdown()
 
 
-class CountingProcessor(BatchSpanProcessor):
-    """A ``BatchSpanProcessor`` (queue bounded by ``max_queue_size``) that counts the spans it
-    drops because its queue is full (``queue_full``): the SDK drops the oldest queued span to
-    make room, and says so only in a log line and its own meter. The count reads the SDK's
-    queue length before each span is queued; that queue is not public API, so if an SDK
-    version no longer has it, ``counts_drops`` is False and queue-full drops go uncounted."""
+class RecordExporter(Protocol):
+    """Sends span records somewhere, from the export thread."""
 
-    def __init__(self, exporter: SpanExporter, *, max_queue_size: int, dropped: Dropped,
-                 schedule_delay_millis: float | None = None) -> None:
-        # The schedule delay: OTEL_BSP_SCHEDULE_DELAY, or the SDK's default, unless given.
-        super().__init__(exporter, max_queue_size=max_queue_size,
-                         max_export_batch_size=min(512, max_queue_size),
-                         schedule_delay_millis=schedule_delay_millis)
-        self._max_queue_size = max_queue_size
-        self._dropped = dropped
-        queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
-        self._queue: Sequence[object] | None = queue if hasattr(queue, "__len__") else None
+    def export(self, records: Sequence[SpanRecord]) -> bool:
+        """Whether they were taken (False, or raising: they are counted as dropped)."""
 
-    @property
-    def counts_drops(self) -> bool:
-        return self._queue is not None
+    def shutdown(self) -> None: ...
 
-    def on_end(self, span: ReadableSpan) -> None:
-        context = span.context
-        if (self._queue is not None and context is not None and context.trace_flags.sampled
-                and len(self._queue) >= self._max_queue_size):
-            self._dropped("queue_full", 1)
-        super().on_end(span)
+
+def error_status(record: SpanRecord) -> str | None:
+    """None: the span's status is unset; else it is an error, with this description (empty:
+    none). An exception escaped it, or (the port's rule) its attributes name an error.type."""
+    if record.error is not None:
+        exc = record.error[0]
+        return f"{type(exc).__name__}: {exc}"
+    return "" if "error.type" in record.attributes else None
+
+
+class SdkExport:
+    """Records to an SDK ``SpanExporter`` (any: the in-memory one in tests), as the SDK's
+    ``ReadableSpan`` objects."""
+
+    def __init__(self, exporter: SpanExporter, provider: TracerProvider) -> None:
+        self._exporter = exporter
+        self._resource = provider.resource
+        self._scope = InstrumentationScope(SCOPE)
+
+    def export(self, records: Sequence[SpanRecord]) -> bool:
+        spans = [self._readable(record) for record in records]
+        return self._exporter.export(spans) is SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def _readable(self, record: SpanRecord) -> ReadableSpan:
+        """The SDK's span for a record (in the export thread: off the delivery path)."""
+        context = SpanContext(record.trace_id, record.span_id, False, TraceFlags(record.flags),
+                              record.state)
+        parent = None
+        if record.parent:
+            parent = SpanContext(record.trace_id, record.parent, record.remote,
+                                 TraceFlags(record.flags), record.state)
+        description = error_status(record)
+        status = (Status(StatusCode.UNSET) if description is None
+                  else Status(StatusCode.ERROR, description or None))
+        events: tuple[Event, ...] = ()
+        if record.error is not None:
+            exc, stack = record.error
+            events = (Event("exception", {"exception.type": type(exc).__qualname__,
+                                          "exception.message": str(exc),
+                                          "exception.stacktrace": stack,
+                                          "exception.escaped": "False"}, record.end),)
+        return ReadableSpan(record.name, context, parent, self._resource, record.attributes,
+                            events, record.links, _KINDS[record.kind], status=status,
+                            start_time=record.start, end_time=record.end,
+                            instrumentation_scope=self._scope)

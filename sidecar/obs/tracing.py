@@ -54,14 +54,9 @@ def build_tracer(config: TracingConfig, metrics: Metrics, *, db_system: str,
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
 
-        from sidecar.obs.otel import CountingExporter, CountingProcessor, OtelTracer
+        from sidecar.obs.otel import SCOPE, OtelTracer, RecordExporter, SdkExport, SpanQueue
         if exporter is None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-                OTLPSpanExporter,
-            )
-            exporter = OTLPSpanExporter(
-                endpoint=f"{config.endpoint}/v1/traces" if config.endpoint else None,
-                headers=dict(config.headers) or None)
+            from sidecar.obs import otlp
     except ImportError as exc:
         raise ConfigError("tracing", f"{why_wanted(config, environ)}, but OpenTelemetry is not "
                           f"installed ({exc.name} is missing): {INSTALL_HINT}") from exc
@@ -71,10 +66,17 @@ def build_tracer(config: TracingConfig, metrics: Metrics, *, db_system: str,
 
     provider = TracerProvider(resource=Resource.create(_resource(config, environ)),
                               sampler=_sampler(config, environ), shutdown_on_exit=False)
-    provider.add_span_processor(CountingProcessor(
-        CountingExporter(exporter, dropped), max_queue_size=config.max_queue_size,
-        dropped=dropped))
-    return OtelTracer(provider, db_system)
+    sends: RecordExporter
+    if exporter is None:
+        resource = provider.resource
+        sends = otlp.from_environment(
+            otlp.Encoder(resource.attributes, resource.schema_url, SCOPE), config.endpoint,
+            dict(config.headers), environ)
+    else:
+        sends = SdkExport(exporter, provider)
+    queue = SpanQueue(sends, max_queue_size=config.max_queue_size, dropped=dropped)
+    provider.add_span_processor(queue)  # the provider's force_flush and shutdown reach it
+    return OtelTracer(provider, queue, db_system)
 
 
 def _resource(config: TracingConfig, environ: Mapping[str, str]) -> dict[str, str]:

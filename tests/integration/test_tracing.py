@@ -259,3 +259,15 @@ async def test_concurrent_claims_say_they_went_out_in_a_batch(
     batched = [c for c in claims if c["webhook.batched"]]
     assert batched, "no claim went out in a batch"
     assert all(int(str(c["db.operation.batch.size"])) >= 2 for c in batched)
+
+
+async def test_an_unsampled_delivery_exports_nothing_and_tells_the_app_so(
+    make_proxy: Callable[..., Any],
+) -> None:
+    running, stub, exporter, tracer = await make_proxy(tracing={"sampler": "always_off"})
+    assert await deliver(running, "evt_unsampled") == 200
+
+    assert spans(exporter, tracer) == []
+    # The trace context still goes on, flagged not sampled: the app need not record it either.
+    flags = int(stub.seen[0].headers["traceparent"].rsplit("-", 1)[1], 16)
+    assert flags & 0x01 == 0

@@ -1,0 +1,265 @@
+"""OTLP/HTTP export of span records (``sidecar.obs.otel.SpanRecord``): the protobuf request
+(``ExportTraceServiceRequest``) written straight from the records, and sent from the export
+thread. The SDK's exporter builds a protobuf message object per span, attribute and value; that
+was most of tracing's CPU (docs/benchmarks.md, "Tracing cost"). Here each span is a few byte
+strings joined, and an attribute seen before (most are: a route, a method, a store's name) is
+a dictionary lookup. What is sent decodes to the message the SDK's encoder builds for the same
+spans (tests/unit/test_otlp.py compares them)."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import random
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
+
+import requests
+
+from sidecar.obs.otel import SpanRecord, error_status
+
+log = logging.getLogger("sidecar.obs.otlp")
+
+_KIND_NUMBERS: Final = {"internal": 1, "server": 2, "client": 3, "producer": 4, "consumer": 5}
+_HAS_IS_REMOTE: Final = 0x100  # SpanFlags: the span says whether its parent is remote
+_IS_REMOTE: Final = 0x200
+_STATUS_ERROR: Final = 2
+_CACHED_MAX: Final = 4096  # attributes remembered encoded; forgotten all at once past it
+_RETRYABLE: Final = frozenset({408, 429, 502, 503, 504})
+
+_pack_fixed64 = struct.Struct("<Q").pack
+_pack_fixed32 = struct.Struct("<I").pack
+_pack_double = struct.Struct("<d").pack
+_pack_times = struct.Struct("<BQBQ").pack  # start and end: fields 7 and 8, fixed64
+
+
+def _flags(remote: bool) -> bytes:
+    """A span's or a link's flags field (16, fixed32): whether its parent is remote."""
+    return b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if remote else 0))
+
+
+_UNSET_LOCAL: Final = b"\x7a\x00" + _flags(False)
+_UNSET_REMOTE: Final = b"\x7a\x00" + _flags(True)
+
+
+def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _any_value(value: object) -> bytes:
+    """An ``AnyValue``'s payload, as the SDK's encoder types values."""
+    if isinstance(value, bool):
+        return b"\x10" + (b"\x01" if value else b"\x00")
+    if isinstance(value, str):
+        return _field(1, value.encode())
+    if isinstance(value, int):
+        return b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)  # int64: two's complement
+    if isinstance(value, float):
+        return b"\x21" + _pack_double(value)
+    if isinstance(value, bytes):
+        return _field(7, value)
+    if isinstance(value, Sequence):
+        return _field(5, b"".join(_field(1, _any_value(item)) for item in value))
+    if isinstance(value, Mapping):
+        return _field(6, b"".join(_field(1, _key_value(str(k), v)) for k, v in value.items()))
+    if value is None:
+        return b""
+    raise TypeError(f"an attribute of type {type(value).__name__}")
+
+
+def _key_value(key: str, value: object) -> bytes:
+    return _field(1, key.encode()) + _field(2, _any_value(value))
+
+
+def _key_values(number: int, items: Iterable[tuple[str, object]]) -> bytes:
+    """Repeated ``KeyValue`` field ``number`` (a Resource's 1, an Event's 3, a Span's 9)."""
+    return b"".join(_field(number, _key_value(key, value)) for key, value in items)
+
+
+class Encoder:
+    """Span records to the bytes of an ``ExportTraceServiceRequest`` for one resource and one
+    instrumentation scope. Used by one thread (its cache is not locked)."""
+
+    def __init__(self, resource: Mapping[str, object], resource_schema: str, scope: str,
+                 scope_version: str | None = None) -> None:
+        scope_bytes = _field(1, scope.encode())
+        if scope_version:
+            scope_bytes += _field(2, scope_version.encode())
+        self._resource = _field(1, _key_values(1, resource.items()))  # Resource.attributes
+        self._resource_schema = _field(3, resource_schema.encode()) if resource_schema else b""
+        self._scope = _field(1, scope_bytes)
+        self._cache: dict[tuple[str, type, object], bytes] = {}
+        self._heads: dict[tuple[str, str], bytes] = {}
+
+    def encode(self, records: Iterable[SpanRecord]) -> bytes:
+        spans = b"".join(_field(2, self._span(record)) for record in records)
+        scope_spans = _field(2, self._scope + spans)
+        return _field(1, self._resource + scope_spans + self._resource_schema)
+
+    def _attribute(self, key: str, value: object) -> bytes:
+        """A ``KeyValue`` field, remembered: most recur span after span."""
+        cache_key = (key, type(value), value)
+        try:
+            return self._cache[cache_key]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable (a list from a sampler): not remembered
+            return _field(9, _key_value(key, value))
+        if len(self._cache) >= _CACHED_MAX:
+            self._cache.clear()  # unique values (event ids) would fill it: start over
+        encoded = self._cache[cache_key] = _field(9, _key_value(key, value))
+        return encoded
+
+    def _head(self, name: str, kind: str) -> bytes:
+        """A span's name and kind fields, remembered: spans are named after a few steps."""
+        try:
+            return self._heads[name, kind]
+        except KeyError:
+            if len(self._heads) >= _CACHED_MAX:
+                self._heads.clear()
+            head = self._heads[name, kind] = (_field(5, name.encode()) + b"\x30"
+                                              + _varint(_KIND_NUMBERS[kind]))
+            return head
+
+    def _span(self, record: SpanRecord) -> bytes:
+        parts = [b"\x0a\x10", record.trace_id.to_bytes(16, "big"),
+                 b"\x12\x08", record.span_id.to_bytes(8, "big")]
+        if record.state:
+            parts.append(_field(3, record.state.to_header().encode()))
+        if record.parent:
+            parts += (b"\x22\x08", record.parent.to_bytes(8, "big"))
+        parts += (self._head(record.name, record.kind.value),
+                  _pack_times(0x39, record.start, 0x41, record.end))
+        attribute = self._attribute
+        parts += [attribute(key, value) for key, value in record.attributes.items()]
+        status = error_status(record)
+        if record.error is not None:
+            exc, stack = record.error
+            event = (_field(2, b"exception") + _key_values(3, (
+                ("exception.type", type(exc).__qualname__), ("exception.message", str(exc)),
+                ("exception.stacktrace", stack), ("exception.escaped", "False"))))
+            parts.append(_field(11, b"\x09" + _pack_fixed64(record.end) + event))
+        for link in record.links:  # as the SDK's encoder writes them: no trace state
+            context = link.context
+            link_bytes = (b"\x0a\x10" + context.trace_id.to_bytes(16, "big")
+                          + b"\x12\x08" + context.span_id.to_bytes(8, "big"))
+            link_bytes += b"\x35" + _pack_fixed32(
+                _HAS_IS_REMOTE | (_IS_REMOTE if context.is_remote else 0))
+            parts.append(_field(13, link_bytes))
+        if status is None:  # the usual end: an empty Status (unset), the span's flags
+            parts.append(_UNSET_REMOTE if record.remote else _UNSET_LOCAL)
+        else:
+            message = _field(2, status.encode()) if status else b""
+            parts += (_field(15, message + b"\x18" + _varint(_STATUS_ERROR)),
+                      _flags(record.remote))
+        return b"".join(parts)
+
+
+class OtlpHttp:
+    """POSTs encoded spans to an OTLP/HTTP traces endpoint (``application/x-protobuf``), from
+    the export thread. An answer the OTLP spec calls retryable (408, 429, 502, 503, 504) or a
+    connection that failed is tried again, backing off exponentially, until ``timeout``
+    seconds from the first try have passed. ``export``: whether the collector took them."""
+
+    def __init__(self, encoder: Encoder, endpoint: str, headers: Mapping[str, str], *,
+                 timeout: float, compression: str | None = None,
+                 certificate: str | None = None,
+                 client_cert: tuple[str, str] | str | None = None) -> None:
+        self._encoder = encoder
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self._compression = compression
+        self.headers = dict(headers)
+        self._session = requests.Session()
+        self._session.headers.update({"Content-Type": "application/x-protobuf", **headers})
+        if compression:
+            self._session.headers["Content-Encoding"] = compression
+        if certificate:
+            self._session.verify = certificate
+        if client_cert:
+            self._session.cert = client_cert
+        self._stopped = threading.Event()
+
+    def export(self, records: Sequence[SpanRecord]) -> bool:
+        body = self._encoder.encode(records)
+        if self._compression == "gzip":
+            body = gzip.compress(body, compresslevel=1)
+        elif self._compression == "deflate":
+            body = zlib.compress(body, 1)
+        deadline = time.monotonic() + self.timeout
+        backoff = 1.0
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                response = self._session.post(self.endpoint, data=body, timeout=max(left, 0.1))
+            except requests.exceptions.RequestException as exc:
+                retry, why = isinstance(exc, requests.exceptions.ConnectionError), str(exc)
+            else:
+                if response.ok:
+                    return True
+                retry, why = response.status_code in _RETRYABLE, f"HTTP {response.status_code}"
+            wait = backoff * random.uniform(0.8, 1.2)
+            if not retry or time.monotonic() + wait >= deadline or self._stopped.is_set():
+                log.warning("exporting %d spans to %s failed: %s", len(records),
+                            self.endpoint, why)
+                return False
+            self._stopped.wait(wait)  # shutdown ends the wait: no retries then
+            backoff *= 2
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        self._session.close()
+
+
+def _first(environ: Mapping[str, str], *names: str) -> str | None:
+    return next((environ[name].strip() for name in names if environ.get(name, "").strip()),
+                None)
+
+
+def from_environment(encoder: Encoder, endpoint: str | None, headers: Mapping[str, str],
+                     environ: Mapping[str, str] = os.environ) -> OtlpHttp:
+    """The exporter the ``tracing:`` block and the standard variables ask for, as the SDK reads
+    them: OTEL_EXPORTER_OTLP_[TRACES_]{ENDPOINT, HEADERS, TIMEOUT, COMPRESSION, CERTIFICATE,
+    CLIENT_CERTIFICATE, CLIENT_KEY}; the traces one first, a key of the block over both."""
+    from opentelemetry.util.re import parse_env_headers
+
+    def setting(name: str) -> str | None:
+        return _first(environ, f"OTEL_EXPORTER_OTLP_TRACES_{name}", f"OTEL_EXPORTER_OTLP_{name}")
+
+    if endpoint is not None:
+        url = f"{endpoint.rstrip('/')}/v1/traces"
+    elif traces := _first(environ, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        url = traces
+    else:
+        base = _first(environ, "OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
+        url = f"{base.rstrip('/')}/v1/traces"
+    sent = dict(parse_env_headers(setting("HEADERS") or "", liberal=True))
+    sent.update(headers)
+    try:
+        timeout = float(setting("TIMEOUT") or 10)
+    except ValueError:
+        log.warning("the OTLP timeout is not a number of seconds: 10 s it is")
+        timeout = 10.0
+    compression = (setting("COMPRESSION") or "").lower()
+    cert, key = setting("CLIENT_CERTIFICATE"), setting("CLIENT_KEY")
+    return OtlpHttp(encoder, url, sent, timeout=timeout,
+                    compression=compression if compression in ("gzip", "deflate") else None,
+                    certificate=setting("CERTIFICATE"),
+                    client_cert=(cert, key) if cert and key else cert)
