@@ -22,6 +22,7 @@ import pytest
 
 from sidecar.core.ports import Store
 from sidecar.obs.storelog import StoreLog
+from sidecar.store.memory import MemoryStore
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
 from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
@@ -99,6 +100,25 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         yield store
     finally:
         await store.close()
+
+
+@pytest.fixture
+async def memory_store() -> AsyncIterator[MemoryStore]:
+    store = MemoryStore()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
+)
+def every_store(request: pytest.FixtureRequest) -> Store:
+    """Each store in turn: the contract suites hold all three to one behaviour."""
+    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store", "memory": "memory_store"}
+    backend: Store = request.getfixturevalue(fixture[request.param])
+    return backend
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -11,8 +11,6 @@ and the repeats after a lost answer are checked where those paths are (``test_co
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from sidecar.core.events import (
@@ -39,21 +37,8 @@ REFUSED = AttemptResult(EventState.FAILED, Outcome.CONNECT_ERROR, None, 0.75)
 
 
 @pytest.fixture
-async def memory_store() -> AsyncIterator[MemoryStore]:
-    store = MemoryStore()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-@pytest.fixture(
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
-)
-def store(request: pytest.FixtureRequest) -> Store:
-    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store", "memory": "memory_store"}
-    backend: Store = request.getfixturevalue(fixture[request.param])
-    return backend
+def store(every_store: Store) -> Store:
+    return every_store
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -128,21 +127,8 @@ async def place(store: Store, request: pytest.FixtureRequest, specs: list[Spec])
 
 
 @pytest.fixture
-async def memory_store() -> AsyncIterator[MemoryStore]:
-    store = MemoryStore()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-@pytest.fixture(
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
-)
-def store(request: pytest.FixtureRequest) -> Store:
-    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store", "memory": "memory_store"}
-    backend: Store = request.getfixturevalue(fixture[request.param])
-    return backend
+def store(every_store: Store) -> Store:
+    return every_store
 
 
 @pytest.fixture

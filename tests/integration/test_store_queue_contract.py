@@ -63,22 +63,8 @@ DEAD = Settlement(EventState.DEAD, FAILED_500, error="max_attempts")
 
 
 @pytest.fixture
-async def memory_store() -> AsyncIterator[MemoryStore]:
-    store = MemoryStore()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-@pytest.fixture(
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
-)
-def store(request: pytest.FixtureRequest) -> Store:
-    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store",
-               "memory": "memory_store"}
-    backend: Store = request.getfixturevalue(fixture[request.param])
-    return backend
+def store(every_store: Store) -> Store:
+    return every_store
 
 
 @pytest.fixture
