@@ -174,12 +174,16 @@ async def break_retention(group: Deployment) -> None:
         return
     conn = await asyncpg.connect(group.store_url)
     try:
-        await conn.execute("UPDATE webhook_event SET received_at = received_at - "
-                           "interval '3650 days'")
-        await conn.execute("CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql "
-                           "AS $$ BEGIN RAISE EXCEPTION 'retention refused by the test'; END $$")
-        await conn.execute("CREATE TRIGGER keep BEFORE DELETE ON webhook_event "
-                           "FOR EACH ROW EXECUTE FUNCTION refuse_delete()")
+        # One transaction, the trigger first: a sweep between an aged row's commit and the
+        # trigger's would delete the row (the maintenance loop runs every 100 ms).
+        async with conn.transaction():
+            await conn.execute(
+                "CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql "
+                "AS $$ BEGIN RAISE EXCEPTION 'retention refused by the test'; END $$")
+            await conn.execute("CREATE TRIGGER keep BEFORE DELETE ON webhook_event "
+                               "FOR EACH ROW EXECUTE FUNCTION refuse_delete()")
+            await conn.execute("UPDATE webhook_event SET received_at = received_at - "
+                               "interval '3650 days'")
     finally:
         await conn.close()
 
