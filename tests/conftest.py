@@ -14,13 +14,17 @@
 
 from __future__ import annotations
 
+import io
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import asyncpg
 import pytest
+import structlog
 
 from sidecar.core.ports import Store
+from sidecar.obs.logs import configure_logging
 from sidecar.obs.storelog import StoreLog
 from sidecar.store.memory import MemoryStore
 from sidecar.store.postgres import PostgresStore, migrate_postgres
@@ -100,6 +104,22 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         yield store
     finally:
         await store.close()
+
+
+@pytest.fixture
+def output() -> Iterator[io.StringIO]:
+    """Logging as the CLI sets it up at ``log.level: debug``, into a buffer (restored after)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    stream = io.StringIO()
+    configure_logging("debug", "json", stream)
+    try:
+        yield stream
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        logging.getLogger("aiohttp.access").setLevel(logging.NOTSET)
+        structlog.reset_defaults()
 
 
 @pytest.fixture

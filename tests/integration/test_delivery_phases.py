@@ -12,17 +12,14 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from sidecar.config.loader import parse_config
-from sidecar.obs.logs import configure_logging
 from sidecar.obs.metrics import Metrics
 from sidecar.runtime.serve import Running, start, stop
 from tests.integration.test_delivery_duration import observed, read_answer, request_bytes
@@ -37,20 +34,6 @@ PHASES = ["headers", "read", "verify", "claim_wait", "claim_statement", "claim_r
           "complete_return", "answer", "written"]
 
 
-@pytest.fixture
-def output() -> Iterator[io.StringIO]:
-    """Logging as the CLI sets it up at ``log.level: debug``, into a buffer (restored after)."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    stream = io.StringIO()
-    configure_logging("debug", "json", stream)
-    try:
-        yield stream
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        logging.getLogger("aiohttp.access").setLevel(logging.NOTSET)
-        structlog.reset_defaults()
 
 
 async def proxy(pg_dsn: str, level: str, stub: StubApp, metrics: Metrics) -> Running:

@@ -6,30 +6,13 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
-import pytest
-import structlog
-
-from sidecar.obs.logs import configure_logging, get_logger
+from sidecar.obs.logs import get_logger
 from sidecar.obs.storelog import StoreLog
 
 SIGNATURE = "t=1700000000,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd"
 
 
-@pytest.fixture
-def output() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    stream = io.StringIO()
-    configure_logging("debug", "json", stream)
-    try:
-        yield stream
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        logging.getLogger("aiohttp.access").setLevel(logging.NOTSET)
-        structlog.reset_defaults()
 
 
 def lines(stream: io.StringIO) -> list[dict[str, object]]:

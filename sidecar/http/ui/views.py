@@ -183,15 +183,21 @@ class Inspector:
         return self._problem(request, 403, "Log in first",
                              "This action needs a session: log in and try again.")
 
+    def _admitted(self, request: web.Request) -> Operator | web.StreamResponse:
+        """The operator a request comes from, or the answer refusing it (a foreign browser
+        request, or no session)."""
+        foreign = self._foreign(request)
+        if foreign is not None:
+            return foreign
+        operator = self._gate.operator(request)
+        return operator if operator is not None else self._refused(request)
+
     def _page(self, handler: Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         @_all_secured
         async def run(request: web.Request) -> web.StreamResponse:
-            foreign = self._foreign(request)
-            if foreign is not None:
-                return foreign
-            operator = self._gate.operator(request)
-            if operator is None:
-                return self._refused(request)
+            operator = self._admitted(request)
+            if isinstance(operator, web.StreamResponse):
+                return operator
             return await self._served(handler, request, operator)
 
         return run
@@ -202,12 +208,9 @@ class Inspector:
 
         @_all_secured
         async def run(request: web.Request) -> web.StreamResponse:
-            foreign = self._foreign(request)
-            if foreign is not None:
-                return foreign
-            operator = self._gate.operator(request)
-            if operator is None:
-                return self._refused(request)
+            operator = self._admitted(request)
+            if isinstance(operator, web.StreamResponse):
+                return operator
             form = await request.post()
             given = form.get(CSRF_FIELD)
             if not self._gate.csrf_valid(operator, _form_action(request),
