@@ -16,7 +16,7 @@ from bench import wrk
 from bench.wrk.app import App
 from bench.wrk.context import Context
 from bench.wrk.measure import run_phase
-from bench.wrk.phases import OPTIONAL, PHASES, Result
+from bench.wrk.phases import OPTIONAL, PHASES, Result, run_order, with_before
 from bench.wrk.procs import REPO, BenchError, Procs
 from bench.wrk.report import DOCS, report, write_docs
 from bench.wrk.servers import ensure_competitor, prepare_stores
@@ -60,6 +60,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="profile each Python server's measured window with py-spy into "
                         "DIR/<phase>-run<N>.folded (collapsed stacks: speedscope.app, "
                         "flamegraph.pl) and print its top functions")
+    parser.add_argument("--before", type=Path, metavar="DIR",
+                        help="another source tree of webhook-sidecar (a git worktree or "
+                        "`git archive` of an older commit): each webhook-sidecar phase also "
+                        "runs from it, as <phase>@before, beside this tree's, in every run")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     parser.add_argument("--write-docs", action="store_true",
                         help=f"replace the marked results section of {DOCS.relative_to(REPO)}")
@@ -68,6 +72,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     unknown = [p for p in args.phase_list if p not in PHASES]
     if unknown:
         parser.error(f"unknown phase(s) {', '.join(unknown)}; known: {', '.join(PHASES)}")
+    if args.before is not None:
+        args.before = args.before.resolve()
+        if not (args.before / "sidecar" / "__main__.py").is_file():
+            parser.error(f"--before {args.before}: not a webhook-sidecar source tree")
+        args.phase_list = with_before(args.phase_list)
     return args
 
 
@@ -127,7 +136,7 @@ async def bench(args: argparse.Namespace, phases: list[str], tmp: Path) -> int:
         ctx.results = results
         for run in range(args.runs):
             ctx.run = run
-            for name in phases:
+            for name in run_order(phases, run):
                 print(f"run {run + 1}/{args.runs}: {name}…", file=sys.stderr, flush=True)
                 result = await run_phase(ctx, PHASES[name])
                 results[name].append(result)

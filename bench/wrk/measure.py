@@ -58,7 +58,8 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
         pause_ms = connections * 1000.0 / (reached / 2)
 
     if phase.prime == "other":  # another proxy process delivers them first, then stops
-        other, other_url = await start_sidecar(ctx, sidecar_config(ctx, store_url), "other")
+        other, other_url = await start_sidecar(ctx, sidecar_config(ctx, store_url), "other",
+                                               before=phase.before)
         both = write_deliveries(ctx.path(f"{phase.name}-prime.deliveries"),
                                 measured_ids + warm_ids)
         await prime_with_wrk(ctx.app, other_url, both, measured_ids + warm_ids,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,7 @@ class Phase:
     # hook between a connection's requests), for the latency added at half load.
     half_of: str = ""
     queue: bool = False  # the provider in queue mode: answered once stored, delivered after
+    before: bool = False  # webhook-sidecar run from --before's source tree instead of this one
 
 
 PHASES = {p.name: p for p in [
@@ -36,6 +37,35 @@ PHASES = {p.name: p for p in [
           "new", queue=True),
 ]}
 OPTIONAL = {"competitor", "competitor-dups"}
+BEFORE = "@before"
+
+
+def with_before(names: list[str]) -> list[str]:
+    """``names`` with each webhook-sidecar phase preceded by its ``<name>@before`` twin (the
+    same workload, the proxy run from another source tree), registered in ``PHASES``. A
+    ``half-`` twin is paced like its phase: half of what ``new`` (this tree) reached."""
+    out: list[str] = []
+    for name in names:
+        phase = PHASES[name]
+        if phase.server == "sidecar":
+            twin = replace(phase, name=name + BEFORE, title=phase.title + " — before",
+                           before=True)
+            PHASES[twin.name] = twin
+            out.append(twin.name)
+        out.append(name)
+    return out
+
+
+def run_order(names: list[str], run: int) -> list[str]:
+    """Odd runs measure each ``@before`` twin after its phase rather than before it, so that
+    neither tree always goes first."""
+    if run % 2 == 0:
+        return names
+    out = list(names)
+    for i in range(len(out) - 1):
+        if out[i].endswith(BEFORE) and out[i + 1] == out[i].removesuffix(BEFORE):
+            out[i], out[i + 1] = out[i + 1], out[i]
+    return out
 
 
 @dataclass

@@ -99,6 +99,9 @@ def report(ctx: Context, results: dict[str, list[Result]]) -> tuple[str, bool]:
                   f"seed rows {args.seed_rows}; "
                   f"webhook-sidecar on {args.sidecar_loop}, log level {args.log_level}; "
                   f"{datetime.date.today().isoformat()}")
+    if args.before is not None:
+        conditions += (f"; \"— before\" rows: webhook-sidecar from {tree_label(args.before)}, "
+                       "measured beside each of this tree's phases (order alternating by run)")
     problems = [f"- {PHASES[name].title}, run {i + 1}: {problem}"
                 for name, runs in results.items() for i, r in enumerate(runs)
                 for problem in r.problems]
@@ -109,17 +112,29 @@ def report(ctx: Context, results: dict[str, list[Result]]) -> tuple[str, bool]:
     return text, not problems
 
 
+def tree_label(tree: Path) -> str:
+    """A source tree by its git commit when it has one (a worktree), else by its path."""
+    rev = version_of(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"])
+    return f"{tree} ({rev})" if rev and "fatal" not in rev else str(tree)
+
+
 def added_latency(results: dict[str, list[Result]]) -> str:
     """The latency webhook-sidecar adds over the pass-through at the same paced rate (half its
-    new-event maximum): the difference of the medians of p50 and of p99."""
-    ours, floor = results.get("half-new"), results.get("half-passthrough")
-    if not ours or not floor:
-        return ""
-    rate = median(r.rps for r in ours)
-    p50 = (median(r.p50_ms for r in ours) or 0.0) - (median(r.p50_ms for r in floor) or 0.0)
-    p99 = (median(r.p99_ms for r in ours) or 0.0) - (median(r.p99_ms for r in floor) or 0.0)
-    return (f"Latency added over the pass-through at half the proxy's new-event maximum "
-            f"(about {fmt(rate)} req/s): p50 {p50:+.1f} ms, p99 {p99:+.1f} ms.\n\n")
+    new-event maximum): the difference of the medians of p50 and of p99 (and the same for the
+    ``--before`` tree's proxy, when it ran)."""
+    floor = results.get("half-passthrough")
+    lines = []
+    for name, whose in (("half-new@before", "the --before tree's proxy"), ("half-new", "")):
+        ours = results.get(name)
+        if not ours or not floor:
+            continue
+        rate = median(r.rps for r in ours)
+        p50 = (median(r.p50_ms for r in ours) or 0.0) - (median(r.p50_ms for r in floor) or 0.0)
+        p99 = (median(r.p99_ms for r in ours) or 0.0) - (median(r.p99_ms for r in floor) or 0.0)
+        lines.append(f"Latency {whose + ' ' if whose else ''}added over the pass-through at "
+                     f"half the proxy's new-event maximum (about {fmt(rate)} req/s): "
+                     f"p50 {p50:+.1f} ms, p99 {p99:+.1f} ms.\n\n")
+    return "".join(lines)
 
 
 def write_docs(text: str) -> None:

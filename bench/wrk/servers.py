@@ -55,12 +55,18 @@ UVLOOP_SIDECAR = ("import asyncio, sys, uvloop; "
                   "from sidecar.cli import main; raise SystemExit(main(sys.argv[1:]))")
 
 
-async def start_sidecar(ctx: Context, config: Path, name: str = "sidecar") -> tuple[Proc, str]:
+async def start_sidecar(ctx: Context, config: Path, name: str = "sidecar", *,
+                        before: bool = False) -> tuple[Proc, str]:
+    """``python -m sidecar run``, from this tree or (``before``) from ``--before``'s: run in
+    that directory, ``-m`` finds its ``sidecar`` package first (same interpreter, same
+    installed dependencies)."""
     launch = (["-c", UVLOOP_SIDECAR] if ctx.args.sidecar_loop == "uvloop"
               else ["-m", "sidecar"])
+    tree = ctx.args.before if before else REPO
     proc = await ctx.procs.start(
         name, [sys.executable, *launch, "run", "--config", str(config)],
-        ctx.path(f"{name}.log"), env={"PYTHONUNBUFFERED": "1"})
+        ctx.path(f"{name}.log"), env={"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)},
+        cwd=tree)
     return proc, "http://" + await wait_listening(proc)
 
 
@@ -138,7 +144,8 @@ async def redis_flush(url: str) -> None:
 
 async def start_server(ctx: Context, phase: Phase, store_url: str) -> tuple[Proc, str]:
     if phase.server == "sidecar":
-        return await start_sidecar(ctx, sidecar_config(ctx, store_url, queue=phase.queue))
+        return await start_sidecar(ctx, sidecar_config(ctx, store_url, queue=phase.queue),
+                                   before=phase.before)
     if phase.server == "competitor":
         await redis_flush(ctx.redis_url)
         proc = await ctx.procs.start(
