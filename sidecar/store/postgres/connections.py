@@ -133,10 +133,15 @@ class Connections:
     async def pooled(self, name: str) -> asyncpg.Connection:
         """A connection from the pool (opened anew if the pooled one is known to be closed)."""
         try:
+            if self.pool.get_idle_size():
+                # An open connection is idle: the acquire takes it without awaiting anything
+                # (the pool hands out open connections first), so it needs no timer.
+                conn: asyncpg.Connection = await self.pool.acquire()
+                return conn
             # The bound as a timeout scope, not asyncpg's own: that is asyncio.wait_for, a task
             # and two more event-loop turns on every call (bench.lone).
             async with asyncio.timeout(self._acquire_timeout):
-                conn: asyncpg.Connection = await self.pool.acquire()
+                conn = await self.pool.acquire()
         except Exception as exc:
             if self.closing:
                 raise StoreClosed(f"{name}: the PostgreSQL store is closed") from exc

@@ -15,7 +15,7 @@ from sidecar.core.events import Claim, Enqueued, EventRow
 from sidecar.store import migrations
 from sidecar.store.coalesce import MAX_BATCH, Coalescer, fresh
 from sidecar.store.observer import StoreObserver, Unobserved
-from sidecar.store.postgres.again import Answers, Calls
+from sidecar.store.postgres.again import Answers, Calls, enclosing, end_enclosing
 from sidecar.store.postgres.connections import (
     DIALECT,
     Connections,
@@ -213,23 +213,28 @@ class PostgresStore(SQLStore):
         statement has its deadline; the race as a whole gets one too, so the call ends within
         statement_timeout like every other call."""
         try:
-            async with asyncio.timeout(self._deadline):
-                for _ in range(3):
-                    try:
-                        records = await insert()
-                    except StoreError as exc:
-                        if not key_being_rebuilt(exc):
-                            raise
-                        records = []
-                    answered = answer(records[0]) if records else None
-                    if answered is not None:
-                        return answered
-                    # The competing insert committed after this statement's snapshot: read it
-                    # anew.
-                    found = await self._rows("get", params)
-                    if found:
-                        return existing(event_row(found[0]))
-                    # The competitor rolled back or the row was purged in between: again.
+            # The race's deadline is its statements' too: one timer for all of them.
+            async with asyncio.timeout(self._deadline) as scope:
+                token = enclosing(scope)
+                try:
+                    for _ in range(3):
+                        try:
+                            records = await insert()
+                        except StoreError as exc:
+                            if not key_being_rebuilt(exc):
+                                raise
+                            records = []
+                        answered = answer(records[0]) if records else None
+                        if answered is not None:
+                            return answered
+                        # The competing insert committed after this statement's snapshot: read
+                        # it anew.
+                        found = await self._rows("get", params)
+                        if found:
+                            return existing(event_row(found[0]))
+                        # The competitor rolled back or the row was purged in between: again.
+                finally:
+                    end_enclosing(token)
         except TimeoutError as exc:
             raise no_answer(name, self._deadline) from exc
         key = f"{params['provider']}:{params['event_id']}"
