@@ -169,12 +169,14 @@ class StoreConfig:
                                      "parameters. Set false behind pgbouncer (it refuses them; "
                                      "set them with ALTER ROLE instead).", yaml_default=True)
     result_commit: ResultCommit = setting(
-        Choice(ResultCommit), "PostgreSQL: wait: the app's answer is recorded durably before "
-        "the provider gets it. no_wait (an opt-in: one WAL flush less per delivery): result "
-        "writes, and queue mode's settles, commit without waiting for their WAL flush (synchronous_commit = off, on a pool of their own of up to "
-        "pool_max_size connections); if the database server crashes within ~0.6 s of one, it "
-        "is lost and the event is forwarded to the app again after its lease. Claims always "
-        "wait. Not available on SQLite, nor with session_settings: false.",
+        Choice(ResultCommit),
+        "PostgreSQL: wait: the app's answer is recorded durably before the provider gets it. "
+        "no_wait (an opt-in: one WAL flush less per delivery): result writes, and queue mode's "
+        "settles, commit without waiting for their WAL flush (synchronous_commit = off, on a "
+        "pool of their own of up to pool_max_size connections); if the database server crashes "
+        "within ~0.6 s of one, it is lost: the row stays processing (stuck; the app has the "
+        "event) and a redelivery after the lease is forwarded again. Claims always wait. Not "
+        "available on SQLite, nor with session_settings: false.",
         yaml_default="wait")
 
     @property

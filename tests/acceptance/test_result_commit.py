@@ -85,8 +85,8 @@ async def proxy(config_path: Path) -> AsyncIterator[ProxyProcess]:
     # answered from it and never reaches the app.
     ("wait", ("done", 1), [1]),
     # The opt-in's documented price: the record died with the server; the row is `processing`
-    # under the attempt's lease, and a redelivery after the lease is forwarded again, marked
-    # attempt 2.
+    # under the attempt's lease (and stays so if nothing comes again: the provider had its
+    # 200), and a redelivery after the lease is forwarded again, marked attempt 2.
     ("no_wait", ("processing", 1), [1, 2]),
 ])
 async def test_a_database_crash_right_after_the_record(

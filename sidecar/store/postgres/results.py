@@ -29,7 +29,9 @@ RESULT_WRITES: Final[Mapping[str, str]] = {
     # for concurrent ones). Lost, the row is `processing` under the lease of an attempt the app
     # has answered: the same state as a proxy that crashed before writing it (the documented
     # at-least-once window). A redelivery within the lease waits or gets 409; one after it is
-    # forwarded again, attempt + 1. The provider was told what the app answered, which was true.
+    # forwarded again, attempt + 1. The provider was told what the app answered, which was true,
+    # so it seldom redelivers: the row then stays `processing` (webhook_events_stuck) until
+    # retention deletes it. The app has the event; only the proxy's record of it is lost.
     "complete": "the row stays processing; a redelivery after the lease forwards it again",
     # Queue mode's fenced settle of a take (settle_queued.sql). Lost, the entry is `processing`
     # under the take's lease, as after a worker that crashed mid-try: when the lease ends the
