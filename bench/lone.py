@@ -2,11 +2,13 @@
 PostgreSQL and straight to the app, side by side.
 
     .venv/bin/python -m bench.lone [--deliveries 300] [--interval 20] [--runs 3] [--phases]
-                                   [--tree DIR …]
+                                   [--tree DIR[,KEY=VALUE…] …]
 
 Each run starts the app (bench/app_fast.py, or nginx when installed, as bench.wrk does), and
 one webhook-sidecar per ``--tree`` (default: this checkout; give another git worktree, e.g. one
-of ``main``, to measure before and after in one run), each on a fresh PostgreSQL database
+of ``main``, to measure before and after in one run; ``DIR,store.result_commit=no_wait``
+sets config keys of that proxy, so one tree can run twice, with and without), each on a fresh
+PostgreSQL database
 ($SIDECAR_BENCH_PG_DSN's server, else 127.0.0.1:5432), migrated. It then sends
 ``--deliveries`` new Stripe events (a fresh ``evt_…`` id each, signed with the Stripe scheme)
 to each target in turn — straight to the app, then through each proxy — one request every
@@ -142,8 +144,9 @@ def stripe_event(event_id: str) -> bytes:
                       separators=(",", ":")).encode()
 
 
-def sidecar_config(tmp: Path, name: str, app_url: str, dsn: str, log_level: str) -> Path:
-    config = {
+def sidecar_config(tmp: Path, name: str, app_url: str, dsn: str, log_level: str,
+                   settings: Sequence[tuple[str, str]] = ()) -> Path:
+    config: dict[str, Any] = {
         "listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "shutdown_timeout": "2s",
         "upstream": {"url": app_url, "timeout": "5s"},
         "store": {"url": dsn, "pool_max_size": 10},
@@ -151,6 +154,12 @@ def sidecar_config(tmp: Path, name: str, app_url: str, dsn: str, log_level: str)
         "maintenance": {"interval": "1h"},
         "providers": {"stripe": {"path": PATH, "preset": "stripe", "secrets": [SECRET]}},
     }
+    for key, value in settings:  # dotted paths: store.result_commit=no_wait
+        *parents, last = key.split(".")
+        block = config
+        for parent in parents:
+            block = block.setdefault(parent, {})
+        block[last] = yaml.safe_load(value)
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -212,14 +221,14 @@ async def one_run(args: argparse.Namespace, run: int, pg: PgStore, tmp: Path
         await app.start()
         app_host, _, app_port = app.url.removeprefix("http://").rpartition(":")
         targets.append(Target("app", app_host, int(app_port), PATH))
-        for index, tree in enumerate(args.trees):
-            name = f"proxy:{tree.name}"
+        for index, (tree, settings) in enumerate(args.trees):
+            name = f"proxy:{tree.name}" + "".join(f",{k}={v}" for k, v in settings)
             if any(t.name == name for t in targets):
                 name = f"{name}#{index}"
             db = f"{pg.name}_{index}"
             await pg.create(db, pg.template)
             config = sidecar_config(tmp, f"run{run}-{index}", app.url, pg.dsn(db),
-                                    "debug" if args.phases else "info")
+                                    "debug" if args.phases else "info", settings)
             log = tmp / f"run{run}-{index}.log"
             proc = await procs.start(name, [sys.executable, "-m", "sidecar", "run", "--config",
                                             str(config)], log,
@@ -358,14 +367,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--phases", action="store_true",
                         help="per-phase breakdown (proxies at log.level debug)")
     parser.add_argument("--tree", dest="trees", action="append",
-                        help="a source tree to run a proxy from (repeatable; default: this one)")
+                        help="a source tree to run a proxy from, optionally with config keys "
+                             "(DIR,store.result_commit=no_wait; repeatable; default: this one)")
     parser.add_argument("--no-probes", dest="probes", action="store_false",
                         help="leave out the bare INSERT and SELECT 1 timed alongside")
     parser.add_argument("--keep", metavar="DIR", type=Path,
                         help="copy the proxies' logs into DIR")
     args = parser.parse_args(argv)
-    args.trees = [Path(tree).resolve() for tree in args.trees or [REPO]]
+    args.trees = [_tree(tree) for tree in args.trees or [str(REPO)]]
     return args
+
+
+def _tree(spec: str) -> tuple[Path, list[tuple[str, str]]]:
+    """``DIR[,KEY=VALUE…]``: a source tree and the config keys its proxy runs with."""
+    tree, *pairs = spec.split(",")
+    settings = [(key, value) for key, _, value in (pair.partition("=") for pair in pairs)]
+    return Path(tree).resolve(), settings
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,6 +41,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lock-hold", type=float, default=DEFAULTS.lock_hold,
                         help="row-locks: seconds each lock is held")
     parser.add_argument("--seed", type=int, help="seed of the run's randomness (default: random)")
+    parser.add_argument("--result-commit", choices=("wait", "no_wait"), default="wait",
+                        help="the replicas' store.result_commit (default: wait)")
     parser.add_argument("--verbose", action="store_true", help="list every repeat")
     args = parser.parse_args(argv)
     if not 1 <= args.runs <= 20:
@@ -78,7 +80,8 @@ async def main_async(args: argparse.Namespace) -> int:
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     settings = Settings(seconds=args.seconds, rate=args.rate, give_up=args.give_up,
-                        duplicate_share=args.duplicate_share, lock_hold=args.lock_hold)
+                        duplicate_share=args.duplicate_share, lock_hold=args.lock_hold,
+                        result_commit=args.result_commit)
     chosen = [SCENARIOS.get(name) or CONTROL for name in (args.scenario or SCENARIOS)]
     seeds = random.Random(args.seed)
     outcomes: list[Outcome] = []

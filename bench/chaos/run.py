@@ -92,7 +92,8 @@ async def deployed(run: Run, tmp: Path) -> Any:
             choose = scenario.fault_proxy(run)
             run.fault_proxy = await FaultProxy(app.port, choose).start()
             upstream = run.fault_proxy.url
-        config = proxy_config(upstream, run.dsn, queue=scenario.queue)
+        config = proxy_config(upstream, run.dsn, queue=scenario.queue,
+                              result_commit=run.settings.result_commit)
         run.config = parse_config(config, env={})
         path = run.config_path = write_config(tmp, config)
         await migrate(path)

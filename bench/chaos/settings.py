@@ -32,15 +32,17 @@ class Settings:
     give_up: float = 30.0  # an event is redelivered until 2xx or this long after its first try
     duplicate_share: float = 0.1  # events whose first delivery goes to both replicas at once
     lock_hold: float = 3.0  # row-locks: > the proxies' lock_timeout (300ms); 3 s = lease - 1 s
+    result_commit: str = "wait"  # store.result_commit of the replicas (no_wait: the opt-in)
 
 
 DEFAULTS = Settings()
 
 
-def proxy_config(upstream_url: str, dsn: str, queue: bool = False) -> dict[str, Any]:
+def proxy_config(upstream_url: str, dsn: str, queue: bool = False,
+                 result_commit: str = "wait") -> dict[str, Any]:
     """Two replicas, one provider, short bounds so faults show within seconds. ``queue``: the
     provider in queue mode, retrying fast (a dead replica's events are taken again after the
-    lease)."""
+    lease). ``result_commit``: the store's (no_wait: result writes without their flush)."""
     config = base_config(upstream_url, dsn)
     config["providers"] = {"stripe": config["providers"]["stripe"]}  # lease 4s, wait 1s
     if queue:
@@ -49,7 +51,8 @@ def proxy_config(upstream_url: str, dsn: str, queue: bool = False) -> dict[str, 
                                        "poll_interval": "250ms"}})
     config["upstream"] = {"url": upstream_url, "timeout": "2s", "connect_timeout": "1s"}
     config["store"] = {"url": dsn, "pool_max_size": 5, "acquire_timeout": "500ms",
-                       "statement_timeout": "500ms", "lock_timeout": "300ms"}
+                       "statement_timeout": "500ms", "lock_timeout": "300ms",
+                       "result_commit": result_commit}
     config["shutdown_timeout"] = "5s"
     config["body_read_timeout"] = "5s"
     return config

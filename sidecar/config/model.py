@@ -78,6 +78,13 @@ class Mode(StrEnum):
     QUEUE = "queue"  # stored durably and answered 200 at once; delivery workers forward it
 
 
+class ResultCommit(StrEnum):
+    """Whether a result write's commit waits for its WAL flush (PostgreSQL)."""
+
+    WAIT = "wait"  # durable when answered, like every other write
+    NO_WAIT = "no_wait"  # synchronous_commit = off: a server crash may lose it (a re-forward)
+
+
 class StoreKind(StrEnum):
     SQLITE = "sqlite"  # one host only
     POSTGRESQL = "postgresql"  # any number of replicas
@@ -161,6 +168,16 @@ class StoreConfig:
                                      "idle_in_transaction_session_timeout as connection startup "
                                      "parameters. Set false behind pgbouncer (it refuses them; "
                                      "set them with ALTER ROLE instead).", yaml_default=True)
+    result_commit: ResultCommit = setting(
+        Choice(ResultCommit),
+        "PostgreSQL: wait: the app's answer is recorded durably before the provider gets it. "
+        "no_wait (an opt-in: one WAL flush less per delivery): result writes, and queue mode's "
+        "settles, commit without waiting for their WAL flush (synchronous_commit = off, on a "
+        "pool of their own of up to pool_max_size connections); if the database server crashes "
+        "within ~0.6 s of one, it is lost: the row stays processing (stuck; the app has the "
+        "event) and a redelivery after the lease is forwarded again. Claims always wait. Not "
+        "available on SQLite, nor with session_settings: false.",
+        yaml_default="wait")
 
     @property
     def kind(self) -> StoreKind:

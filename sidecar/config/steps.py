@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sidecar.config.hints import fix
-from sidecar.config.model import Mode
+from sidecar.config.model import Mode, ResultCommit
 from sidecar.config.providers import read_providers
 from sidecar.config.reading import Load, Step, Values, sibling
 from sidecar.config.secret_sources import provider_secrets, signing_secrets
@@ -46,6 +46,23 @@ def _pool_max_size(size: int, path: str, values: Values, load: Load) -> int:
                               ("lower", sibling(path, "pool_min_size"), "store.pool_min_size"),
                               ("raise", path, "store.pool_max_size")))
     return size
+
+
+def _result_commit(commit: ResultCommit, path: str, values: Values, load: Load
+                   ) -> ResultCommit:
+    """no_wait is a PostgreSQL session setting, sent as a startup parameter."""
+    if commit is ResultCommit.WAIT:
+        return commit
+    url = values.known("url")
+    if isinstance(url, str) and url.startswith("sqlite:"):
+        raise ConfigError(path, "no_wait is PostgreSQL only (SQLite commits every write with "
+                          "synchronous = FULL)" + fix(("change", path, "store.result_commit")))
+    if values.known("session_settings") is False:
+        raise ConfigError(path, "no_wait needs session_settings: true (it is sent as the "
+                          "synchronous_commit startup parameter of the result writes' "
+                          "connections, which pgbouncer refuses)" + fix(
+                              ("change", path, "store.result_commit")))
+    return commit
 
 
 def _signature(raw: object, path: str, values: Values, load: Load) -> SignatureSpec:
@@ -139,6 +156,7 @@ STEPS: Final[dict[str, Step]] = {
     "upstream.signing_secrets": signing_secrets,
     "store.url": _store_url,
     "store.pool_max_size": _pool_max_size,
+    "store.result_commit": _result_commit,
     "providers": read_providers,
     "providers.<key>.signature": _signature,
     "providers.<key>.event_id": _event_id,

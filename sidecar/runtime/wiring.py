@@ -18,7 +18,7 @@ from typing import Final
 from aiohttp import web
 
 from sidecar.config.keyring import Keyring
-from sidecar.config.model import Config, StoreConfig
+from sidecar.config.model import Config, ResultCommit, StoreConfig
 from sidecar.core.errors import ConfigError
 from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore, EventStore, Store
@@ -116,6 +116,7 @@ async def open_store(config: StoreConfig, metrics: Metrics | None = None) -> Sto
         statement_cache_size=config.statement_cache_size,
         session_settings=config.session_settings,
         observer=observer,
+        result_commit_waits=config.result_commit is ResultCommit.WAIT,
     )
 
 

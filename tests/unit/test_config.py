@@ -225,6 +225,23 @@ def test_store_session_settings_and_body_read_timeout() -> None:
     assert error_path(data) == "store.session_settings"
 
 
+def test_store_result_commit_no_wait_is_postgresql_with_session_settings_only() -> None:
+    data = minimal()
+    assert parse_config(data, env={}).store.result_commit == "wait"  # the default
+    data["store"] = {"url": "postgresql://db/x", "result_commit": "no_wait"}
+    assert parse_config(data, env={}).store.result_commit == "no_wait"
+    data["store"]["result_commit"] = "off"
+    assert error_path(data) == "store.result_commit"
+    # A startup parameter of the result writes' connections: pgbouncer refuses it.
+    data["store"] = {"url": "postgresql://db/x", "result_commit": "no_wait",
+                     "session_settings": False}
+    assert error_path(data) == "store.result_commit"
+    data["store"] = {"url": "sqlite:///./x.db", "result_commit": "no_wait"}
+    assert error_path(data) == "store.result_commit"
+    data["store"]["result_commit"] = "wait"
+    assert parse_config(data, env={}).store.result_commit == "wait"
+
+
 @pytest.mark.parametrize(("seconds", "text"), [
     (30 * 86400, "30d"), (7200, "2h"), (90 * 60, "90m"), (45, "45s"), (2.5, "2.5s"),
     (0.5, "500ms"), (0, "0s"), (86400 + 1, "86401s")])

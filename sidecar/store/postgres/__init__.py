@@ -31,6 +31,8 @@ By concern:
 - ``again``: what a call does when its connection fails (``AGAIN``), within the deadline;
 - ``faults``: what the driver's errors mean (refused, or the connection lost);
 - ``connections``: the pool, and each connection's fate after a call;
+- ``results``: the result writes that may commit without waiting for their WAL flush
+  (``store.result_commit: no_wait``), on a pool of their own;
 - ``listen``: queue mode's LISTEN connection;
 - ``migrate``: :func:`migrate_postgres`;
 - ``outage``: an outage reported once, its end once.

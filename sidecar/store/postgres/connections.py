@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import asyncpg
 
@@ -133,10 +133,15 @@ class Connections:
     async def pooled(self, name: str) -> asyncpg.Connection:
         """A connection from the pool (opened anew if the pooled one is known to be closed)."""
         try:
+            if self.pool.get_idle_size():
+                # An open connection is idle: the acquire takes it without awaiting anything
+                # (the pool hands out open connections first), so it needs no timer.
+                conn: asyncpg.Connection = await self.pool.acquire()
+                return conn
             # The bound as a timeout scope, not asyncpg's own: that is asyncio.wait_for, a task
             # and two more event-loop turns on every call (bench.lone).
             async with asyncio.timeout(self._acquire_timeout):
-                conn: asyncpg.Connection = await self.pool.acquire()
+                conn = await self.pool.acquire()
         except Exception as exc:
             if self.closing:
                 raise StoreClosed(f"{name}: the PostgreSQL store is closed") from exc
@@ -174,10 +179,40 @@ class Connections:
         """Return a connection that works to the pool (a local step, no round trip); if the
         pool refuses it, close it instead."""
         try:
+            holder = _idle_holder(conn)
+            if holder is not None:
+                # Pool.release runs the holder's release in a task of its own under
+                # asyncio.shield, so that a cancelled caller cannot leave a connection
+                # half-returned: two event-loop turns per call before the caller goes on
+                # (bench.lone). For a connection outside a transaction and not cancelling, with
+                # the pool's reset a no-op, the holder's release awaits nothing: run here, it
+                # finishes before anything else runs, so there is nothing to shield it from.
+                conn._con._on_release()
+                await holder.release(self._acquire_timeout)
+                return
             # The acquire gave the connection no timeout: its reset gets the acquire's bound.
             await self.pool.release(conn, timeout=self._acquire_timeout)
         except Exception:
             discard(conn)
+
+
+def _idle_holder(conn: asyncpg.Connection) -> Any:
+    """The pool's holder of ``conn`` if releasing it awaits nothing (no transaction to roll
+    back, no cancellation to wait for, the pool's reset is ours), else None: asyncpg's
+    ``Pool.release`` then. Reads
+    asyncpg's internals (``PoolConnectionProxy._holder``, ``._con``, the protocol's
+    ``_is_cancelling``); if a release of asyncpg names them differently, None."""
+    holder = getattr(conn, "_holder", None)
+    con = getattr(conn, "_con", None)
+    protocol = getattr(con, "_protocol", None)
+    is_cancelling = getattr(protocol, "_is_cancelling", None)
+    own_reset = getattr(getattr(holder, "_pool", None), "_reset", None) is _no_session_state
+    if (holder is None or con is None or is_cancelling is None or not own_reset
+            or is_cancelling()
+            or con.is_in_transaction() or not hasattr(con, "_on_release")
+            or not hasattr(holder, "release")):
+        return None
+    return holder
 
 
 def _ms(seconds: float) -> str:

@@ -15,7 +15,7 @@ from sidecar.core.events import Claim, Enqueued, EventRow
 from sidecar.store import migrations
 from sidecar.store.coalesce import MAX_BATCH, Coalescer, fresh
 from sidecar.store.observer import StoreObserver, Unobserved
-from sidecar.store.postgres.again import Answers, Calls
+from sidecar.store.postgres.again import Answers, Calls, enclosing, end_enclosing
 from sidecar.store.postgres.connections import (
     DIALECT,
     Connections,
@@ -25,6 +25,7 @@ from sidecar.store.postgres.connections import (
 from sidecar.store.postgres.faults import key_being_rebuilt, no_answer, refused_for_one_item
 from sidecar.store.postgres.listen import QueueListener
 from sidecar.store.postgres.outage import POOL_LOG, OutageLog
+from sidecar.store.postgres.results import RESULT_WRITES, open_result_pool
 from sidecar.store.rows import Params, Record, event_row
 from sidecar.store.verbs import SQLStore
 
@@ -45,15 +46,23 @@ class PostgresStore(SQLStore):
     ``acquire_timeout`` of it), lock waits, the statement, and its one repeat on another
     connection. Past it the call is cancelled (asyncpg asks the server to cancel the
     statement), its connection is closed, and it raises ``StoreError``.
+
+    With a ``result_pool`` (``store.result_commit: no_wait``), the result writes
+    (``results.RESULT_WRITES``) run on it instead, committed without waiting for their flush.
     """
 
     def __init__(self, pool: asyncpg.Pool, *, acquire_timeout: float,
                  deadline: float | None = None, write_batch: int = MAX_BATCH,
                  dsn: str | None = None, server_settings: Mapping[str, str] | None = None,
-                 connect_timeout: float = 5.0, observer: StoreObserver | None = None) -> None:
+                 connect_timeout: float = 5.0, observer: StoreObserver | None = None,
+                 result_pool: asyncpg.Pool | None = None) -> None:
         self._pool = pool
         self._connections = Connections(pool, acquire_timeout=acquire_timeout)
         self._calls = Calls(self._connections, deadline)
+        self._result_connections = (Connections(result_pool, acquire_timeout=acquire_timeout)
+                                    if result_pool is not None else None)
+        self._result_calls = (Calls(self._result_connections, deadline)
+                              if self._result_connections is not None else self._calls)
         self._deadline = deadline
         observer = observer or Unobserved()
         # For listen_queue's own connection (None: a store made from a bare pool, which then
@@ -89,6 +98,7 @@ class PostgresStore(SQLStore):
         session_settings: bool = True,
         write_batch: int = MAX_BATCH,
         observer: StoreObserver | None = None,
+        result_commit_waits: bool = True,
     ) -> PostgresStore:
         """Create the pool and check the schema version (never migrates).
 
@@ -103,7 +113,10 @@ class PostgresStore(SQLStore):
         one statement, a backstop behind the deadline. ``write_batch`` bounds how many
         concurrent claims (or result writes, or nonce binds) go out in one statement; 1 sends
         each alone. ``observer`` hears of outages, of the LISTEN connection and of each
-        coalesced write's statements (default: no one).
+        coalesced write's statements (default: no one). ``result_commit_waits=False``
+        (``store.result_commit: no_wait``) sends the result writes over a pool of their own
+        whose commits do not wait for their WAL flush (:mod:`~sidecar.store.postgres.results`:
+        what a server crash can then lose); it opens at most ``max_size`` more connections.
 
         Raises ``SchemaError`` if the database lacks migrations this release needs, and
         ``StoreError`` if it cannot be reached within ``connect_timeout``.
@@ -116,10 +129,22 @@ class PostgresStore(SQLStore):
                                min_size=min_size, max_size=max_size,
                                command_timeout=command_timeout,
                                statement_cache_size=statement_cache_size)
+        result_pool = None
+        if not result_commit_waits:
+            try:
+                result_pool = await open_result_pool(
+                    dsn, connect_timeout=connect_timeout, server_settings=settings,
+                    min_size=min(min_size, 1), max_size=max_size,
+                    command_timeout=command_timeout,
+                    statement_cache_size=statement_cache_size)
+            except BaseException:
+                await Connections(pool, acquire_timeout=acquire_timeout).close(_CLOSE_GRACE)
+                raise
         store = cls(pool, acquire_timeout=acquire_timeout,
                     deadline=statement_timeout if statement_timeout > 0 else None,
                     write_batch=write_batch, dsn=dsn, server_settings=settings,
-                    connect_timeout=connect_timeout, observer=observer)
+                    connect_timeout=connect_timeout, observer=observer,
+                    result_pool=result_pool)
         try:
             await store.check_schema()
         except BaseException:
@@ -138,7 +163,10 @@ class PostgresStore(SQLStore):
         POOL_LOG.removeFilter(self._outage)
         if self._listener is not None:
             self._listener.stop()
-        await self._connections.close(_CLOSE_GRACE)
+        closing = [self._connections.close(_CLOSE_GRACE)]
+        if self._result_connections is not None:
+            closing.append(self._result_connections.close(_CLOSE_GRACE))
+        await asyncio.gather(*closing)
 
     async def listen_queue(self, wake: Callable[[str], None]) -> None:
         """See ``QueueListener.listen``. A store made from a bare pool, or closed, waits."""
@@ -151,8 +179,9 @@ class PostgresStore(SQLStore):
 
     async def _rows(self, name: str, params: Params, *, lock: str | None = None
                     ) -> list[asyncpg.Record]:
+        calls = self._result_calls if name in RESULT_WRITES else self._calls
         try:
-            records = await self._calls.call(name, params, lock=lock)
+            records = await calls.call(name, params, lock=lock)
         except StoreError as exc:
             self._outage.failed(exc)
             raise
@@ -184,23 +213,28 @@ class PostgresStore(SQLStore):
         statement has its deadline; the race as a whole gets one too, so the call ends within
         statement_timeout like every other call."""
         try:
-            async with asyncio.timeout(self._deadline):
-                for _ in range(3):
-                    try:
-                        records = await insert()
-                    except StoreError as exc:
-                        if not key_being_rebuilt(exc):
-                            raise
-                        records = []
-                    answered = answer(records[0]) if records else None
-                    if answered is not None:
-                        return answered
-                    # The competing insert committed after this statement's snapshot: read it
-                    # anew.
-                    found = await self._rows("get", params)
-                    if found:
-                        return existing(event_row(found[0]))
-                    # The competitor rolled back or the row was purged in between: again.
+            # The race's deadline is its statements' too: one timer for all of them.
+            async with asyncio.timeout(self._deadline) as scope:
+                token = enclosing(scope)
+                try:
+                    for _ in range(3):
+                        try:
+                            records = await insert()
+                        except StoreError as exc:
+                            if not key_being_rebuilt(exc):
+                                raise
+                            records = []
+                        answered = answer(records[0]) if records else None
+                        if answered is not None:
+                            return answered
+                        # The competing insert committed after this statement's snapshot: read
+                        # it anew.
+                        found = await self._rows("get", params)
+                        if found:
+                            return existing(event_row(found[0]))
+                        # The competitor rolled back or the row was purged in between: again.
+                finally:
+                    end_enclosing(token)
         except TimeoutError as exc:
             raise no_answer(name, self._deadline) from exc
         key = f"{params['provider']}:{params['event_id']}"
@@ -253,8 +287,9 @@ class PostgresStore(SQLStore):
     async def _many(self, name: str, items: Sequence[Params]) -> Answers:
         """``<name>_batch.sql`` for ``items``: per item, the rows ``<name>.sql`` would have
         answered it, or the ``StoreError`` its call raises (each caller its own instance)."""
+        calls = self._result_calls if name in RESULT_WRITES else self._calls
         try:
-            answers = await self._calls.call_many(name, items)
+            answers = await calls.call_many(name, items)
         except StoreError as exc:
             if refused_for_one_item(exc):
                 return list(await asyncio.gather(*(self._rows(name, params)
