@@ -240,7 +240,7 @@ _HOLD_NONCE = ("INSERT INTO webhook_nonce (provider, nonce, body_sha256, receive
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("holder_binds", ["other ids", "these ids"])
+@pytest.mark.parametrize("holder_binds", ["other ids", "these ids", "other ids, and a row"])
 async def test_a_bind_committed_after_the_snapshot_is_read_by_a_second_statement(
         pg_store: PostgresStore, pg_dsn: str, holder_binds: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -249,6 +249,8 @@ async def test_a_bind_committed_after_the_snapshot_is_read_by_a_second_statement
     event_id, body = _fresh(), f"held {secrets.token_hex(4)}".encode()
     guard = _guard(body, event_id)
     held = guard.digest if holder_binds == "these ids" else ids_digest(["someone else"])
+    if holder_binds.endswith("a row"):  # the id has a row already: read as lost, it would
+        await _row_in(pg_store, "done", event_id, _b("the id's first body"))  # answer a replay
     sent: list[str] = []
     real = pg_store._calls._run
 
@@ -278,7 +280,8 @@ async def test_a_bind_committed_after_the_snapshot_is_read_by_a_second_statement
         assert isinstance(answer, Claim) and answer.won
     else:
         assert isinstance(answer, Replayed) and answer.binding.digest == held
-        assert await pg_store.get(PROVIDER, event_id) is None
+        row = await pg_store.get(PROVIDER, event_id)
+        assert (row is None) == (holder_binds == "other ids")
 
 
 @pytest.fixture
