@@ -2,7 +2,11 @@
 PostgreSQL and straight to the app, side by side.
 
     .venv/bin/python -m bench.lone [--deliveries 300] [--interval 20] [--runs 3] [--phases]
-                                   [--tree DIR[,KEY=VALUE…] …]
+                                   [--provider stripe|github] [--tree DIR[,KEY=VALUE…] …]
+
+``--provider github`` sends new GitHub push deliveries instead (bench/wrk/deliveries.py: a
+fresh delivery id and a body unique to it, signed as GitHub does): the preset whose replay
+guard binds each new body, so its cost shows beside the claim's.
 
 Each run starts the app (bench/app_fast.py, or nginx when installed, as bench.wrk does), and
 one webhook-sidecar per ``--tree`` (default: this checkout; give another git worktree, e.g. one
@@ -48,12 +52,14 @@ import asyncpg
 import yaml
 
 from bench.common import signer
+from bench.wrk import deliveries as github
 from bench.wrk.app import App
 from bench.wrk.procs import REPO, BenchError, Proc, Procs, wait_listening
 from bench.wrk.stores import PgStore, migrate
 
 SECRET = "whsec_bench_lone_0123456789abcdef"
 PATH = "/webhooks/stripe"
+PATHS = {"stripe": PATH, "github": github.PATH}
 WARMUP = 30  # deliveries per target before the measured ones (connections, caches, plans)
 PERCENTILES = (50, 90, 99)
 
@@ -145,14 +151,18 @@ def stripe_event(event_id: str) -> bytes:
 
 
 def sidecar_config(tmp: Path, name: str, app_url: str, dsn: str, log_level: str,
-                   settings: Sequence[tuple[str, str]] = ()) -> Path:
+                   provider: str = "stripe", settings: Sequence[tuple[str, str]] = ()) -> Path:
+    providers = {
+        "stripe": {"path": PATH, "preset": "stripe", "secrets": [SECRET]},
+        "github": {"path": github.PATH, "preset": "github", "secrets": [github.SECRET]},
+    }
     config: dict[str, Any] = {
         "listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "shutdown_timeout": "2s",
         "upstream": {"url": app_url, "timeout": "5s"},
         "store": {"url": dsn, "pool_max_size": 10},
         "log": {"level": log_level, "format": "json"},
         "maintenance": {"interval": "1h"},
-        "providers": {"stripe": {"path": PATH, "preset": "stripe", "secrets": [SECRET]}},
+        "providers": {provider: providers[provider]},
     }
     for key, value in settings:  # dotted paths: store.result_commit=no_wait
         *parents, last = key.split(".")
@@ -220,7 +230,8 @@ async def one_run(args: argparse.Namespace, run: int, pg: PgStore, tmp: Path
     try:
         await app.start()
         app_host, _, app_port = app.url.removeprefix("http://").rpartition(":")
-        targets.append(Target("app", app_host, int(app_port), PATH))
+        path = PATHS[args.provider]
+        targets.append(Target("app", app_host, int(app_port), path))
         for index, (tree, settings) in enumerate(args.trees):
             name = f"proxy:{tree.name}" + "".join(f",{k}={v}" for k, v in settings)
             if any(t.name == name for t in targets):
@@ -228,13 +239,14 @@ async def one_run(args: argparse.Namespace, run: int, pg: PgStore, tmp: Path
             db = f"{pg.name}_{index}"
             await pg.create(db, pg.template)
             config = sidecar_config(tmp, f"run{run}-{index}", app.url, pg.dsn(db),
-                                    "debug" if args.phases else "info", settings)
+                                    "debug" if args.phases else "info", args.provider,
+                                    settings)
             log = tmp / f"run{run}-{index}.log"
             proc = await procs.start(name, [sys.executable, "-m", "sidecar", "run", "--config",
                                             str(config)], log,
                                      env={"PYTHONUNBUFFERED": "1"}, cwd=tree)
             host, _, port = (await wait_listening(proc)).rpartition(":")
-            targets.append(Target(name, host, int(port), PATH, proc, log))
+            targets.append(Target(name, host, int(port), path, proc, log))
         if args.probes:
             await pg.create(probe_db)
             targets += [PgProbe("pg: INSERT+commit", pg.dsn(probe_db),
@@ -248,8 +260,13 @@ async def one_run(args: argparse.Namespace, run: int, pg: PgStore, tmp: Path
         next_at = time.monotonic()
         for i in range(WARMUP + args.deliveries):
             for target in targets:
-                body = stripe_event(f"evt_{secrets.token_hex(12)}")
-                headers = {"Content-Type": "application/json", **sign(body)}
+                if args.provider == "github":
+                    delivery_id = github.new_ids(1)[0]
+                    body = github.body_of(delivery_id)
+                    headers = github.headers_of(delivery_id, body)
+                else:
+                    body = stripe_event(f"evt_{secrets.token_hex(12)}")
+                    headers = {"Content-Type": "application/json", **sign(body)}
                 elapsed = await target.send(body, headers)
                 if i >= WARMUP:
                     target.times_ms.append(elapsed)
@@ -342,7 +359,8 @@ async def main_async(args: argparse.Namespace) -> int:
             await migrate(sidecar_config(tmp, "migrate", "http://127.0.0.1:1",
                                          pg.dsn(pg.template), "info"))
             print(f"load average before: {load()}; {os.cpu_count()} CPUs; "
-                  f"PostgreSQL {pg.version}; {args.deliveries} deliveries per target, "
+                  f"PostgreSQL {pg.version}; {args.deliveries} new {args.provider} deliveries "
+                  f"per target, "
                   f"one request every {args.interval:g} ms", flush=True)
             for run in range(1, args.runs + 1):
                 result = await one_run(args, run, pg, tmp)
@@ -366,6 +384,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=1, help="the medians are over the runs")
     parser.add_argument("--phases", action="store_true",
                         help="per-phase breakdown (proxies at log.level debug)")
+    parser.add_argument("--provider", choices=sorted(PATHS), default="stripe",
+                        help="whose new events to send (default stripe)")
     parser.add_argument("--tree", dest="trees", action="append",
                         help="a source tree to run a proxy from, optionally with config keys "
                              "(DIR,store.result_commit=no_wait; repeatable; default: this one)")

@@ -185,11 +185,32 @@ class StoredRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Guard:
+    """A binding a claim makes first (``DeliveryStore.claim_guarded``): ``key``, in the
+    provider's nonce table, bound to ``digest`` unless it is bound already. The replay guard
+    binds a body's key (``core.bodyreplay.guard_key``) to its event ids' digest."""
+
+    key: str
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
-    """The answer to a claim: ``won`` means this delivery inserted the row (attempt 1)."""
+    """The answer to a claim: ``won`` means this delivery inserted the row (attempt 1).
+    ``binding``: a guarded claim's guard as bound, always to the guard's own digest (None: the
+    claim carried no guard)."""
 
     won: bool
     row: EventRow
+    binding: NonceBinding | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """The answer to a guarded claim whose guard's key is bound to another digest: nothing was
+    written (no binding, no row, nothing claimed). ``binding``: the key as bound."""
+
+    binding: NonceBinding
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ Each caller is typed by the role it plays, and sees only that role's verbs:
 
     RowReader         get                                       whether a lost write landed
     EventStore        + take_over, complete                     the forwarder's result write
-    DeliveryStore     + claim, enqueue, bind_nonce              the delivery pipeline
+    DeliveryStore     + claim, claim_guarded, enqueue,          the delivery pipeline
+                        bind_nonce
     OperatorStore     + list_page, attempts, release, …         the events CLI and admin API
     QueueWorkerStore  get, take_queued, settle_queued, …        queue mode's delivery workers
     UpkeepStore       purge, purge_nonces, stuck_counts, …      maintenance, probes, gauges
@@ -27,10 +28,12 @@ from sidecar.core.events import (
     EventQuery,
     EventRow,
     EventState,
+    Guard,
     NonceBinding,
     QueuedWork,
     QueueEntry,
     QueueStats,
+    Replayed,
     Settlement,
     StoredRequest,
 )
@@ -82,6 +85,27 @@ class DeliveryStore(EventStore, Protocol):
         One committed statement; no transaction is left open. ``payload``, when given, is kept
         on the new row (for re-driving) and never changed afterwards.
         """
+        ...
+
+    async def claim_guarded(
+        self,
+        provider: str,
+        event_id: str,
+        body_sha256: bytes,
+        lease_seconds: float,
+        owner: str,
+        guard: Guard,
+        payload: StoredRequest | None = None,
+    ) -> Claim | Replayed:
+        """``bind_nonce(provider, guard.key, guard.digest)`` and then ``claim``, as one atomic
+        write: one committed statement (PostgreSQL), one transaction (SQLite). The guard is
+        bound first, whatever the claim then finds. If it is bound to another digest the
+        answer is ``Replayed`` and the claim is not made (no row inserted, none answered). Else the
+        claim's answer, with the binding (``Claim.binding``, its digest the guard's).
+
+        Atomic across processes like both verbs: of concurrent guarded claims offering one
+        key different digests, exactly one binds; the others are ``Replayed`` and write
+        nothing."""
         ...
 
     async def enqueue(

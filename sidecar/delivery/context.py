@@ -11,6 +11,7 @@ from sidecar.config.model import ProviderConfig
 from sidecar.core.answers import Answer
 from sidecar.core.body import Body
 from sidecar.core.eventid import BatchItem
+from sidecar.core.events import Guard
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +50,17 @@ class Trace:
 class Delivery:
     """One delivery as the steps see it: the provider's config, the request as received, its
     body (parsed and hashed at most once, ``core.body``), the items its event ids name (none
-    before the event-id step: ``with_items``) and the trace its log line is made from."""
+    before the event-id step: ``with_items``), the trace its log line is made from, and the
+    replay guard's binding while it is still to be made (``with_guard``)."""
 
     provider: ProviderConfig
     inbound: Inbound
     body: Body
     trace: Trace = field(default_factory=Trace)
     items: tuple[BatchItem, ...] = ()
+    # The replay guard's binding, still to be made (``Steps.admit``): the mode makes it with
+    # its claim (``DeliveryStore.claim_guarded``), or alone (``Steps.bind_guard``).
+    guard: Guard | None = None
 
     @property
     def key(self) -> str:
@@ -64,4 +69,8 @@ class Delivery:
 
     def with_items(self, items: Sequence[BatchItem]) -> Delivery:
         # Not dataclasses.replace: this is on every delivery's path, and replace is slower.
-        return Delivery(self.provider, self.inbound, self.body, self.trace, tuple(items))
+        return Delivery(self.provider, self.inbound, self.body, self.trace, tuple(items),
+                        self.guard)
+
+    def with_guard(self, guard: Guard | None) -> Delivery:
+        return Delivery(self.provider, self.inbound, self.body, self.trace, self.items, guard)

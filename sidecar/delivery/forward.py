@@ -39,6 +39,7 @@ from sidecar.core.events import (
     EventRow,
     EventState,
     Forwarded,
+    Guard,
     Outcome,
     Recorded,
     StoredRequest,
@@ -84,11 +85,19 @@ class ForwardMode:
         self._clock = clock
 
     async def deliver(self, delivery: Delivery) -> Answer:
+        if delivery.guard is not None and not self._claim_carries_guard(delivery):
+            checked = await self._steps.bind_guard(delivery)
+            if isinstance(checked, Answer):
+                return checked
+            delivery = checked
         inbound, trace = delivery.inbound, delivery.trace
         # What the app gets and a re-drive replays: computed once, and only when needed.
         app_headers = (self._steps.app_headers(inbound) if delivery.provider.store_payload
                        else None)
-        ours, settled = await self._claim_all(delivery, app_headers)
+        claimed = await self._claim_all(delivery, app_headers)
+        if isinstance(claimed, Answer):  # the replay guard refused at the claim
+            return claimed
+        ours, settled = claimed
         if delivery.provider.event_id.is_batch:
             trace.fields["batch_forwarded"] = len(ours)
         forwarded: Answer | None = None
@@ -100,11 +109,20 @@ class ForwardMode:
             trace.attempt = settled[0].attempt
         return batch_answer(forwarded, [s.answer for s in settled])
 
+    def _claim_carries_guard(self, delivery: Delivery) -> bool:
+        """Whether the replay guard's binding rides in the claim's statement: one event, whose
+        claim comes first. A batch binds its items' ids alone, before its claims; an event
+        known done is answered without a claim, after the binding alone."""
+        items = delivery.items
+        return (len(items) == 1 and not delivery.provider.event_id.is_batch
+                and self._known.done(delivery.key, items[0].event_id) is None)
+
     async def _claim_all(self, delivery: Delivery, app_headers: Headers | None
-                         ) -> tuple[list[_Ours], list[_Settled]]:
+                         ) -> tuple[list[_Ours], list[_Settled]] | Answer:
         """Claim every event of the delivery. If the store fails midway, the attempts already
         claimed are marked failed before the error goes on, so the provider's retry takes them
-        over at once instead of after the lease."""
+        over at once instead of after the lease. An answer: the replay guard, carried by the
+        claim, refused the body (nothing was claimed)."""
         inbound = delivery.inbound
         deadline = asyncio.get_running_loop().time() + delivery.provider.inflight_wait
         payload = (StoredRequest(inbound.method, inbound.path, app_headers, delivery.body.raw)
@@ -114,6 +132,8 @@ class ForwardMode:
         try:
             for item in delivery.items:
                 resolved = await self._resolve(delivery, item, payload, deadline)
+                if isinstance(resolved, Answer):
+                    return resolved
                 if isinstance(resolved, _Ours):
                     ours.append(resolved)
                 else:
@@ -124,10 +144,12 @@ class ForwardMode:
         return ours, settled
 
     async def _resolve(self, delivery: Delivery, item: BatchItem,
-                       payload: StoredRequest | None, deadline: float) -> _Ours | _Settled:
+                       payload: StoredRequest | None, deadline: float
+                       ) -> _Ours | _Settled | Answer:
         """Claim one event id and, when another delivery has it, follow the core's decisions
         until this delivery owns an attempt or knows the answer. Waits at most until
-        ``deadline`` (loop time)."""
+        ``deadline`` (loop time). The delivery's replay guard, if still to be bound, rides in
+        the first claim: an ``Answer`` is its refusal."""
         loop = asyncio.get_running_loop()
         provider, event_id = delivery.provider, item.event_id
         digest = claim_digest(provider.event_id, delivery.body, item)
@@ -144,7 +166,14 @@ class ForwardMode:
         # ``asked``: the memory's clock before the store call that read ``row``, which dates
         # what the memory learns from it (``KnownAnswers.until``).
         asked = self._known.now()
-        claim = await self._claim(delivery, event_id, digest, payload)
+        if delivery.guard is not None:
+            guarded = await self._claim_guarded(delivery, delivery.guard, event_id, digest,
+                                                payload, asked)
+            if guarded is None:
+                return refuse("replayed_body")
+            claim = guarded
+        else:
+            claim = await self._claim(delivery, event_id, digest, payload)
         if claim.won:
             return _Ours(item, 1, Result.NEW, digest,
                          self._known.until(asked, provider.retention, claim.row))
@@ -199,6 +228,20 @@ class ForwardMode:
         provider = delivery.provider
         return await self._steps.claimed(delivery, self._store.claim(
             provider.key, event_id, digest, provider.lease, self._owner, payload))
+
+    async def _claim_guarded(self, delivery: Delivery, guard: Guard, event_id: str,
+                             digest: bytes, payload: StoredRequest | None,
+                             asked: float) -> Claim | None:
+        """The claim with the replay guard's binding in its statement (``claim_guarded``),
+        the binding remembered; None: the guard refused the body, nothing was claimed."""
+        provider = delivery.provider
+        answer = await self._steps.claimed(delivery, self._store.claim_guarded(
+            provider.key, event_id, digest, provider.lease, self._owner, guard, payload))
+        if answer.binding is None:  # a guarded claim always answers its binding
+            raise StoreError(f"claim of {provider.key}:{event_id} answered no guard binding")
+        if self._steps.replayed(delivery, guard, asked, answer.binding):
+            return None
+        return answer if isinstance(answer, Claim) else None
 
     async def _forward(self, delivery: Delivery, ours: Sequence[_Ours],
                        app_headers: Headers) -> Answer:

@@ -58,8 +58,13 @@ class Pipeline:
         if isinstance(admitted, Answer):
             return admitted
         if admitted.provider.mode is Mode.QUEUE:
-            answer = await self._queue.accept(admitted)
+            # The enqueue does not carry the replay guard: bound alone first.
+            checked = await self._steps.bind_guard(admitted)
+            if isinstance(checked, Answer):
+                return checked
+            answer = await self._queue.accept(checked)
             if answer is not None:
                 return answer
             # The event was first seen in forward mode: it finishes in forward mode.
+            return await self._forward.deliver(checked)
         return await self._forward.deliver(admitted)

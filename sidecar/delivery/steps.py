@@ -3,6 +3,23 @@
     verify ─ bind nonce ─ handshake ─ event ids ─ body replay        (``Steps.admit``)
 
 Each step takes the delivery and either answers it (a refusal, a handshake) or lets it go on.
+
+The body-replay guard (``core.bodyreplay``) answers here only from what this process knows
+(``KnownAnswers.bound``). A binding it does not know is left on the delivery (``guard``) for
+the mode to make: forward mode makes it in its claim's own statement (``claim_guarded``),
+where one claim follows at once (one event, not known done); otherwise it is made alone first
+(``bind_guard``), as queue mode does. Either way every answer is the one a bind alone and then
+the claim would give:
+
+    guard bound …            claim finds …           answer
+    known, to these ids      —                       the claim as unguarded, no binding write
+    known, to other ids      —                       401 replayed_body, no store call
+    not yet                  no row / a row          bound to these ids; the claim's answer
+    to these ids             no row / a row          the claim's answer (binding unchanged)
+    to other ids             no row / a row          401 replayed_body: no row made, none won
+
+Both the bind and the claim are atomic across processes; folded, they are one atomic write, so
+of concurrent copies offering one body under different ids exactly one binds and may claim.
 """
 
 from __future__ import annotations
@@ -17,6 +34,7 @@ from sidecar.core.bodyreplay import guard_key, ids_digest
 from sidecar.core.decision import rejects_other_body
 from sidecar.core.errors import EventIdError, VerificationError
 from sidecar.core.eventid import EventIdSpec, delivery_items, extract_event_id
+from sidecar.core.events import Guard, NonceBinding
 from sidecar.core.forwarded import Network, forwarding_headers
 from sidecar.core.handshake import handshake_answer
 from sidecar.core.known import KnownAnswers
@@ -78,9 +96,38 @@ class Steps:
         delivery.trace.event_id = delivery.items[0].event_id
         if provider.event_id.is_batch:
             delivery.trace.fields["batch_size"] = len(delivery.items)
-        if provider.guards_body_replay and await self._replayed_body(delivery):
-            return refuse("replayed_body")
+        if provider.guards_body_replay:
+            guard = Guard(guard_key(body.sha256),
+                          ids_digest([item.event_id for item in delivery.items]))
+            bound = self._known.bound(provider.key, guard.key)
+            if bound is None:  # to be bound by the mode, with its claim or alone
+                return delivery.with_guard(guard)
+            if bound != guard.digest:
+                return refuse("replayed_body")
         return delivery
+
+    async def bind_guard(self, delivery: Delivery) -> Delivery | Answer:
+        """The replay guard's binding still to be made, made alone (one statement): where no
+        claim follows at once to carry it. The refusal, or the delivery with nothing left to
+        bind."""
+        guard = delivery.guard
+        if guard is None:
+            return delivery
+        asked = self._known.now()
+        binding = await self._store.bind_nonce(delivery.key, guard.key, guard.digest)
+        if self.replayed(delivery, guard, asked, binding):
+            return refuse("replayed_body")
+        return delivery.with_guard(None)
+
+    def replayed(self, delivery: Delivery, guard: Guard, asked: float,
+                 binding: NonceBinding) -> bool:
+        """Remember the guard's binding as the store answered it (``asked``: the memory's
+        clock before the store call); whether it refuses this delivery's body (a body first
+        seen under other event ids)."""
+        provider = delivery.provider
+        self._known.remember_bound(provider.key, guard.key, binding.digest,
+                                   self._known.until(asked, provider.retention, binding))
+        return binding.digest != guard.digest
 
     async def _check_nonce(self, delivery: Delivery, spec: EventIdSpec) -> Answer | None:
         """For schemes that sign a nonce but not the body (Mailgun): bind the nonce to this
@@ -94,21 +141,6 @@ class Steps:
         if bound.digest != body.sha256:
             return refuse("invalid_signature", "replayed_signature")
         return None
-
-    async def _replayed_body(self, delivery: Delivery) -> bool:
-        """Whether this verified body was first seen under other event ids (``core.bodyreplay``:
-        a captured body resent under a fresh, unsigned id). The first sight binds it."""
-        provider = delivery.provider
-        ids = ids_digest([item.event_id for item in delivery.items])
-        guard = guard_key(delivery.body.sha256)
-        bound = self._known.bound(provider.key, guard)
-        if bound is None:
-            asked = self._known.now()
-            binding = await self._store.bind_nonce(provider.key, guard, ids)
-            bound = binding.digest
-            self._known.remember_bound(provider.key, guard, bound,
-                                       self._known.until(asked, provider.retention, binding))
-        return bound != ids
 
     # -- what both modes do when they claim ---------------------------------------------------
 

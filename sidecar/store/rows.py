@@ -131,6 +131,16 @@ def nonce_binding(record: Record) -> NonceBinding:
                         received_at=float(record["received_at"]), now=float(record["now"]))
 
 
+def guard_binding(record: Record) -> NonceBinding | None:
+    """A guarded claim's binding, from a record with the columns of ``guard.fragment.sql``
+    (PostgreSQL's claim queries), or None: no guard, or none settled by the statement."""
+    digest = record["guard_sha256"]
+    if digest is None:
+        return None
+    return NonceBinding(digest=bytes(digest), received_at=float(record["guard_received_at"]),
+                        now=float(record["guard_now"]))
+
+
 def stored_request(record: Record) -> StoredRequest | None:
     """The payload of a record with the columns of the ``get_payload`` queries, or None when the
     provider keeps no payloads."""

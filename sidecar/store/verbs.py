@@ -33,10 +33,12 @@ from sidecar.core.events import (
     EventQuery,
     EventRow,
     EventState,
+    Guard,
     NonceBinding,
     QueuedWork,
     QueueEntry,
     QueueStats,
+    Replayed,
     Settlement,
     StoredRequest,
 )
@@ -55,9 +57,11 @@ class SQLStore(abc.ABC):
         return its rows. Raises ``StoreError`` (from the driver's error) on any failure."""
 
     @abc.abstractmethod
-    async def _claim(self, params: Params) -> Claim:
+    async def _claim(self, params: Params) -> Claim | Replayed:
         """``claim.sql`` (inserting a row or finding the existing one, with ``get.sql`` where
-        needed), settled against the races of the adapter's database."""
+        needed), settled against the races of the adapter's database. With a guard
+        (``guard_key`` not NULL), the guard bound first in the same atomic write, and the
+        claim made only if it is bound to ``guard_digest`` (else ``Replayed``)."""
 
     @abc.abstractmethod
     async def close(self) -> None: ...
@@ -100,10 +104,26 @@ class SQLStore(abc.ABC):
     async def claim(self, provider: str, event_id: str, body_sha256: bytes,
                     lease_seconds: float, owner: str,
                     payload: StoredRequest | None = None) -> Claim:
+        claim = await self._claim({
+            **_new_row(provider, event_id, body_sha256, payload),
+            "lease_seconds": float(lease_seconds),
+            "owner": _call_owner(owner),
+            "guard_key": None,
+            "guard_digest": None,
+        })
+        if not isinstance(claim, Claim):  # only a guard can refuse a claim
+            raise StoreError(f"claim of {provider}:{event_id} answered {claim!r} unguarded")
+        return claim
+
+    async def claim_guarded(self, provider: str, event_id: str, body_sha256: bytes,
+                            lease_seconds: float, owner: str, guard: Guard,
+                            payload: StoredRequest | None = None) -> Claim | Replayed:
         return await self._claim({
             **_new_row(provider, event_id, body_sha256, payload),
             "lease_seconds": float(lease_seconds),
             "owner": _call_owner(owner),
+            "guard_key": guard.key,
+            "guard_digest": guard.digest,
         })
 
     async def take_over(

@@ -238,6 +238,70 @@ async def test_a_github_duplicate_skips_the_replay_guard_round_trip_too() -> Non
     assert store.calls == []
 
 
+def github_sender(pipeline: Any, conf: Config) -> Any:
+    github = conf.provider("github")
+    assert github is not None and github.guards_body_replay
+
+    async def send(body: bytes, delivery: str) -> Answer:
+        signature = ("sha256="
+                     + hmac.new(GITHUB_SECRET.encode(), body, hashlib.sha256).hexdigest())
+        headers = {"X-Hub-Signature-256": signature, "X-GitHub-Delivery": delivery}
+        answer: Answer = await pipeline.deliver(github, inbound(body, headers))
+        return answer
+
+    return send
+
+
+async def test_a_new_github_event_binds_its_body_in_the_claim() -> None:
+    """Issue 22: the replay guard's bind rides in the claim (``claim_guarded``): a new event
+    is the claim and the record, no bind besides; a replay of its body is refused by the
+    claim, which writes nothing."""
+    conf, store = config(), CountingStore()
+    send = github_sender(pipeline_for(conf, store=store), conf)  # type: ignore[arg-type]
+    assert (await send(b'{"n": 1}', "d-1")).result is Result.NEW
+    assert store.calls == ["claim_guarded", "complete"]
+    other = pipeline_for(conf, store=store)  # type: ignore[arg-type]  # knows no binding
+    store.calls.clear()
+    replay = await github_sender(other, conf)(b'{"n": 1}', "d-2")
+    assert (replay.status, replay.reason) == (401, "replayed_body")
+    assert store.calls == ["claim_guarded"]
+    assert await store.inner.get("github", "d-2") is None
+
+
+async def test_a_known_done_event_whose_binding_was_forgotten_binds_alone() -> None:
+    """No claim follows for an event this process knows done: its binding goes alone, as it
+    always did, and the answer is the remembered one."""
+    # Room for two bindings and one done row ({} with no headers): the second event's row
+    # pushes out the least recently used entry, the first event's binding.
+    data = base_config("http://127.0.0.1:9", "sqlite:///unused.db",
+                       answer_cache=3 * ENTRY_OVERHEAD + 2 + 100)
+    conf, store = parse_config(data, env={}), CountingStore()
+    upstream = FakeUpstream(reply=lambda _: RecordedResponse(200, (), b"{}"))
+    send = github_sender(pipeline_for(conf, store=store, upstream=upstream),  # type: ignore[arg-type]
+                         conf)
+    for n in (1, 2):
+        assert (await send(b'{"n": %d}' % n, f"d-{n}")).result is Result.NEW
+    store.calls.clear()
+    again = await send(b'{"n": 1}', "d-1")
+    assert (again.result, again.log.get("known")) == (Result.DUPLICATE, True)
+    assert store.calls == ["bind_nonce"]
+    store.calls.clear()
+    replay = await send(b'{"n": 1}', "d-3")  # the binding is known again
+    assert (replay.status, replay.reason, store.calls) == (401, "replayed_body", [])
+
+
+async def test_queue_mode_binds_alone_before_its_enqueue() -> None:
+    data = base_config("http://127.0.0.1:9", "sqlite:///unused.db")
+    data["providers"]["github"]["mode"] = "queue"
+    conf, store = parse_config(data, env={}), CountingStore()
+    send = github_sender(pipeline_for(conf, store=store), conf)  # type: ignore[arg-type]
+    assert (await send(b'{"n": 1}', "d-1")).status == 200
+    assert store.calls == ["bind_nonce", "enqueue"]
+    replay = await send(b'{"n": 1}', "d-2")
+    assert (replay.status, replay.reason) == (401, "replayed_body")
+    assert await store.inner.get("github", "d-2") is None
+
+
 # -- never longer than the store: the same history, with and without the memory ----------------
 #
 # Each scenario runs on two pipelines sharing one store and one clock moved by hand: the one under

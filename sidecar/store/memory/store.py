@@ -15,8 +15,10 @@ from sidecar.core.events import (
     EventQuery,
     EventRow,
     EventState,
+    Guard,
     NonceBinding,
     PageKey,
+    Replayed,
     StoredRequest,
 )
 from sidecar.store.memory.queue import QueueVerbs
@@ -72,6 +74,20 @@ class MemoryStore(QueueVerbs):
                     lease_seconds: float, owner: str,
                     payload: StoredRequest | None = None) -> Claim:
         now = await self._now("claim")
+        return self._claim(provider, event_id, body_sha256, lease_seconds, owner, payload, now)
+
+    async def claim_guarded(self, provider: str, event_id: str, body_sha256: bytes,
+                            lease_seconds: float, owner: str, guard: Guard,
+                            payload: StoredRequest | None = None) -> Claim | Replayed:
+        now = await self._now("claim")
+        binding = self._bind(provider, guard.key, guard.digest, now)
+        if binding.digest != guard.digest:
+            return Replayed(binding)
+        claim = self._claim(provider, event_id, body_sha256, lease_seconds, owner, payload, now)
+        return Claim(claim.won, claim.row, binding)
+
+    def _claim(self, provider: str, event_id: str, body_sha256: bytes, lease_seconds: float,
+               owner: str, payload: StoredRequest | None, now: float) -> Claim:
         event = self._events.get((provider, event_id))
         if event is not None:
             return Claim(won=False, row=self._read(event, now))
@@ -204,6 +220,9 @@ class MemoryStore(QueueVerbs):
 
     async def bind_nonce(self, provider: str, nonce: str, body_sha256: bytes) -> NonceBinding:
         now = await self._now("bind_nonce")
+        return self._bind(provider, nonce, body_sha256, now)
+
+    def _bind(self, provider: str, nonce: str, body_sha256: bytes, now: float) -> NonceBinding:
         bound, received_at = self._nonces.setdefault((provider, nonce),
                                                      (bytes(body_sha256), now))
         return NonceBinding(bound, received_at, now)

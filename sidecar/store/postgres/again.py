@@ -39,7 +39,10 @@ AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
                                   "list_page_queue")},
     # ON CONFLICT DO NOTHING inserts at most once; but if the first run's insert committed, a
     # plain repeat finds the row and answers "lost". The row is leased to an owner unique to
-    # the call, so claim_landed.sql finds it first and answers "won".
+    # the call, so claim_landed.sql finds it first and answers "won" (a guarded claim's with
+    # the binding its first run made or found, read beside the row). A guarded first run that
+    # committed without winning bound the guard or found it bound: the repeat's bind changes
+    # nothing and answers as the first run would have (lost, or Replayed).
     "claim": ("claim_landed", "claim"),
     # NOT idempotent in effect: a plain repeat after a first run that committed finds the row
     # under a live lease and answers "someone else took it", and nobody forwards the attempt

@@ -4,6 +4,7 @@ together."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar
@@ -11,7 +12,7 @@ from typing import Final, TypeVar
 import asyncpg
 
 from sidecar.core.errors import StoreError
-from sidecar.core.events import Claim, Enqueued, EventRow
+from sidecar.core.events import Claim, Enqueued, EventRow, Replayed
 from sidecar.store import migrations
 from sidecar.store.coalesce import MAX_BATCH, Coalescer, fresh
 from sidecar.store.observer import StoreObserver, Unobserved
@@ -26,7 +27,7 @@ from sidecar.store.postgres.faults import key_being_rebuilt, no_answer, refused_
 from sidecar.store.postgres.listen import QueueListener
 from sidecar.store.postgres.outage import POOL_LOG, OutageLog
 from sidecar.store.postgres.results import RESULT_WRITES, open_result_pool
-from sidecar.store.rows import Params, Record, event_row
+from sidecar.store.rows import Params, Record, event_row, guard_binding
 from sidecar.store.verbs import SQLStore
 
 T = TypeVar("T")
@@ -190,26 +191,33 @@ class PostgresStore(SQLStore):
 
     # -- inserting a new event row: the claim, queue mode's enqueue -------------------------
 
-    async def _claim(self, params: Params) -> Claim:
+    async def _claim(self, params: Params) -> Claim | Replayed:
         def insert() -> Awaitable[list[asyncpg.Record]]:
             return self._together(self._claims, "claim", params)
 
-        return await self._inserted("claim", params, insert, _claimed,
-                                    lambda row: Claim(won=False, row=row))
+        def existing(row: EventRow, record: Record | None) -> Claim:
+            return Claim(won=False, row=row,
+                         binding=guard_binding(record) if record is not None else None)
+
+        digest = params["guard_digest"]
+        assert digest is None or isinstance(digest, bytes)
+        return await self._inserted("claim", params, insert,
+                                    functools.partial(_claimed, digest), existing)
 
     async def _enqueue(self, params: Params) -> Enqueued:
         def insert() -> Awaitable[list[asyncpg.Record]]:
             return self._rows("enqueue", params)
 
         return await self._inserted("enqueue", params, insert, _enqueued,
-                                    lambda row: Enqueued(accepted=False, row=row))
+                                    lambda row, _: Enqueued(accepted=False, row=row))
 
     async def _inserted(self, name: str, params: Params,
                         insert: Callable[[], Awaitable[list[asyncpg.Record]]],
-                        answer: Callable[[Record], T | None],
-                        existing: Callable[[EventRow], T]) -> T:
+                        answer: Callable[[Record | None], T | _Unsettled],
+                        existing: Callable[[EventRow, Record | None], T]) -> T:
         """``insert`` (``claim.sql``, ``enqueue.sql``: ON CONFLICT DO NOTHING), settled: its
-        record's ``answer``, else the row that is there (``get.sql``) as ``existing``. Each
+        record's ``answer`` (None: it answered no record), else the row that is there
+        (``get.sql``) as ``existing`` (with the insert's record), or ``insert`` again. Each
         statement has its deadline; the race as a whole gets one too, so the call ends within
         statement_timeout like every other call."""
         try:
@@ -224,14 +232,19 @@ class PostgresStore(SQLStore):
                             if not key_being_rebuilt(exc):
                                 raise
                             records = []
-                        answered = answer(records[0]) if records else None
-                        if answered is not None:
+                        record = records[0] if records else None
+                        answered = answer(record)
+                        if answered is _Unsettled.AGAIN:
+                            # A guard bound by another session after the statement's
+                            # snapshot: a new statement sees whose digest holds.
+                            continue
+                        if not isinstance(answered, _Unsettled):
                             return answered
                         # The competing insert committed after this statement's snapshot: read
                         # it anew.
                         found = await self._rows("get", params)
                         if found:
-                            return existing(event_row(found[0]))
+                            return existing(event_row(found[0]), record)
                         # The competitor rolled back or the row was purged in between: again.
                 finally:
                     end_enclosing(token)
@@ -301,17 +314,37 @@ class PostgresStore(SQLStore):
         return answers
 
 
-def _claimed(record: Record) -> Claim:
-    return Claim(won=bool(record["won"]), row=event_row(record))
+class _Unsettled(enum.Enum):
+    """An insert's record that does not answer the call yet."""
+
+    READ = "read"  # the competing insert is not visible to the statement: read the row
+    AGAIN = "again"  # a guarded claim's guard was not settled: run the statement again
 
 
-def _enqueued(record: Record) -> Enqueued | None:
-    """``enqueue.sql``'s answer, or None when it has none (the competing insert is not visible
+def _claimed(guard_digest: bytes | None, record: Record | None
+             ) -> Claim | Replayed | _Unsettled:
+    """``claim.sql``'s (or an item's of ``claim_batch.sql``) answer: a guard first (bound to
+    another digest: ``Replayed``, whatever the row; not settled: again), then the row."""
+    binding = guard_binding(record) if record is not None else None
+    if guard_digest is not None:
+        if binding is None:
+            return _Unsettled.AGAIN
+        if binding.digest != guard_digest:
+            return Replayed(binding)
+    if record is None or record["provider"] is None:
+        return _Unsettled.READ
+    return Claim(won=bool(record["won"]), row=event_row(record), binding=binding)
+
+
+def _enqueued(record: Record | None) -> Enqueued | _Unsettled:
+    """``enqueue.sql``'s answer, or READ when it has none (the competing insert is not visible
     to it: read the row)."""
+    if record is None:
+        return _Unsettled.READ
     if record["accepted"]:
         return Enqueued(accepted=True, row=None)
     if record["provider"] is not None:  # the existing row, full queue or not
         return Enqueued(accepted=False, row=event_row(record))
     if record["full"]:
         return Enqueued(accepted=False, row=None, full=True)
-    return None
+    return _Unsettled.READ

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from sidecar.core.errors import StoreClosed, StoreError
-from sidecar.core.events import Claim, Enqueued
+from sidecar.core.events import Claim, Enqueued, Replayed
 from sidecar.store import migrations
 from sidecar.store.coalesce import MAX_BATCH, Coalescer, fresh
 from sidecar.store.observer import StoreObserver, Unobserved
@@ -126,7 +126,7 @@ class SQLiteStore(SQLStore):
         # UPDATE … RETURNING reads, so the guard in its WHERE clause cannot be raced.
         return await self._call(name, execute, self._con, name, params)
 
-    async def _claim(self, params: Params) -> Claim:
+    async def _claim(self, params: Params) -> Claim | Replayed:
         return await self._together(self._claims, "claim", params)
 
     async def _complete(self, params: Params) -> list[sqlite3.Row]:

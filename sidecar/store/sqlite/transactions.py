@@ -9,34 +9,45 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from sidecar.core.events import Claim, Enqueued
-from sidecar.store.rows import Params, event_row
+from sidecar.core.events import Claim, Enqueued, Replayed
+from sidecar.store.rows import Params, event_row, nonce_binding
 from sidecar.store.sqlite.connection import execute, immediate
 
 # -- the claim, and writes sent together ------------------------------------------------------
 
 
-def claim(con: sqlite3.Connection, params: Params) -> Claim:
+def claim(con: sqlite3.Connection, params: Params) -> Claim | Replayed:
     with immediate(con):
         return _claim_in_transaction(con, params)
 
 
-def claims(con: sqlite3.Connection, items: Sequence[Params]) -> list[Claim]:
+def claims(con: sqlite3.Connection, items: Sequence[Params]) -> list[Claim | Replayed]:
     """Several claims in one transaction, in order: a later claim of a key an earlier one
-    inserted finds its row and loses, as the second of two concurrent claims would."""
+    inserted finds its row and loses, as the second of two concurrent claims would; a later
+    guard of a key an earlier one bound gets its digest back, as with ``binds``."""
     with immediate(con):
         return [_claim_in_transaction(con, params) for params in items]
 
 
-def _claim_in_transaction(con: sqlite3.Connection, params: Params) -> Claim:
+def _claim_in_transaction(con: sqlite3.Connection, params: Params) -> Claim | Replayed:
+    """The guard (when the claim carries one) bound, then the claim, under one write lock:
+    a guard bound to another digest answers ``Replayed`` before anything else is written."""
+    binding = None
+    if params["guard_key"] is not None:
+        guard = {"provider": params["provider"], "nonce": params["guard_key"],
+                 "body_sha256": params["guard_digest"]}
+        bound = execute(con, "bind_nonce", guard) or execute(con, "get_nonce", guard)
+        binding = nonce_binding(bound[0])
+        if binding.digest != params["guard_digest"]:
+            return Replayed(binding)
     inserted = execute(con, "claim", params)
     if inserted:
-        return Claim(won=True, row=event_row(inserted[0]))
+        return Claim(won=True, row=event_row(inserted[0]), binding=binding)
     existing = execute(con, "get", params)
     if not existing:  # impossible under the write lock; never report a claim we lack
         key = f"{params['provider']}:{params['event_id']}"
         raise sqlite3.IntegrityError(f"claim of {key} found no row")
-    return Claim(won=False, row=event_row(existing[0]))
+    return Claim(won=False, row=event_row(existing[0]), binding=binding)
 
 
 def complete(con: sqlite3.Connection, params: Params) -> list[sqlite3.Row]:

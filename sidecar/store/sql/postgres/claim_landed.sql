@@ -6,7 +6,12 @@
 -- whole lease, to an attempt that is never forwarded. No row: the first run did not commit
 -- (or has not yet, on a backend that outlived its connection — then claim.sql waits for it and
 -- answers "lost", which is safe: the event waits for its lease like a crashed attempt's).
-SELECT true AS won, {{event_row}}, {{in_queue}}
+-- A guarded claim's first run that inserted the row had bound :guard_key to :guard_digest in
+-- the same commit: the binding is read with the row (claim.sql's columns).
+SELECT true AS won, {{event_row}}, {{in_queue}}, {{guard}}
   FROM webhook_event AS e
+  LEFT JOIN (SELECT w.body_sha256 AS guard_sha256, w.received_at AS guard_received_at
+               FROM webhook_nonce AS w
+              WHERE w.provider = :provider::text AND w.nonce = :guard_key::text) AS g ON true
  WHERE provider = :provider::text AND event_id = :event_id::text
    AND state = 'processing' AND lease_owner = :owner::text;
