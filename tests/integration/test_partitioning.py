@@ -14,7 +14,11 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
+from sidecar.config.keyring import Keyring
+from sidecar.config.loader import parse_config
 from sidecar.core.events import (
     AttemptResult,
     EventState,
@@ -22,8 +26,12 @@ from sidecar.core.events import (
     RecordedResponse,
     StoredRequest,
 )
+from sidecar.obs.metrics import Metrics
+from sidecar.ops.maintenance import Maintenance
+from sidecar.runtime.wiring import partition_keeper
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.postgres.partitioning import PartitionKeeper, partition_store
+from tests.support import base_config
 
 pytestmark = pytest.mark.postgres
 
@@ -290,3 +298,24 @@ async def test_partitions_are_made_ahead_and_rows_past_them_are_moved_out_of_def
     assert uppers > timedelta(seconds=5 * STEP)
     assert not (await store.claim("stripe", "future", BODY, 30.0, "o2")).won
     assert datetime.now(UTC)  # the store answered through the new partitions
+
+
+async def test_maintenance_makes_and_drops_partitions_and_says_what_it_kept(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    data = base_config("http://127.0.0.1:9", part_dsn)
+    data["store"]["partitioning"] = {"interval": "1m", "ahead": 4}
+    data["providers"]["stripe"]["retention"] = "2m"
+    data["providers"]["stripe"]["lease"] = "30s"
+    config = parse_config(data, env={})
+    upkeep = Maintenance(config, store, Metrics(CollectorRegistry()), Keyring(config.providers),
+                         partitions=partition_keeper(config.store))
+    await store.claim("stripe", "live", BODY, 600.0, "o")
+    await _age(conn, "live", 4)
+    with capture_logs() as logs:
+        await upkeep.keep_partitions()
+    events = {(e["event"], e.get("partition"), e.get("reason")) for e in logs}
+    assert ("partition_dropped", "webhook_event_past5", None) in events
+    assert ("partition_kept", "webhook_event_past4", "busy") in events
+    assert any(e["event"] == "partitions_made" for e in logs)
+    assert await conn.fetchval("SELECT max(upper_bound) - clock_timestamp() "
+                               "FROM webhook_partitions('webhook_event')") > timedelta(minutes=4)
