@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 
 from sidecar.config.keyring import Keyring
 from sidecar.config.loader import parse_config
+from sidecar.core.errors import SchemaError
 from sidecar.core.events import (
     AttemptResult,
     EventState,
@@ -319,3 +320,15 @@ async def test_maintenance_makes_and_drops_partitions_and_says_what_it_kept(
     assert any(e["event"] == "partitions_made" for e in logs)
     assert await conn.fetchval("SELECT max(upper_bound) - clock_timestamp() "
                                "FROM webhook_partitions('webhook_event')") > timedelta(minutes=4)
+
+
+async def test_partitioning_again_changes_nothing_and_another_interval_is_refused(
+        part_dsn: str, conn: asyncpg.Connection) -> None:
+    before = await _parts(conn)
+    assert not await partition_store(part_dsn, interval=STEP, ahead=2)
+    assert not await migrate_postgres(part_dsn)
+    assert await _parts(conn) == before
+    with pytest.raises(SchemaError, match=r"partitions span 1m: set store\.partitioning"):
+        await partition_store(part_dsn, interval=3600, ahead=2)
+    with pytest.raises(SchemaError, match=r"is partitioned \(by 1m\) but store\.partitioning"):
+        await PostgresStore.connect(part_dsn)

@@ -125,8 +125,11 @@ async def _partition(conn: asyncpg.Connection, interval: float, ahead: int,
                      only_if_empty: bool) -> bool:
     migrations.check_current(  # the switch knows this release's tables, no older ones
         DIALECT, await migrations.recorded(lambda name, params: _rows(conn, name, params)))
-    if (await read_shape(conn)).partitioned:
-        check_shape(await read_shape(conn), interval)
+    if (shape := await read_shape(conn)).partitioned:
+        check_shape(shape, interval)
+        # This release's functions replace an older one's (CREATE OR REPLACE: a brief catalog
+        # lock, no table lock), so `migrate` after an upgrade brings them up to date.
+        await conn.execute(query(DIALECT, "partitioning/functions"))
         return False
     if only_if_empty and await _fetchval(conn, "partitioning/has_events"):
         raise StoreError(
