@@ -65,6 +65,22 @@ def _result_commit(commit: ResultCommit, path: str, values: Values, load: Load
     return commit
 
 
+def _partition_interval(interval: float | None, path: str, values: Values,
+                        load: Load) -> float | None:
+    """Partitions of whole seconds, a minute at least (a partition per second would make every
+    keyed lookup probe thousands of indexes), on PostgreSQL only."""
+    if interval is None:
+        return None
+    url = load.known("store.url")
+    if url is not None and url.startswith("sqlite:"):
+        raise ConfigError(path, "partitioning is for PostgreSQL; the embedded SQLite store is "
+                          "not partitioned" + fix(("remove", path, "store.partitioning.interval")))
+    if interval < 60 or interval != int(interval):
+        raise ConfigError(path, f"must be whole seconds, 1m at least (not "
+                          f"{format_duration(interval)})")
+    return interval
+
+
 def _signature(raw: object, path: str, values: Values, load: Load) -> SignatureSpec:
     return parse_signature_spec(raw, path)
 
@@ -157,6 +173,7 @@ STEPS: Final[dict[str, Step]] = {
     "store.url": _store_url,
     "store.pool_max_size": _pool_max_size,
     "store.result_commit": _result_commit,
+    "store.partitioning.interval": _partition_interval,
     "providers": read_providers,
     "providers.<key>.signature": _signature,
     "providers.<key>.event_id": _event_id,

@@ -32,6 +32,7 @@ from sidecar.core.events import (
 from sidecar.core.ports import Store
 from sidecar.store.memory import MemoryStore
 from sidecar.store.sqlite import SQLiteStore
+from tests.backdoor import pg_backdoor
 from tests.integration.test_store_contract import BODY, LEASE
 
 REQUEST = StoredRequest(method="POST", path="/webhooks/x", headers=(), body=b"{}")
@@ -117,7 +118,7 @@ async def place(store: Store, request: pytest.FixtureRequest, specs: list[Spec])
         await asyncio.to_thread(run)
         return
     epoch = datetime(1970, 1, 1, tzinfo=UTC)  # asyncpg sends a datetime exactly (µs)
-    conn = await asyncpg.connect(request.getfixturevalue("pg_dsn"))
+    conn = await asyncpg.connect(pg_backdoor(request).dsn)
     try:
         await conn.executemany(
             "UPDATE webhook_event SET received_at = $1 WHERE provider = $2 AND event_id = $3",

@@ -38,7 +38,7 @@ from sidecar.store.memory import MemoryStore
 from sidecar.store.postgres import PostgresStore
 from sidecar.store.sqlfiles import statement
 from sidecar.store.sqlite import SQLiteStore
-from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
+from tests.backdoor import Backdoor, SqliteBackdoor, pg_backdoor
 from tests.integration.test_store_contract import BODY, LEASE, MemoryBackdoor
 from tests.replyeater import ReplyEater
 
@@ -73,7 +73,7 @@ def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
         return MemoryBackdoor(store)
     if isinstance(store, SQLiteStore):
         return SqliteBackdoor(store.path)
-    return PgBackdoor(request.getfixturevalue("pg_dsn"))
+    return pg_backdoor(request)
 
 
 @pytest.fixture
@@ -87,8 +87,9 @@ async def second(store: Store, request: pytest.FixtureRequest) -> AsyncIterator[
     if isinstance(store, SQLiteStore):
         other = await SQLiteStore.open(store.path)
     else:
-        other = await PostgresStore.connect(request.getfixturevalue("pg_dsn"),
-                                            min_size=2, max_size=8)
+        door = pg_backdoor(request)
+        other = await PostgresStore.connect(door.dsn, min_size=2, max_size=8,
+                                            partition_interval=door.partition_interval)
     try:
         yield other
     finally:

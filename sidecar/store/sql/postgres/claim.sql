@@ -37,7 +37,7 @@ WITH t AS (
     SELECT :provider::text, :guard_key::text, :guard_digest::bytea, t.ts
       FROM t
      WHERE :guard_key::text IS NOT NULL
-    ON CONFLICT (provider, nonce) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING w.body_sha256, w.received_at
 ), g AS (
     SELECT body_sha256 AS guard_sha256, received_at AS guard_received_at
@@ -58,7 +58,7 @@ WITH t AS (
       FROM t
      WHERE :guard_key::text IS NULL
         OR EXISTS (SELECT 1 FROM g WHERE g.guard_sha256 = :guard_digest::bytea)
-    ON CONFLICT (provider, event_id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING e.provider, e.event_id, e.state, e.attempt, e.body_sha256, e.received_at,
               e.updated_at, e.lease_until, e.outcome, e.response_status, e.response_headers,
               e.response_body, e.latency_ms

@@ -44,7 +44,7 @@ WITH t AS (
       FROM item AS i CROSS JOIN t
      WHERE i.item_guard IS NOT NULL
      ORDER BY i.key_provider, i.item_guard, i.n
-    ON CONFLICT (provider, nonce) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING w.provider, w.nonce, w.body_sha256, w.received_at
 ), g AS (
     SELECT provider AS guard_provider, nonce AS guard_key, body_sha256 AS guard_sha256,
@@ -72,7 +72,7 @@ WITH t AS (
                     WHERE g.guard_provider = i.key_provider AND g.guard_key = i.item_guard
                       AND g.guard_sha256 = i.item_guard_digest)
      ORDER BY i.key_provider, i.key_event_id, i.n
-    ON CONFLICT (provider, event_id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING e.provider, e.event_id, e.lease_owner, e.state, e.attempt, e.body_sha256,
               e.received_at, e.updated_at, e.lease_until, e.outcome, e.response_status,
               e.response_headers, e.response_body, e.latency_ms
