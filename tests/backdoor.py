@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import asyncpg
+import pytest
 
 from sidecar.core.ports import Store
 from sidecar.store.postgres import PostgresStore
@@ -33,8 +34,9 @@ class Backdoor:
 
 
 class PgBackdoor(Backdoor):
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, partition_interval: float | None = None) -> None:
         self.dsn = dsn
+        self.partition_interval = partition_interval
 
     async def backdate(self, provider: str, event_id: str, seconds: float) -> None:
         conn = await asyncpg.connect(self.dsn)
@@ -75,7 +77,8 @@ class PgBackdoor(Backdoor):
             await conn.close()
 
     async def impatient_store(self) -> Store:
-        return await PostgresStore.connect(self.dsn, lock_timeout=0.2, statement_timeout=2.0)
+        return await PostgresStore.connect(self.dsn, lock_timeout=0.2, statement_timeout=2.0,
+                                           partition_interval=self.partition_interval)
 
 
 class SqliteBackdoor(Backdoor):
@@ -118,3 +121,17 @@ class SqliteBackdoor(Backdoor):
 
     async def impatient_store(self) -> Store:
         return await SQLiteStore.open(self.path, busy_timeout=0.2)
+
+
+PART_INTERVAL = 60.0  # the partitioned test store's partitions: a minute each (conftest.py)
+PART_AHEAD = 3
+
+
+def pg_backdoor(request: pytest.FixtureRequest) -> PgBackdoor:
+    """The backdoor to the PostgreSQL database of the test's ``store`` parameter: the
+    partitioned one for ``[postgres_part]``, else ``pg_dsn``'s."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "postgres_part" in callspec.params.values():
+        return PgBackdoor(request.getfixturevalue("pg_part_dsn"), PART_INTERVAL)
+    return PgBackdoor(request.getfixturevalue("pg_dsn"))
+

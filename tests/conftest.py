@@ -6,8 +6,10 @@
 - ``pg_database_factory``: ``await make()`` returns a DSN to a new empty (unmigrated) database,
   dropped after the test.
 - ``pg_store``: a ``PostgresStore`` on ``pg_dsn`` with an empty ``webhook_event`` table.
+- ``pg_part_dsn`` (session), ``pg_part_store``: the same on a second database whose tables are
+  partitioned by the minute (``store.partitioning``: ``PART_INTERVAL``, ``PART_AHEAD``).
 - ``sqlite_store``: a ``SQLiteStore`` on a new file in ``tmp_path``.
-- ``store``: parametrized over both (``[sqlite]`` and ``[postgres]``).
+- ``store``: parametrized over them (``[sqlite]``, ``[postgres]``, ``[postgres_part]``).
 - ``pg_throwaway_cluster``: a started private ``ThrowawayCluster`` (fsync on) a test may crash
   with ``stop(mode="immediate")`` and ``start()`` again; removed after the test.
 """
@@ -28,8 +30,9 @@ from sidecar.obs.logs import configure_logging
 from sidecar.obs.storelog import StoreLog
 from sidecar.store.memory import MemoryStore
 from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.postgres.partitioning import partition_store
 from sidecar.store.sqlite import SQLiteStore
-from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
+from tests.backdoor import PART_AHEAD, PART_INTERVAL, Backdoor, SqliteBackdoor, pg_backdoor
 from tests.pgserver import (
     PgServer,
     PgServerError,
@@ -69,6 +72,21 @@ def pg_dsn(pg_server: PgServer) -> Iterator[str]:
         run_sync(drop_database(pg_server.admin_dsn, dbname))
 
 
+
+
+@pytest.fixture(scope="session")
+def pg_part_dsn(pg_server: PgServer) -> Iterator[str]:
+    dbname = unique_database_name("sidecar_test_part")
+    dsn = run_sync(create_database(pg_server.admin_dsn, dbname))
+    try:
+        run_sync(migrate_postgres(dsn))
+        run_sync(partition_store(dsn, interval=PART_INTERVAL, ahead=PART_AHEAD,
+                                 only_if_empty=True))
+        yield dsn
+    finally:
+        run_sync(drop_database(pg_server.admin_dsn, dbname))
+
+
 @pytest.fixture
 async def pg_database_factory(pg_server: PgServer) -> AsyncIterator[Callable[[], Awaitable[str]]]:
     created: list[str] = []
@@ -91,6 +109,21 @@ async def pg_store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
     finally:
         await conn.close()
     store = await PostgresStore.connect(pg_dsn, min_size=2, max_size=8, observer=StoreLog())
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def pg_part_store(pg_part_dsn: str) -> AsyncIterator[PostgresStore]:
+    conn = await asyncpg.connect(pg_part_dsn)
+    try:
+        await conn.execute("TRUNCATE webhook_attempt, webhook_queue, webhook_event")
+    finally:
+        await conn.close()
+    store = await PostgresStore.connect(pg_part_dsn, min_size=2, max_size=8,
+                                        partition_interval=PART_INTERVAL, observer=StoreLog())
     try:
         yield store
     finally:
@@ -132,18 +165,22 @@ async def memory_store() -> AsyncIterator[MemoryStore]:
 
 
 @pytest.fixture(
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
+    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+            pytest.param("postgres_part", marks=pytest.mark.postgres), "memory"]
 )
 def every_store(request: pytest.FixtureRequest) -> Store:
-    """Each store in turn: the contract suites hold all three to one behaviour."""
-    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store", "memory": "memory_store"}
+    """Each store in turn: the contract suites hold all of them to one behaviour."""
+    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store",
+               "postgres_part": "pg_part_store", "memory": "memory_store"}
     backend: Store = request.getfixturevalue(fixture[request.param])
     return backend
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+                        pytest.param("postgres_part", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest) -> PostgresStore | SQLiteStore:
-    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store"}[request.param]
+    fixture = {"sqlite": "sqlite_store", "postgres": "pg_store",
+               "postgres_part": "pg_part_store"}[request.param]
     backend: PostgresStore | SQLiteStore = request.getfixturevalue(fixture)
     return backend
 
@@ -166,4 +203,4 @@ def pg_throwaway_cluster() -> Iterator[ThrowawayCluster]:
 def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
     if isinstance(store, SQLiteStore):
         return SqliteBackdoor(store.path)
-    return PgBackdoor(request.getfixturevalue("pg_dsn"))
+    return pg_backdoor(request)

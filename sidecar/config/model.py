@@ -124,6 +124,21 @@ class UpstreamConfig:
         yaml_default=[])
 
 
+@block("PostgreSQL: the event, attempt and nonce tables range-partitioned by time, so that "
+       "retention drops whole partitions instead of deleting rows one by one (see "
+       "docs/design.md, Partitioned retention). Set before `webhook-sidecar migrate` on a new "
+       "database; an existing one is moved with `webhook-sidecar store partition`.",
+       nullable=True)
+class PartitioningConfig:
+    interval: float | None = setting(Duration(positive=True), "The span of one partition, e.g. "
+                                     "1d (at least 1m). Empty: unpartitioned, the default; the "
+                                     "database must match (the proxy refuses to start and "
+                                     "names the command that fixes it).", nullable=True)
+    ahead: int = setting(Integer(1), "Partitions kept ready past the current one, created by "
+                         "maintenance and at start-up (an insert past the last one lands in "
+                         "the DEFAULT partition, counted and logged).", yaml_default=3)
+
+
 @block("Where event rows live.", nullable=True)
 class StoreConfig:
     url: str = setting(StoreURL(), "sqlite:///PATH (one host only; a relative PATH is relative to "
@@ -161,6 +176,7 @@ class StoreConfig:
                                      "idle_in_transaction_session_timeout as connection startup "
                                      "parameters. Set false behind pgbouncer (it refuses them; "
                                      "set them with ALTER ROLE instead).", yaml_default=True)
+    partitioning: PartitioningConfig = nested(PartitioningConfig)
 
     @property
     def kind(self) -> StoreKind:

@@ -48,6 +48,22 @@ def _pool_max_size(size: int, path: str, values: Values, load: Load) -> int:
     return size
 
 
+def _partition_interval(interval: float | None, path: str, values: Values,
+                        load: Load) -> float | None:
+    """Partitions of whole seconds, a minute at least (a partition per second would make every
+    keyed lookup probe thousands of indexes), on PostgreSQL only."""
+    if interval is None:
+        return None
+    url = load.known("store.url")
+    if url is not None and url.startswith("sqlite:"):
+        raise ConfigError(path, "partitioning is for PostgreSQL; the embedded SQLite store is "
+                          "not partitioned" + fix(("remove", path, "store.partitioning.interval")))
+    if interval < 60 or interval != int(interval):
+        raise ConfigError(path, f"must be whole seconds, 1m at least (not "
+                          f"{format_duration(interval)})")
+    return interval
+
+
 def _signature(raw: object, path: str, values: Values, load: Load) -> SignatureSpec:
     return parse_signature_spec(raw, path)
 
@@ -139,6 +155,7 @@ STEPS: Final[dict[str, Step]] = {
     "upstream.signing_secrets": signing_secrets,
     "store.url": _store_url,
     "store.pool_max_size": _pool_max_size,
+    "store.partitioning.interval": _partition_interval,
     "providers": read_providers,
     "providers.<key>.signature": _signature,
     "providers.<key>.event_id": _event_id,

@@ -334,3 +334,12 @@ class EventPage:
 
     rows: tuple[EventRow, ...]  # newest first
     next: PageKey | None  # None: no older rows
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsRetired:
+    """What one round of partition retention did (``PartitionUpkeep.retire``)."""
+
+    dropped: tuple[str, ...] = ()  # partitions dropped
+    kept: tuple[tuple[str, str], ...] = ()  # (partition, why) for ended partitions kept
+    default_rows: int = 0  # rows in the DEFAULT partitions: inserts past the last partition

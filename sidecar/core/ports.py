@@ -15,7 +15,7 @@ Each caller is typed by the role it plays, and sees only that role's verbs:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from sidecar.core.events import (
@@ -28,6 +28,7 @@ from sidecar.core.events import (
     EventRow,
     EventState,
     NonceBinding,
+    PartitionsRetired,
     QueuedWork,
     QueueEntry,
     QueueStats,
@@ -177,6 +178,21 @@ class UpkeepStore(Protocol):
 
     async def ping(self) -> None:
         """Raise ``StoreError`` unless the database answers."""
+        ...
+
+
+class PartitionUpkeep(Protocol):
+    """A partitioned store's partitions (PostgreSQL, ``store.partitioning``), kept by the
+    maintenance loop: never on the request path, every lock wait bounded short."""
+
+    async def make_ahead(self) -> int:
+        """Make the partitions the configured number of intervals ahead; how many were made."""
+        ...
+
+    async def retire(self, retention: Mapping[str, float]) -> PartitionsRetired:
+        """Drop the partitions whose rows are all past their provider's ``retention``
+        (seconds, by provider key), never one holding a live lease or a waiting queue
+        entry, nor rows of a provider missing from ``retention``."""
         ...
 
 

@@ -17,7 +17,7 @@ from sidecar.config.keyring import SIGNING, Keyring
 from sidecar.config.model import Config, Mode
 from sidecar.core.errors import StoreError
 from sidecar.core.events import QueueStats
-from sidecar.core.ports import UpkeepStore
+from sidecar.core.ports import PartitionUpkeep, UpkeepStore
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 
@@ -36,8 +36,9 @@ SCRAPE_REFRESH_WAIT = 2.0
 
 class Maintenance:
     def __init__(self, config: Config, store: UpkeepStore, metrics: Metrics,
-                 keyring: Keyring) -> None:
+                 keyring: Keyring, *, partitions: PartitionUpkeep | None = None) -> None:
         self._config = config
+        self._partitions = partitions
         self._store = store
         self._metrics = metrics
         self._keyring = keyring
@@ -63,6 +64,25 @@ class Maintenance:
             if total:
                 log.info("retention_deleted", provider=provider.key, rows=total)
         return deleted
+
+    async def keep_partitions(self) -> None:
+        """A partitioned store: make the partitions ahead, then drop those past retention
+        (``PartitionUpkeep``). Row-level retention still runs, for providers whose retention
+        is shorter than the partitions' age."""
+        if self._partitions is None:
+            return
+        made = await self._partitions.make_ahead()
+        if made:
+            log.info("partitions_made", count=made)
+        retention = {p.key: p.retention for p in self._config.providers}
+        retired = await self._partitions.retire(retention)
+        for name in retired.dropped:
+            log.info("partition_dropped", partition=name)
+        for name, why in retired.kept:
+            if why != "inside_retention":
+                log.warning("partition_kept", partition=name, reason=why)
+        if retired.default_rows:
+            log.warning("partition_default_used", rows=retired.default_rows)
 
     async def refresh_stuck(self) -> dict[str, int]:
         counts = await self._store.stuck_counts()
@@ -127,6 +147,7 @@ class Maintenance:
         """Forever: retention and the stuck-row gauge, every ``maintenance.interval``."""
         while True:
             try:
+                await self.keep_partitions()
                 await self.sweep_retention()
                 await self.refresh_stuck()
                 await self.refresh_queue()

@@ -50,6 +50,7 @@ from sidecar.obs.telemetry import DeliveryTelemetry
 from sidecar.obs.tracing import build_tracer
 from sidecar.ops.maintenance import Maintenance
 from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.postgres.partitioning import PartitionKeeper, partition_store
 from sidecar.store.sqlite import SQLiteStore
 
 log = get_logger("sidecar.app")
@@ -115,6 +116,7 @@ async def open_store(config: StoreConfig, metrics: Metrics | None = None) -> Sto
         command_timeout=config.statement_timeout + 1.0,
         statement_cache_size=config.statement_cache_size,
         session_settings=config.session_settings,
+        partition_interval=config.partitioning.interval,
         observer=observer,
     )
 
@@ -126,7 +128,20 @@ async def migrate_store(config: StoreConfig) -> list[str]:
         store = await open_store(config)
         await store.close()
         return []
-    return await migrate_postgres(config.url)
+    applied = await migrate_postgres(config.url)
+    interval = config.partitioning.interval
+    if interval is not None and await partition_store(
+            config.url, interval=interval, ahead=config.partitioning.ahead, only_if_empty=True):
+        applied.append("partitioned")
+    return applied
+
+
+def partition_keeper(config: StoreConfig) -> PartitionKeeper | None:
+    """The upkeep of a partitioned store's partitions, or None (unpartitioned, SQLite)."""
+    if config.kind == "sqlite" or config.partitioning.interval is None:
+        return None
+    return PartitionKeeper(config.url, interval=config.partitioning.interval,
+                           ahead=config.partitioning.ahead)
 
 
 def build_forwarder(store: EventStore, upstream: Sender, metrics: Metrics,
@@ -232,7 +247,8 @@ def build_apps(
                                        tracer=tracer)
         for warning in config.warnings:
             log.warning("config_warning", message=warning)
-        upkeep = Maintenance(config, opened, metrics, keyring)
+        upkeep = Maintenance(config, opened, metrics, keyring,
+                             partitions=partition_keeper(config.store))
         background = ([asyncio.create_task(upkeep.run_store_upkeep(), name="store-upkeep")]
                       if store_upkeep else [])
         if store_upkeep:  # the process that serves /metrics: its queue gauges are current

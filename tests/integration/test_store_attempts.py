@@ -24,7 +24,7 @@ from sidecar.core.events import (
 from sidecar.core.ports import Store
 from sidecar.store.memory import MemoryStore
 from sidecar.store.sqlite import SQLiteStore
-from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
+from tests.backdoor import Backdoor, SqliteBackdoor, pg_backdoor
 from tests.integration.test_store_contract import BODY, LEASE, MemoryBackdoor
 from tests.integration.test_store_queue_contract import REQUEST
 
@@ -47,7 +47,7 @@ def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
         return MemoryBackdoor(store)
     if isinstance(store, SQLiteStore):
         return SqliteBackdoor(store.path)
-    return PgBackdoor(request.getfixturevalue("pg_dsn"))
+    return pg_backdoor(request)
 
 
 def _brief(attempts: list[Attempt]) -> list[tuple[object, ...]]:

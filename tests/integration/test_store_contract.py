@@ -40,7 +40,7 @@ from sidecar.store.memory import store as memory_module
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.rows import Params
 from sidecar.store.sqlite import SQLiteStore
-from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
+from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor, pg_backdoor
 from tests.pgserver import ThrowawayCluster, free_port
 
 LEASE = 30.0
@@ -116,7 +116,7 @@ def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
         return MemoryBackdoor(store)
     if isinstance(store, SQLiteStore):
         return SqliteBackdoor(store.path)
-    return PgBackdoor(request.getfixturevalue("pg_dsn"))
+    return pg_backdoor(request)
 
 
 def _state(row: EventRow) -> tuple[object, ...]:

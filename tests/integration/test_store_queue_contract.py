@@ -38,7 +38,7 @@ from sidecar.store.memory import MemoryStore
 from sidecar.store.postgres import PostgresStore
 from sidecar.store.sqlfiles import statement
 from sidecar.store.sqlite import SQLiteStore
-from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor
+from tests.backdoor import Backdoor, SqliteBackdoor, pg_backdoor
 from tests.integration.test_store_contract import BODY, LEASE, MemoryBackdoor
 from tests.replyeater import ReplyEater
 
@@ -73,7 +73,7 @@ def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
         return MemoryBackdoor(store)
     if isinstance(store, SQLiteStore):
         return SqliteBackdoor(store.path)
-    return PgBackdoor(request.getfixturevalue("pg_dsn"))
+    return pg_backdoor(request)
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     **{read: (read,) for read in ("get", "get_nonce", "get_payload", "list_events", "attempts",
                                   "ping",
                                   "stuck_counts", "migrations_exist", "migrations_applied",
+                                  "partitioning_state",
                                   "queue_entry", "queue_stats", "list_page",
                                   "list_page_queue")},
     # ON CONFLICT DO NOTHING inserts at most once; but if the first run's insert committed, a

@@ -20,7 +20,7 @@ async def migrate_postgres(dsn: str, *, connect_timeout: float = 10.0) -> list[s
     """Apply the pending numbered migrations, each in its own transaction under a transaction
     advisory lock (so concurrent runs are safe: the second waits, then finds nothing to do).
     Returns the names applied, in order; empty when the database is up to date."""
-    async with _single_connection(dsn, connect_timeout) as conn:
+    async with single_connection(dsn, connect_timeout, "webhook-sidecar migrate") as conn:
         try:
             return await migrations.migrate(DIALECT, _MigrationSession(conn))
         except DRIVER_ERRORS as exc:
@@ -28,12 +28,13 @@ async def migrate_postgres(dsn: str, *, connect_timeout: float = 10.0) -> list[s
 
 
 @asynccontextmanager
-async def _single_connection(dsn: str, connect_timeout: float) -> AsyncIterator[asyncpg.Connection]:
+async def single_connection(dsn: str, connect_timeout: float, application_name: str
+                            ) -> AsyncIterator[asyncpg.Connection]:
     """One connection outside any pool, closed within the timeout or aborted."""
     try:
         conn = await asyncpg.connect(
             dsn, timeout=connect_timeout,
-            server_settings={"application_name": "webhook-sidecar migrate"},
+            server_settings={"application_name": application_name},
         )
     except DRIVER_ERRORS as exc:
         raise StoreError(f"cannot connect to PostgreSQL: {describe(exc)}") from exc

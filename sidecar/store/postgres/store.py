@@ -25,6 +25,7 @@ from sidecar.store.postgres.connections import (
 from sidecar.store.postgres.faults import key_being_rebuilt, no_answer, refused_for_one_item
 from sidecar.store.postgres.listen import QueueListener
 from sidecar.store.postgres.outage import POOL_LOG, OutageLog
+from sidecar.store.postgres.partitioning import Shape, check_shape
 from sidecar.store.rows import Params, Record, event_row
 from sidecar.store.verbs import SQLStore
 
@@ -88,6 +89,7 @@ class PostgresStore(SQLStore):
         idle_in_transaction_timeout: float = 10.0,
         session_settings: bool = True,
         write_batch: int = MAX_BATCH,
+        partition_interval: float | None = None,
         observer: StoreObserver | None = None,
     ) -> PostgresStore:
         """Create the pool and check the schema version (never migrates).
@@ -105,7 +107,11 @@ class PostgresStore(SQLStore):
         each alone. ``observer`` hears of outages, of the LISTEN connection and of each
         coalesced write's statements (default: no one).
 
-        Raises ``SchemaError`` if the database lacks migrations this release needs, and
+        ``partition_interval`` is ``store.partitioning.interval`` (None: unpartitioned); a
+        database laid out otherwise is refused.
+
+        Raises ``SchemaError`` if the database lacks migrations this release needs, or is
+        partitioned otherwise than ``partition_interval`` says, and
         ``StoreError`` if it cannot be reached within ``connect_timeout``.
         """
         settings = startup_parameters(
@@ -122,6 +128,7 @@ class PostgresStore(SQLStore):
                     connect_timeout=connect_timeout, observer=observer)
         try:
             await store.check_schema()
+            await store.check_partitioning(partition_interval)
         except BaseException:
             await store.close()
             raise
@@ -130,6 +137,13 @@ class PostgresStore(SQLStore):
     async def check_schema(self) -> None:
         """Raise ``SchemaError`` unless every migration this release ships has been applied."""
         migrations.check_current(DIALECT, await self.applied_migrations())
+
+    async def check_partitioning(self, interval: float | None) -> None:
+        """Raise ``SchemaError`` unless the tables are partitioned as ``interval`` says
+        (``store.partitioning.interval``; None: unpartitioned)."""
+        shape = await self._rows("partitioning_state", {})
+        check_shape(Shape(bool(shape[0]["partitioned"]), shape[0]["interval_seconds"]),
+                    interval)
 
     async def close(self) -> None:
         """Close the pool, waiting a bounded time for borrowed connections, then abort them."""

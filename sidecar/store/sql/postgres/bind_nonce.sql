@@ -4,7 +4,7 @@
 WITH ins AS (
     INSERT INTO webhook_nonce (provider, nonce, body_sha256, received_at)
     VALUES (:provider::text, :nonce::text, :body_sha256::bytea, clock_timestamp())
-    ON CONFLICT (provider, nonce) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING body_sha256, received_at
 )
 SELECT {{binding}} FROM ins

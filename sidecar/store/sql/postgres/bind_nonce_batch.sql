@@ -35,7 +35,7 @@ WITH t AS (
            i.key_provider, i.key_nonce, i.item_sha256, t.ts
       FROM item AS i CROSS JOIN t
      ORDER BY i.key_provider, i.key_nonce, i.n
-    ON CONFLICT (provider, nonce) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING w.provider, w.nonce, w.body_sha256, w.received_at
 ), found AS (
     SELECT ins.provider, ins.nonce, ins.body_sha256, ins.received_at

@@ -18,7 +18,7 @@ WITH t AS (
            :owner::text, t.ts + make_interval(secs => :lease_seconds::float8), t.ts,
            :payload_body::bytea, :payload_request::text::jsonb
       FROM t
-    ON CONFLICT (provider, event_id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING e.provider, e.event_id, e.state, e.attempt, e.body_sha256, e.received_at,
               e.updated_at, e.lease_until, e.outcome, e.response_status, e.response_headers,
               e.response_body, e.latency_ms

@@ -39,7 +39,7 @@ WITH t AS (
            i.item_body, i.item_request::jsonb
       FROM item AS i CROSS JOIN t
      ORDER BY i.key_provider, i.key_event_id, i.n
-    ON CONFLICT (provider, event_id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING e.provider, e.event_id, e.lease_owner, e.state, e.attempt, e.body_sha256,
               e.received_at, e.updated_at, e.lease_until, e.outcome, e.response_status,
               e.response_headers, e.response_body, e.latency_ms

@@ -42,7 +42,7 @@ WITH t AS MATERIALIZED (
            NULL, NULL, t.ts, :payload_body::bytea, :payload_request::text::jsonb
       FROM t, room
      WHERE room.ok
-    ON CONFLICT (provider, event_id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING e.provider, e.event_id, e.received_at
 ), entry AS (
     INSERT INTO webhook_queue AS q (

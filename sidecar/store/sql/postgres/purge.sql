@@ -4,8 +4,9 @@
 -- LOCKED leaves rows being written right now for the next batch. Answers one row: the count.
 --
 -- Queue mode: a row whose queue entry is waiting or in flight is never deleted, however old
--- (the event is still to be delivered); a dead one is, and its entry with it (ON DELETE
--- CASCADE). Such a row is 'queued' or 'processing': the state test is re-checked against a row
+-- (the event is still to be delivered); a dead one is, and its entry with it (deleted here:
+-- a partitioned store has no foreign key to cascade; an unpartitioned one's ON DELETE CASCADE
+-- then finds nothing left). Such a row is 'queued' or 'processing': the state test is re-checked against a row
 -- re-driven (requeue_dead.sql) after this statement's snapshot and before its lock, which the
 -- NOT EXISTS alone, read in the snapshot, would miss. A 'processing' row with an expired lease
 -- is a queued event's only if it has an entry, which it keeps while 'processing'.
@@ -39,6 +40,10 @@ WITH clock AS MATERIALIZED (
      WHERE provider = :provider::text
        AND event_id = ANY (ARRAY(SELECT event_id FROM doomed))
     RETURNING event_id
+), entries_deleted AS (
+    DELETE FROM webhook_queue
+     WHERE provider = :provider::text
+       AND event_id IN (SELECT event_id FROM deleted)
 ), attempts_deleted AS (
     DELETE FROM webhook_attempt
      WHERE provider = :provider::text

@@ -1,0 +1,281 @@
+"""Partitioned retention on PostgreSQL (``store.partitioning``): the switch of a store to
+partitions, the check that a database matches the config, and the upkeep of the partitions
+(made ahead, dropped past retention). The design and the options rejected: docs/design.md,
+"Partitioned retention".
+
+Guarantees:
+
+- **One row per key across partitions.** ``webhook_event`` and ``webhook_nonce`` are unique on
+  their key by a trigger (``partitioning/functions.sql``), not an index: no unique index of a
+  partitioned table can leave out the partition key. The verbs' SQL is the same on both shapes.
+- **A switch stops deliveries for one short transaction**: only catalog changes, under a
+  ``lock_timeout`` (a wait past it gives up and tries again); the index builds and the scan
+  that let the attach skip its own scan run before it, without blocking writers.
+- **A partition is dropped only when every row in it is past its provider's retention**, its
+  providers are all configured (today's retention keeps the rows of a provider no longer
+  configured), and it holds no live lease and no waiting queue entry, looked at before the
+  detach and again after it, when no proxy can reach it any more (else it is attached again).
+- **Retention never makes a delivery wait long on a lock**: ``DETACH … CONCURRENTLY`` takes
+  only locks deliveries do not conflict with, and each lock wait of the upkeep is bounded by
+  ``UPKEEP_LOCK_TIMEOUT``; past it the step is tried again later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import asyncpg
+
+from sidecar.core.errors import SchemaError, StoreError
+from sidecar.core.events import PartitionsRetired
+from sidecar.store.postgres.connections import DIALECT
+from sidecar.store.postgres.faults import DRIVER_ERRORS, describe
+from sidecar.store.postgres.migrate import single_connection
+from sidecar.store.sqlfiles import query, statement
+
+# (table, partition key column, the index on its key the parent needs, built CONCURRENTLY on
+# the old table before the switch: None when an existing index serves)
+TABLES: Final = (
+    ("webhook_event", "received_at", "partitioning/key_index_event"),
+    ("webhook_attempt", "finished_at", None),
+    ("webhook_nonce", "received_at", "partitioning/key_index_nonce"),
+)
+KEY_INDEXES: Final = ("webhook_event_key_idx", "webhook_nonce_key_idx")
+
+SWITCH_LOCK_TIMEOUT: Final = "300ms"  # the switch's lock waits: deliveries queue behind them
+SWITCH_TRIES: Final = 20
+UPKEEP_LOCK_TIMEOUT: Final = "100ms"  # each lock wait of making and dropping partitions
+DETACH_TRIES: Final = 5
+# The switch's CHECK bound lies this far ahead at least: the index builds and the scan between
+# its CHECK and the switch must end before it (else the switch refuses, and is prepared again).
+BOUND_MARGIN: Final = 15 * 60.0
+
+CHECK_FIX: Final = "`webhook-sidecar store partition --config FILE`"
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """How a database's event table is laid out: partitioned, and by what span."""
+
+    partitioned: bool
+    interval: float | None  # seconds; None when unpartitioned (or no bounded partition yet)
+
+
+async def read_shape(conn: asyncpg.Connection) -> Shape:
+    row = await _fetchrow(conn, "partitioning_state")
+    return Shape(bool(row["partitioned"]), row["interval_seconds"])
+
+
+def check_shape(shape: Shape, interval: float | None) -> None:
+    """Raise ``SchemaError`` unless the database is laid out as ``store.partitioning.interval``
+    says; the message names the key or the command that fixes it."""
+    if interval is None and shape.partitioned:
+        raise SchemaError(
+            f"the database's event table is partitioned (by {_span(shape.interval)}) but "
+            f"store.partitioning.interval is not set: set it to {_span(shape.interval)}")
+    if interval is not None and not shape.partitioned:
+        raise SchemaError(
+            f"store.partitioning.interval is {_span(interval)} but the database's event table "
+            f"is not partitioned: run {CHECK_FIX} (on a new database, `webhook-sidecar "
+            f"migrate` does it), or remove store.partitioning")
+    if interval is not None and shape.interval is not None and shape.interval != interval:
+        raise SchemaError(
+            f"store.partitioning.interval is {_span(interval)} but the database's partitions "
+            f"span {_span(shape.interval)}: set store.partitioning.interval to "
+            f"{_span(shape.interval)}")
+
+
+def _span(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+# -- the switch ------------------------------------------------------------------------------
+
+async def partition_store(dsn: str, *, interval: float, ahead: int,
+                          connect_timeout: float = 10.0,
+                          only_if_empty: bool = False) -> bool:
+    """Switch the store at ``dsn`` to partitions of ``interval`` seconds (docs/operations.md,
+    "Moving to partitions"). Returns False if it was partitioned already (nothing done).
+    ``only_if_empty``: refuse (``StoreError``) a store holding events (``migrate`` does: a
+    live table is moved by the operator's ``store partition``, never as a side effect)."""
+    async with single_connection(dsn, connect_timeout, "webhook-sidecar store partition"
+                                 ) as conn:
+        try:
+            return await _partition(conn, interval, ahead, only_if_empty)
+        except DRIVER_ERRORS as exc:
+            raise StoreError(f"partitioning failed: {describe(exc)}") from exc
+
+
+async def _partition(conn: asyncpg.Connection, interval: float, ahead: int,
+                     only_if_empty: bool) -> bool:
+    if (await read_shape(conn)).partitioned:
+        check_shape(await read_shape(conn), interval)
+        return False
+    if only_if_empty and await _fetchval(conn, "partitioning/has_events"):
+        raise StoreError(
+            "the event table holds events: move it to partitions with " + CHECK_FIX)
+    await conn.execute(query(DIALECT, "partitioning/functions"))  # a script: simple protocol
+    for index_name in KEY_INDEXES:  # an interrupted build leaves an invalid index behind
+        await _fetchval(conn, "partitioning/drop_invalid", {"index_name": index_name})
+    for _, _, build in TABLES:  # concurrently: writers go on (never inside a transaction)
+        if build is not None:
+            await conn.execute(statement(DIALECT, build).sql)
+    switched = False
+    try:
+        for _attempt in range(SWITCH_TRIES):
+            bound = _bound(interval)
+            for table, column, _ in TABLES:
+                await _fetchval(conn, "partitioning/prepare",
+                                {"tbl": table, "keycol": column, "bound": bound})
+                await _fetchval(conn, "partitioning/validate", {"tbl": table})
+            try:
+                async with conn.transaction():
+                    await _fetchval(conn, "partitioning/lock_timeout",
+                                    {"lock_timeout": SWITCH_LOCK_TIMEOUT})
+                    await _fetchval(conn, "partitioning/switch_all",
+                                    {"bound": bound, "step_seconds": int(interval),
+                                     "ahead": ahead})
+                switched = True
+                return True
+            except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError,
+                    asyncpg.ObjectNotInPrerequisiteStateError):
+                continue  # deliveries held a lock past the timeout, or the bound came close
+        raise StoreError(f"could not switch to partitions: the tables stayed busy through "
+                         f"{SWITCH_TRIES} tries of {SWITCH_LOCK_TIMEOUT}; try again")
+    finally:
+        if not switched:
+            for table, _, _ in TABLES:
+                await _fetchval(conn, "partitioning/unprepare", {"tbl": table})
+
+
+def _bound(interval: float, now: float | None = None) -> datetime:
+    """The first partition boundary at least ``BOUND_MARGIN`` (and one interval) from now, a
+    multiple of the interval since the epoch, as every partition bound is."""
+    now = time.time() if now is None else now
+    seconds = math.ceil((now + max(BOUND_MARGIN, interval)) / interval) * interval
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+# -- upkeep ----------------------------------------------------------------------------------
+
+class PartitionKeeper:
+    """Partitions made ahead and dropped past retention, for ``sidecar.ops.maintenance``; each
+    round on a connection of its own (DETACH … CONCURRENTLY needs one outside any
+    transaction), so the pool's connections never see the upkeep's lock settings."""
+
+    def __init__(self, dsn: str, *, interval: float, ahead: int,
+                 connect_timeout: float = 10.0) -> None:
+        self._dsn = dsn
+        self._interval = int(interval)
+        self._ahead = ahead
+        self._connect_timeout = connect_timeout
+
+    async def make_ahead(self) -> int:
+        """Make the partitions ``ahead`` intervals past now (and move rows that went to a
+        DEFAULT partition into the partition of their time); the number made."""
+        async with self._connection() as conn:
+            made = 0
+            for table, column, _ in TABLES:
+                async with conn.transaction():
+                    await _fetchval(conn, "partitioning/lock_timeout",
+                                    {"lock_timeout": UPKEEP_LOCK_TIMEOUT})
+                    made += await _fetchval(conn, "partitioning/ahead", {
+                        "parent": table, "keycol": column, "step_seconds": self._interval,
+                        "ahead": self._ahead})
+            return made
+
+    async def retire(self, retention: Mapping[str, float]) -> PartitionsRetired:
+        """Drop the partitions whose rows are all past their provider's ``retention`` (seconds
+        by provider key), never one holding a live lease or a waiting queue entry."""
+        dropped: list[str] = []
+        kept: list[tuple[str, str]] = []
+        async with self._connection() as conn:
+            await _fetchval(conn, "partitioning/lock_timeout_session",
+                            {"lock_timeout": UPKEEP_LOCK_TIMEOUT})
+            default_rows = 0
+            for table, _, _ in TABLES:
+                default_rows += await _fetchval(conn, "partitioning/default_rows",
+                                                {"parent": table})
+                for part in await _rows(conn, "partitioning/candidates", {"parent": table}):
+                    why = await self._why_keep(conn, table, part, retention)
+                    if why is not None:
+                        kept.append((part["name"], why))
+                        continue
+                    if await self._drop(conn, table, part):
+                        dropped.append(part["name"])
+                    else:
+                        kept.append((part["name"], "busy_after_detach"))
+        return PartitionsRetired(tuple(dropped), tuple(kept), default_rows)
+
+    async def _why_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
+                        retention: Mapping[str, float]) -> str | None:
+        if part["pending"]:
+            return None  # an interrupted detach: finish it
+        providers = await _fetchval(conn, "partitioning/providers", {"part": part["name"]})
+        unknown = [p for p in providers if p not in retention]
+        if unknown:
+            return f"unconfigured_provider:{','.join(sorted(unknown))}"
+        longest = max((retention[p] for p in providers), default=0.0)
+        if part["age_seconds"] <= longest:
+            return "inside_retention"
+        if table == "webhook_event" and await _fetchval(
+                conn, "partitioning/busy", {"part": part["name"]}):
+            return "busy"
+        return None
+
+    async def _drop(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record) -> bool:
+        detach = "partitioning/finalize" if part["pending"] else "partitioning/detach"
+        sql = await _fetchval(conn, detach, {"parent": table, "part": part["name"]})
+        for attempt in range(DETACH_TRIES):
+            try:
+                await conn.execute(sql)
+                break
+            except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
+                if attempt == DETACH_TRIES - 1:
+                    raise
+                await asyncio.sleep(0.05 * 2 ** attempt)  # back off: deliveries come first
+            except asyncpg.ObjectNotInPrerequisiteStateError:
+                # A DETACH … CONCURRENTLY cancelled in its second transaction leaves the
+                # partition pending; finishing it takes FINALIZE.
+                sql = await _fetchval(conn, "partitioning/finalize",
+                                      {"parent": table, "part": part["name"]})
+        async with conn.transaction():
+            retired: bool = await _fetchval(conn, "partitioning/retire", {
+                "parent": table, "part": part["name"], "lower_bound": part["lower_bound"],
+                "upper_bound": part["upper_bound"]})
+        return retired
+
+    def _connection(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
+        return single_connection(self._dsn, self._connect_timeout,
+                                 "webhook-sidecar partitions")
+
+
+async def _rows(conn: asyncpg.Connection, name: str,
+                params: Mapping[str, object] | None = None) -> list[asyncpg.Record]:
+    stmt = statement(DIALECT, name)
+    records: list[asyncpg.Record] = await conn.fetch(stmt.sql, *stmt.positional(params or {}))
+    return records
+
+
+async def _fetchrow(conn: asyncpg.Connection, name: str,
+                    params: Mapping[str, object] | None = None) -> asyncpg.Record:
+    rows = await _rows(conn, name, params)
+    return rows[0]
+
+
+async def _fetchval(conn: asyncpg.Connection, name: str,
+                    params: Mapping[str, object] | None = None) -> Any:
+    rows = await _rows(conn, name, params)
+    return rows[0][0] if rows else None

@@ -1,0 +1,363 @@
+-- webhook-sidecar partitioning: the functions a partitioned store runs in the database
+-- (store.partitioning; docs/design.md, "Partitioned retention"). Installed, and re-installed
+-- by every newer release, with CREATE OR REPLACE by `migrate` and `store partition`; a
+-- database that was never partitioned has none of them.
+--
+-- Partitioned tables and their partition key:
+--   webhook_event   received_at   unique on (provider, event_id) by webhook_event_unique()
+--   webhook_nonce   received_at   unique on (provider, nonce)    by webhook_nonce_unique()
+--   webhook_attempt finished_at   (never unique)
+-- webhook_queue is small (waiting, in-flight and dead entries only) and stays one table; it
+-- loses its foreign key to webhook_event, which no partitioned table can be the target of
+-- (purge.sql and the partition drop delete dead entries themselves).
+
+-- Uniqueness across partitions. A unique index on a partitioned table must contain the
+-- partition key, so none can say "(provider, event_id) once". This BEFORE INSERT trigger does:
+-- it takes a transaction-level advisory lock on the key (held to commit, so a concurrent copy
+-- waits here until the first one's row is committed or rolled back) and then looks for the key
+-- in every partition. The function is VOLATILE: at READ COMMITTED each of its queries takes a
+-- new snapshot, so the second copy sees the first copy's commit after its wait, and rows an
+-- earlier item of the same statement inserted (PostgreSQL, "Visibility of Data Changes"). A
+-- key that exists skips the row (RETURN NULL): the INSERT returns no row, which claim.sql,
+-- claim_batch.sql and enqueue.sql already answer by reading the row with a new statement.
+-- Batches insert their keys in sorted order, so two batches take the locks in one order and
+-- cannot deadlock. The hash is 64 bits; two keys sharing one only wait for each other.
+CREATE OR REPLACE FUNCTION webhook_event_unique() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(
+        hashtextextended('webhook_event' || chr(31) || NEW.provider || chr(31) || NEW.event_id, 0));
+    IF EXISTS (SELECT 1 FROM webhook_event
+                WHERE provider = NEW.provider AND event_id = NEW.event_id) THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- The same for nonces (bind_nonce.sql, bind_nonce_batch.sql): as many rows as events for the
+-- providers that guard their bodies against replay, so partitioned alike.
+CREATE OR REPLACE FUNCTION webhook_nonce_unique() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(
+        hashtextextended('webhook_nonce' || chr(31) || NEW.provider || chr(31) || NEW.nonce, 0));
+    IF EXISTS (SELECT 1 FROM webhook_nonce
+                WHERE provider = NEW.provider AND nonce = NEW.nonce) THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- The partitions of a partitioned table with their bounds (NULL: MINVALUE, or the DEFAULT
+-- partition's none), read from the catalog: no bookkeeping of our own to disagree with it.
+-- A partition whose DETACH CONCURRENTLY was interrupted is listed with pending = true.
+CREATE OR REPLACE FUNCTION webhook_partitions(parent regclass)
+RETURNS TABLE (part regclass, lower_bound timestamptz, upper_bound timestamptz,
+               is_default boolean, pending boolean)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    r record;
+    m text[];
+BEGIN
+    FOR r IN SELECT i.inhrelid::regclass AS child, i.inhdetachpending,
+                    pg_get_expr(c.relpartbound, c.oid) AS bound
+               FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+              WHERE i.inhparent = parent
+    LOOP
+        part := r.child;
+        pending := r.inhdetachpending;
+        is_default := r.bound = 'DEFAULT';
+        lower_bound := NULL;
+        upper_bound := NULL;
+        IF NOT is_default THEN
+            m := regexp_match(r.bound, '^FOR VALUES FROM \((.*)\) TO \((.*)\)$');
+            IF m[1] <> 'MINVALUE' THEN
+                lower_bound := trim(both '''' from m[1])::timestamptz;
+            END IF;
+            upper_bound := trim(both '''' from m[2])::timestamptz;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- Make the partitions of `parent` from its last upper bound (or from the start of the current
+-- interval) until one starts more than `ahead` intervals from now. Each is made as a table of
+-- its own, then attached: CREATE TABLE … PARTITION OF would lock the parent ACCESS EXCLUSIVE
+-- (every delivery waits), ATTACH only SHARE UPDATE EXCLUSIVE. Rows that went to the DEFAULT
+-- partition meanwhile (maintenance was down past the last partition) are moved into the new
+-- partition of their time first: the attach refuses a default holding rows of its range.
+-- Bounds are multiples of the interval since the Unix epoch (a day: midnight UTC). Answers
+-- how many partitions were made. One caller at a time (an advisory lock), so replicas
+-- running maintenance together make each partition once.
+CREATE OR REPLACE FUNCTION webhook_partitions_ahead(parent regclass, keycol text,
+                                                    step_seconds integer, ahead integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    step interval := make_interval(secs => step_seconds);
+    horizon timestamptz := clock_timestamp() + make_interval(secs => step_seconds * ahead);
+    lo timestamptz;
+    hi timestamptz;
+    name text;
+    default_part regclass;
+    made integer := 0;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('webhook-sidecar:partitions', 0));
+    SELECT max(upper_bound) INTO lo FROM webhook_partitions(parent) WHERE NOT is_default;
+    IF lo IS NULL THEN
+        lo := to_timestamp(floor(extract(epoch FROM clock_timestamp()) / step_seconds)
+                           * step_seconds);
+    END IF;
+    SELECT part INTO default_part FROM webhook_partitions(parent) WHERE is_default;
+    WHILE lo <= horizon LOOP
+        hi := lo + step;
+        name := parent::text || '_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
+        EXECUTE format('CREATE TABLE %I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS '
+                       'INCLUDING GENERATED INCLUDING STORAGE)', name, parent);
+        IF parent = 'webhook_event'::regclass THEN  -- HOT updates (0001_init.sql)
+            EXECUTE format('ALTER TABLE %I SET (fillfactor = 80)', name);
+        END IF;
+        IF default_part IS NOT NULL THEN
+            EXECUTE format('WITH moved AS (DELETE FROM %s WHERE %I >= $1 AND %I < $2 '
+                           'RETURNING *) INSERT INTO %I SELECT * FROM moved',
+                           default_part, keycol, keycol, name) USING lo, hi;
+        END IF;
+        EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                       parent, name, lo, hi);
+        made := made + 1;
+        lo := hi;
+    END LOOP;
+    RETURN made;
+END
+$$;
+
+-- Whether an event partition holds an event still to be delivered: a live lease (an attempt
+-- in flight), or a queue entry waiting or in flight. Such a partition is never dropped.
+CREATE OR REPLACE FUNCTION webhook_partition_busy(part regclass) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    busy boolean;
+BEGIN
+    EXECUTE format(
+        'SELECT EXISTS (SELECT 1 FROM %1$s AS e WHERE e.state = ''queued'' '
+        '                  OR (e.state = ''processing'' AND e.lease_until > clock_timestamp()))'
+        '    OR EXISTS (SELECT 1 FROM webhook_queue AS q JOIN %1$s AS e '
+        '                 ON e.provider = q.provider AND e.event_id = q.event_id '
+        '                WHERE q.due_at IS NOT NULL)', part) INTO busy;
+    RETURN busy;
+END
+$$;
+
+-- The providers that have rows in a partition, by a walk of its (provider, …) index: one probe
+-- per provider, not a scan of the partition.
+CREATE OR REPLACE FUNCTION webhook_partition_providers(part regclass) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    found text[];
+BEGIN
+    EXECUTE format(
+        'WITH RECURSIVE p(provider) AS ('
+        '    (SELECT provider FROM %1$s ORDER BY provider LIMIT 1)'
+        '  UNION ALL'
+        '    SELECT (SELECT provider FROM %1$s WHERE provider > p.provider'
+        '             ORDER BY provider LIMIT 1) FROM p WHERE p.provider IS NOT NULL)'
+        'SELECT coalesce(array_agg(provider), ''{}'') FROM p WHERE provider IS NOT NULL',
+        part) INTO found;
+    RETURN found;
+END
+$$;
+
+-- The switch of one table to a partitioned one (`store partition`, `migrate` on a new
+-- database), run in the one short transaction that holds the tables ACCESS EXCLUSIVE (the
+-- caller took the locks). Only catalog changes here, no scan: the old table `tbl` becomes
+-- `tbl`_before (its indexes renamed alike); a partitioned `tbl` is made like it (same
+-- columns, defaults and checks), with its indexes and, for a keyed table, its uniqueness
+-- trigger; the old table is attached as the partition of everything before `bound`. The
+-- attach skips its scan because the old table has a validated CHECK (keycol < bound), the
+-- constraint `tbl`_partition_bound added and validated beforehand; the parent's indexes
+-- find theirs on the old table, built CONCURRENTLY beforehand. An empty old table (a new
+-- database) is dropped instead. A DEFAULT partition takes rows past the last partition.
+CREATE OR REPLACE FUNCTION webhook_partition_switch(tbl text, keycol text, bound timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    old text := tbl || '_before';
+    idx record;
+    empty boolean;
+BEGIN
+    EXECUTE format('ALTER TABLE %I RENAME TO %I', tbl, old);
+    FOR idx IN SELECT c.relname
+                 FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+                WHERE i.indrelid = old::regclass AND c.relname LIKE tbl || '%'
+    LOOP  -- renames a constraint's index with its constraint (webhook_event_pkey)
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', idx.relname,
+                       old || substr(idx.relname, length(tbl) + 1));
+    END LOOP;
+    EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS '
+                   'INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMMENTS) '
+                   'PARTITION BY RANGE (%I)', tbl, old, keycol);
+    EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', tbl, tbl || '_partition_bound');
+    IF tbl = 'webhook_event' THEN
+        CREATE INDEX webhook_event_key_idx ON webhook_event (provider, event_id);
+        CREATE INDEX webhook_event_received_at_idx ON webhook_event (provider, received_at);
+        CREATE TRIGGER webhook_event_unique BEFORE INSERT ON webhook_event
+            FOR EACH ROW EXECUTE FUNCTION webhook_event_unique();
+    ELSIF tbl = 'webhook_nonce' THEN
+        CREATE INDEX webhook_nonce_key_idx ON webhook_nonce (provider, nonce);
+        CREATE INDEX webhook_nonce_received_at_idx ON webhook_nonce (provider, received_at);
+        CREATE TRIGGER webhook_nonce_unique BEFORE INSERT ON webhook_nonce
+            FOR EACH ROW EXECUTE FUNCTION webhook_nonce_unique();
+    ELSIF tbl = 'webhook_attempt' THEN
+        CREATE INDEX webhook_attempt_event_idx
+            ON webhook_attempt (provider, event_id, finished_at);
+    ELSE
+        RAISE EXCEPTION 'webhook_partition_switch: no partitioned shape for table %', tbl;
+    END IF;
+    EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM %I)', old) INTO empty;
+    IF empty THEN
+        EXECUTE format('DROP TABLE %I', old);
+    ELSE
+        EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (MINVALUE) TO (%L)',
+                       tbl, old, bound);
+    END IF;
+    EXECUTE format('CREATE TABLE %I PARTITION OF %I DEFAULT', tbl || '_default', tbl);
+    IF tbl = 'webhook_event' THEN  -- HOT updates (0001_init.sql)
+        ALTER TABLE webhook_event_default SET (fillfactor = 80);
+    END IF;
+END
+$$;
+
+-- Before the switch, in a transaction of its own: the CHECK (keycol < bound) that lets the
+-- attach skip its scan, added NOT VALID (no scan, a brief lock) and replacing one an
+-- interrupted run left with another bound. New rows are checked at once, so `bound` must lie
+-- ahead of every insert until the switch (the caller picks it well ahead, and drops the
+-- constraint if the switch does not happen: webhook_partition_unprepare).
+CREATE OR REPLACE FUNCTION webhook_partition_prepare(tbl text, keycol text, bound timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    EXECUTE format('ALTER TABLE %I DROP CONSTRAINT IF EXISTS %I', tbl, tbl || '_partition_bound');
+    EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (%I < %L) NOT VALID',
+                   tbl, tbl || '_partition_bound', keycol, bound);
+END
+$$;
+
+-- Then, in a transaction of its own: the scan, under SHARE UPDATE EXCLUSIVE (reads and writes
+-- of the table go on meanwhile).
+CREATE OR REPLACE FUNCTION webhook_partition_validate(tbl text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    EXECUTE format('ALTER TABLE %I VALIDATE CONSTRAINT %I', tbl, tbl || '_partition_bound');
+END
+$$;
+
+-- A switch that did not happen leaves no CHECK behind (it would refuse every insert once
+-- `bound` is past).
+CREATE OR REPLACE FUNCTION webhook_partition_unprepare(tbl text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF to_regclass(tbl) IS NOT NULL
+       AND (SELECT relkind FROM pg_class WHERE oid = to_regclass(tbl)) = 'r' THEN
+        EXECUTE format('ALTER TABLE %I DROP CONSTRAINT IF EXISTS %I',
+                       tbl, tbl || '_partition_bound');
+    END IF;
+END
+$$;
+
+-- An index a CREATE INDEX CONCURRENTLY left invalid (interrupted) is dropped, so that the next
+-- run builds it again: IF NOT EXISTS would keep it, and the attach would then build the
+-- index itself, inside the switch's transaction, with every delivery waiting.
+CREATE OR REPLACE FUNCTION webhook_partition_drop_invalid(index_name text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(index_name)
+                                      AND NOT indisvalid) THEN
+        EXECUTE format('DROP INDEX %I', index_name);
+        RETURN true;
+    END IF;
+    RETURN false;
+END
+$$;
+
+-- The switch of the three tables, in the caller's one short transaction (its lock_timeout
+-- bounds each wait): the locks first, in one order, then the queue's foreign key goes (no
+-- partitioned table can be the target of one), then each table, then the partitions from
+-- `bound` (or, on a new database, from the current interval) to `ahead` intervals on.
+-- Refuses a `bound` less than a minute ahead: rows would be refused by the CHECK before long.
+CREATE OR REPLACE FUNCTION webhook_partition_switch_all(bound timestamptz,
+                                                        step_seconds integer, ahead integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF bound < clock_timestamp() + interval '1 minute' THEN
+        RAISE EXCEPTION 'partition bound % is too close; prepare again', bound
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    LOCK TABLE webhook_event, webhook_queue, webhook_attempt, webhook_nonce
+        IN ACCESS EXCLUSIVE MODE;
+    ALTER TABLE webhook_queue DROP CONSTRAINT IF EXISTS webhook_queue_event_fkey;
+    PERFORM webhook_partition_switch('webhook_event', 'received_at', bound);
+    PERFORM webhook_partition_switch('webhook_attempt', 'finished_at', bound);
+    PERFORM webhook_partition_switch('webhook_nonce', 'received_at', bound);
+    PERFORM webhook_partitions_ahead('webhook_event', 'received_at', step_seconds, ahead);
+    PERFORM webhook_partitions_ahead('webhook_attempt', 'finished_at', step_seconds, ahead);
+    PERFORM webhook_partitions_ahead('webhook_nonce', 'received_at', step_seconds, ahead);
+END
+$$;
+
+-- After `part` was detached from `parent` (DETACH … CONCURRENTLY, which cannot run in a
+-- transaction), in one transaction: look again, now that no proxy can reach it. An event
+-- partition that holds an event still to be delivered (webhook_partition_busy: a lease taken
+-- or a queue entry re-driven since the look before the detach), or an attempt partition with
+-- the timeline of an event still waiting in the queue, is attached again (the CHECK the detach
+-- added makes that scan-free) and answered false. Else it is dropped, with the dead queue
+-- entries of its events (no foreign key cascades to them), and answered true.
+CREATE OR REPLACE FUNCTION webhook_partition_retire(parent regclass, part regclass,
+                                                    lower_bound timestamptz,
+                                                    upper_bound timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    keep boolean := false;
+BEGIN
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', part);
+    IF parent = 'webhook_event'::regclass THEN
+        keep := webhook_partition_busy(part);
+    ELSIF parent = 'webhook_attempt'::regclass THEN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM webhook_queue AS q JOIN %s AS a '
+                       'ON a.provider = q.provider AND a.event_id = q.event_id '
+                       'WHERE q.due_at IS NOT NULL)', part) INTO keep;
+    END IF;
+    IF keep THEN
+        EXECUTE format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%L)',
+                       parent, part,
+                       coalesce(quote_literal(lower_bound), 'MINVALUE'), upper_bound);
+        RETURN false;
+    END IF;
+    IF parent = 'webhook_event'::regclass THEN
+        EXECUTE format('DELETE FROM webhook_queue AS q USING %s AS e '
+                       'WHERE e.provider = q.provider AND e.event_id = q.event_id', part);
+    END IF;
+    EXECUTE format('DROP TABLE %s', part);
+    RETURN true;
+END
+$$;
+
+-- Rows in the DEFAULT partition of `parent`: inserts past the last partition (maintenance was
+-- down longer than `ahead` intervals). Counted and logged; webhook_partitions_ahead moves them.
+CREATE OR REPLACE FUNCTION webhook_partition_default_rows(parent regclass) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    part regclass;
+    n bigint := 0;
+BEGIN
+    SELECT p.part INTO part FROM webhook_partitions(parent) AS p WHERE p.is_default;
+    IF part IS NOT NULL THEN
+        EXECUTE format('SELECT count(*) FROM %s', part) INTO n;
+    END IF;
+    RETURN n;
+END
+$$;
