@@ -14,10 +14,10 @@ STATEMENT = re.compile(r"\[(\d+)\] STATEMENT:  (.*)")
 PREFIXED = re.compile(r"^\d{4}-\d\d-\d\d ")  # a new log entry (log_line_prefix "%m [%p] ")
 
 # What the store's retention runs: the batched delete (purge.sql, purge_nonces.sql) and, in a
-# partitioned store, the partition maintenance (DETACH / DROP / CREATE … PARTITION OF).
+# partitioned store, the partition maintenance (its functions, ATTACH / DETACH / DROP).
 RETENTION_MARKS = ("DELETE FROM webhook_event", "DELETE FROM webhook_nonce",
-                   "DELETE FROM webhook_attempt", "DETACH PARTITION", "DROP TABLE",
-                   "PARTITION OF")
+                   "DELETE FROM webhook_attempt", "DETACH PARTITION", "ATTACH PARTITION",
+                   "DROP TABLE", "PARTITION OF", "webhook_partition")
 
 
 @dataclass(frozen=True, slots=True)
