@@ -1,4 +1,4 @@
-"""The command line: run, migrate, check-config, events, demo, send, completion."""
+"""The command line: run, migrate, store, check-config, events, demo, send, completion."""
 
 from __future__ import annotations
 
@@ -80,6 +80,14 @@ def _parser() -> argparse.ArgumentParser:
     with_config(migrate)
     migrate.set_defaults(func=_migrate)
 
+    store = sub.add_parser("store", help="change how the store keeps its rows")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    partition = store_sub.add_parser(
+        "partition", help="switch a live PostgreSQL store to partitions "
+        "(store.partitioning.interval), stopping deliveries for one short transaction")
+    with_config(partition)
+    partition.set_defaults(func=_store_partition)
+
     check = sub.add_parser("check-config", help="validate a config file, then exit")
     with_config(check)
     check.set_defaults(func=_check_config)
@@ -146,6 +154,21 @@ def _migrate(args: argparse.Namespace) -> int:
         print("applied: " + ", ".join(applied))
     else:
         print("database schema is up to date")
+    return 0
+
+
+def _store_partition(args: argparse.Namespace) -> int:
+    from sidecar.runtime.wiring import partition_existing_store
+
+    config = _load(args)
+    configure_logging(config.log_level, config.log_format)
+    if config.store.kind == "sqlite" or config.store.partitioning.interval is None:
+        raise ConfigError("store.partitioning.interval", "set it (e.g. 1d) on a PostgreSQL "
+                          "store to switch the store to partitions")
+    if asyncio.run(partition_existing_store(config.store)):
+        print("the store is partitioned now: start (or restart) the proxies with this config")
+    else:
+        print("the store was partitioned already")
     return 0
 
 

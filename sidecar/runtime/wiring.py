@@ -136,6 +136,14 @@ async def migrate_store(config: StoreConfig) -> list[str]:
     return applied
 
 
+async def partition_existing_store(config: StoreConfig) -> bool:
+    """``webhook-sidecar store partition``: switch the live store to partitions (False: it
+    was partitioned already). Needs the schema this release ships (run ``migrate`` first)."""
+    assert config.partitioning.interval is not None
+    return await partition_store(config.url, interval=config.partitioning.interval,
+                                 ahead=config.partitioning.ahead)
+
+
 def partition_keeper(config: StoreConfig) -> PartitionKeeper | None:
     """The upkeep of a partitioned store's partitions, or None (unpartitioned, SQLite)."""
     if config.kind == "sqlite" or config.partitioning.interval is None:

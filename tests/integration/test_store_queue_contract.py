@@ -87,8 +87,9 @@ async def second(store: Store, request: pytest.FixtureRequest) -> AsyncIterator[
     if isinstance(store, SQLiteStore):
         other = await SQLiteStore.open(store.path)
     else:
-        other = await PostgresStore.connect(request.getfixturevalue("pg_dsn"),
-                                            min_size=2, max_size=8)
+        door = pg_backdoor(request)
+        other = await PostgresStore.connect(door.dsn, min_size=2, max_size=8,
+                                            partition_interval=door.partition_interval)
     try:
         yield other
     finally:

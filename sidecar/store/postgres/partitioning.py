@@ -35,6 +35,7 @@ import asyncpg
 
 from sidecar.core.errors import SchemaError, StoreError
 from sidecar.core.events import PartitionsRetired
+from sidecar.store import migrations
 from sidecar.store.postgres.connections import DIALECT
 from sidecar.store.postgres.faults import DRIVER_ERRORS, describe
 from sidecar.store.postgres.migrate import single_connection
@@ -120,6 +121,8 @@ async def partition_store(dsn: str, *, interval: float, ahead: int,
 
 async def _partition(conn: asyncpg.Connection, interval: float, ahead: int,
                      only_if_empty: bool) -> bool:
+    migrations.check_current(  # the switch knows this release's tables, no older ones
+        DIALECT, await migrations.recorded(lambda name, params: _rows(conn, name, params)))
     if (await read_shape(conn)).partitioned:
         check_shape(await read_shape(conn), interval)
         return False
