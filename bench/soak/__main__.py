@@ -184,9 +184,14 @@ async def run(args: argparse.Namespace) -> int:
                 await sample_all(stores)
                 sender.t0 = time.monotonic()
                 sampler = asyncio.create_task(at_boundaries(stores, sender, args.days))
-                await sender.run(client, rate, args.days * args.day_seconds, args.in_flight)
-                await sampler
-                await sender.drain()
+                try:
+                    await sender.run(client, rate, args.days * args.day_seconds,
+                                     args.in_flight)
+                    await sampler
+                    await sender.drain()
+                finally:
+                    sampler.cancel()
+                    await sender.cancel()
                 await sample_all(stores)
             ended = sender.clock()
             for one in stores:

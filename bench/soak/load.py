@@ -106,6 +106,12 @@ class Sender:
         if self._tasks:
             await asyncio.wait(list(self._tasks))
 
+    async def cancel(self) -> None:
+        """Interrupted: the deliveries in flight end before their client session closes."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     async def deliver(self, client: aiohttp.ClientSession, store: int, url: str,
                       event_id: str, day: int, gate: asyncio.Semaphore) -> None:
         tally = self.tallies[store]

@@ -29,11 +29,16 @@ class LockWait:
     statement: str
 
     @property
-    def retention(self) -> bool:
-        """The wait was retention's, or for a relation lock (only DDL — partition
-        maintenance — takes a conflicting one on the store's tables)."""
-        return (self.target.startswith("relation")
-                or any(mark in self.statement for mark in RETENTION_MARKS))
+    def by_retention(self) -> bool:
+        """Retention (or partition upkeep) was the one waiting: it delays only itself (its
+        partition steps give up after 100 ms and try again later)."""
+        return any(mark in self.statement for mark in RETENTION_MARKS)
+
+    @property
+    def on_ddl(self) -> bool:
+        """A delivery waited for a relation lock: only DDL — partition upkeep — takes one that
+        conflicts with a delivery's."""
+        return not self.by_retention and self.target.startswith("relation")
 
 
 def lock_waits(log: str) -> list[LockWait]:

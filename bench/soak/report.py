@@ -60,10 +60,6 @@ class Day:
     def wal(self) -> int:
         return self.end.wal_lsn - self.start.wal_lsn
 
-    @property
-    def long_waits(self) -> int:
-        return sum(1 for w in self.waits if w.waited_ms > 100)
-
 
 def mib(value: float) -> str:
     return f"{value / 2**20:,.1f}"
@@ -72,16 +68,19 @@ def mib(value: float) -> str:
 def table(store: str, days: Sequence[Day]) -> str:
     head = ("| day | events/s | p99 ms | PG µs/event | proxy µs/event | commits/event | rows "
             "| table+index MiB | partitions | WAL MiB | WAL B/event | autovacuum (analyze) "
-            "| lock waits > 100 ms (retention) |")
+            "| lock waits > 100 ms: deliveries (on DDL) / retention's own |")
     lines = [f"**{store}**", "", head, "|" + "---|" * (head.count("|") - 1)]
     for d in days:
-        retention = sum(1 for w in d.waits if w.waited_ms > 100 and w.retention)
+        long = [w for w in d.waits if w.waited_ms > 100]
+        deliveries = sum(1 for w in long if not w.by_retention)
+        on_ddl = sum(1 for w in long if w.on_ddl)
+        own = sum(1 for w in long if w.by_retention)
         lines.append(
             f"| {d.number + 1} | {d.rate:,.0f} | {d.p99_ms:,.0f} | {d.pg_us:,.0f} "
             f"| {d.proxy_us:,.0f} | {d.commits:.2f} | {d.end.rows:,} | {mib(d.end.size)} "
             f"| {d.end.partitions} | {mib(d.wal)} | {d.per_event(d.wal):,.0f} "
             f"| {d.end.vacuums - d.start.vacuums} ({d.end.analyzes - d.start.analyzes}) "
-            f"| {d.long_waits} ({retention}) |")
+            f"| {deliveries} ({on_ddl}) / {own} |")
     return "\n".join(lines)
 
 
@@ -124,10 +123,15 @@ def goals(store: str, days: Sequence[Day], retention_days: float, partition_days
                     f"most rows {most:,} ≤ {bound:,.0f} ((retention + partition) × a day's "
                     f"deliveries, +15%); largest table+index {mib(largest)} MiB ≤ "
                     f"{mib(span * daily * STORAGE_SLACK)} MiB (same × the first day's growth)"))
-    waits = [w for d in days for w in d.waits if w.waited_ms > 100 and w.retention]
-    out.append(Goal(f"{store}: no lock wait over 100 ms caused by retention", not waits,
+    # Deliveries that waited over 100 ms for any lock: the holder is not in the log, so every
+    # such wait counts against retention (stricter than the goal); retention's own waits only
+    # delay retention and are listed in the table.
+    waits = [w for d in days for w in d.waits if w.waited_ms > 100 and not w.by_retention]
+    out.append(Goal(f"{store}: no delivery waits over 100 ms for a lock (retention's or any)",
+                    not waits,
                     f"{len(waits)}" + (f"; longest {max(w.waited_ms for w in waits):,.0f} ms: "
-                                       f"{waits[0].mode} on {waits[0].target}" if waits else "")))
+                                       f"{waits[0].mode} on {waits[0].target}: "
+                                       f"{waits[0].statement[:80]}" if waits else "")))
     lost = sorted(acked - set(receipts))
     out.append(Goal(f"{store}: nothing lost", not lost and not failed,
                     f"{len(lost)} answered 2xx but never reached the app; {failed} deliveries "

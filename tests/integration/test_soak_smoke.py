@@ -31,27 +31,35 @@ async def store() -> AsyncIterator[SoakStore]:
             await one.close()
 
 
-async def test_a_retention_delete_waiting_over_100ms_is_read_from_the_log(
-        store: SoakStore) -> None:
-    """A row held by one session while the next deletes it (as retention's batch does): the
-    cluster logs the wait past 100 ms, and the reader finds it, its length and its statement."""
-    await store.conn.execute("CREATE TABLE webhook_event (event_id text PRIMARY KEY)")
-    await store.conn.execute("INSERT INTO webhook_event VALUES ('evt_1')")
+@pytest.mark.parametrize(("hold", "wait", "by_retention", "on_ddl"), [
+    # retention's batch delete waiting for a row a delivery holds: retention's own wait
+    ("SELECT * FROM webhook_event FOR UPDATE",
+     "DELETE FROM webhook_event WHERE event_id = 'evt_1'", True, False),
+    # a delivery's insert waiting for a relation lock, as behind partition DDL
+    ("LOCK TABLE webhook_event IN ACCESS EXCLUSIVE MODE",
+     "INSERT INTO webhook_event VALUES ('evt_2')", False, True),
+])
+async def test_a_lock_wait_over_100ms_is_read_from_the_log(
+        store: SoakStore, hold: str, wait: str, by_retention: bool, on_ddl: bool) -> None:
+    """One session holds a lock while the next waits for it: the cluster logs the wait past
+    100 ms, and the reader finds it, its length and its statement, and tells whose it was."""
+    await store.conn.execute("CREATE TABLE IF NOT EXISTS webhook_event "
+                             "(event_id text PRIMARY KEY)")
+    await store.conn.execute("INSERT INTO webhook_event VALUES ('evt_1') ON CONFLICT DO NOTHING")
     offset = store.log_offset()
     holder = await asyncpg.connect(store.dsn)
     waiter = await asyncpg.connect(store.dsn)
     try:
-        hold = holder.transaction()
-        await hold.start()
-        await holder.execute("SELECT * FROM webhook_event FOR UPDATE")
-        delete = asyncio.create_task(
-            waiter.execute("DELETE FROM webhook_event WHERE event_id = 'evt_1'"))
+        hold_tx = holder.transaction()
+        await hold_tx.start()
+        await holder.execute(hold)
+        waiting = asyncio.create_task(waiter.execute(wait))
         for _ in range(200):  # until the server reports the wait as logged (past 100 ms)
             if "still waiting" in store.log_since(offset):
                 break
             await asyncio.sleep(0.05)
-        await hold.rollback()
-        await delete
+        await hold_tx.rollback()
+        await waiting
     finally:
         await holder.close()
         await waiter.close()
@@ -62,8 +70,8 @@ async def test_a_retention_delete_waiting_over_100ms_is_read_from_the_log(
     waits = lock_waits(store.log_since(offset))
     assert len(waits) == 1, store.log_since(offset)
     assert waits[0].waited_ms > 100
-    assert waits[0].statement.startswith("DELETE FROM webhook_event")
-    assert waits[0].retention
+    assert waits[0].statement == wait
+    assert (waits[0].by_retention, waits[0].on_ddl) == (by_retention, on_ddl)
 
 
 @pytest.mark.slow  # about 40 s: a cluster's initdb, migrate, the proxy and 6 s of load
