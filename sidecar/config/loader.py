@@ -59,6 +59,7 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "providers.<key>.mode: queue is not available for a batch provider (event_id.batch); "
     "queue.max_retry_delay must not be shorter than queue.first_retry; queue.order_key must be "
     "a JSON path such as $.data.object.id (no wildcards)",
+    "store.partitioning.interval: on a PostgreSQL store only, whole seconds, 1m at least",
 )
 
 

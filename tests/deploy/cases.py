@@ -491,6 +491,11 @@ LOADER_ONLY: list[Case] = [
     Case("queue-order-key-not-a-path", base(providers={"stripe": {
         "path": "/s", "preset": "stripe", "secrets": ["x"], "mode": "queue",
         "queue": {"order_key": "data.object"}}}), rule=12),
+    Case("partitioning-on-sqlite", base(store={"url": "sqlite:///x.db",
+                                               "partitioning": {"interval": "1d"}}), rule=13),
+    Case("partitioning-under-a-minute", base(store={"url": "postgresql://db/x",
+                                                    "partitioning": {"interval": "30s"}}),
+         rule=13),
 ]
 
 

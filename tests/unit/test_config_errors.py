@@ -400,3 +400,18 @@ def test_no_message_quotes_a_secret(tmp_path: Path) -> None:
         "providers.sw.secrets[0]", "providers.sw.secrets[1]", "providers.sw.secrets[2]",
         "providers.keyed.secrets[0]", "providers.mapped.secrets[0]", "providers.typo.secrets[0]"]
     assert "did you mean env?" in error.problems[-1].message
+
+
+def test_partitioning_is_for_postgresql_and_minutes_at_least() -> None:
+    data = minimal()
+    data["store"] = {"url": "postgresql://db/x", "partitioning": {"interval": "1d"}}
+    assert parse_config(data, env={}).store.partitioning.interval == 86400
+    data["store"]["partitioning"] = {"interval": "30s"}
+    assert only(data) == Problem("store.partitioning.interval",
+                                 "must be whole seconds, 1m at least (not 30s)")
+    data["store"] = {"url": "sqlite:///x.db", "partitioning": {"interval": "1d"}}
+    problem = only(data)
+    assert problem.path == "store.partitioning.interval"
+    assert problem.message.startswith("partitioning is for PostgreSQL")
+    unset = parse_config(minimal(), env={}).store.partitioning
+    assert unset.interval is None and unset.ahead == 3

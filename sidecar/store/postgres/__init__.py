@@ -6,7 +6,8 @@ Every verb is one short autocommitted statement on a connection held only for th
 binds that arrive while one of their kind is in flight are sent together when it returns, as one
 statement over arrays with one commit (``claim_batch.sql``, ``complete_batch.sql``,
 ``bind_nonce_batch.sql``; :mod:`sidecar.store.coalesce`), each answered as if it had run alone.
-Invariants are enforced by the database: the primary key arbitrates claims, guarded
+Invariants are enforced by the database: the primary key arbitrates claims (on a partitioned
+store, ``store.partitioning``, a uniqueness trigger: ``partitioning``), guarded
 ``UPDATE … RETURNING`` statements arbitrate takeovers and fence result writes by attempt, and
 every time comes from the database clock (``clock_timestamp()``).
 
@@ -33,6 +34,7 @@ By concern:
 - ``connections``: the pool, and each connection's fate after a call;
 - ``listen``: queue mode's LISTEN connection;
 - ``migrate``: :func:`migrate_postgres`;
+- ``partitioning``: partitioned retention: the switch, the start-up check, the upkeep;
 - ``outage``: an outage reported once, its end once.
 """
 

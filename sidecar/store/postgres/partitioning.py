@@ -15,9 +15,11 @@ Guarantees:
   providers are all configured (today's retention keeps the rows of a provider no longer
   configured), and it holds no live lease and no waiting queue entry, looked at before the
   detach and again after it, when no proxy can reach it any more (else it is attached again).
-- **Retention never makes a delivery wait long on a lock**: ``DETACH … CONCURRENTLY`` takes
-  only locks deliveries do not conflict with, and each lock wait of the upkeep is bounded by
-  ``UPKEEP_LOCK_TIMEOUT``; past it the step is tried again later.
+- **Retention never makes a delivery wait long on a lock**: the detach is one short
+  transaction whose wait for its lock is bounded by ``UPKEEP_LOCK_TIMEOUT`` (deliveries queue
+  behind that wait, no longer), tried again a few times with a pause, else next round.
+  (``DETACH … CONCURRENTLY`` would take no lock deliveries wait for, but PostgreSQL refuses
+  it while a DEFAULT partition exists; see docs/design.md.)
 """
 
 from __future__ import annotations
@@ -175,8 +177,8 @@ def _bound(interval: float, now: float | None = None) -> datetime:
 
 class PartitionKeeper:
     """Partitions made ahead and dropped past retention, for ``sidecar.ops.maintenance``; each
-    round on a connection of its own (DETACH … CONCURRENTLY needs one outside any
-    transaction), so the pool's connections never see the upkeep's lock settings."""
+    round on a connection of its own, so that the pool's connections, which deliveries need,
+    are never held by the upkeep's waits."""
 
     def __init__(self, dsn: str, *, interval: float, ahead: int,
                  connect_timeout: float = 10.0) -> None:
@@ -205,8 +207,6 @@ class PartitionKeeper:
         dropped: list[str] = []
         kept: list[tuple[str, str]] = []
         async with self._connection() as conn:
-            await _fetchval(conn, "partitioning/lock_timeout_session",
-                            {"lock_timeout": UPKEEP_LOCK_TIMEOUT})
             default_rows = 0
             for table, _, _ in TABLES:
                 default_rows += await _fetchval(conn, "partitioning/default_rows",
@@ -225,7 +225,7 @@ class PartitionKeeper:
     async def _why_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
                         retention: Mapping[str, float]) -> str | None:
         if part["pending"]:
-            return None  # an interrupted detach: finish it
+            return "detach_pending"  # another's DETACH … CONCURRENTLY: an operator's
         providers = await _fetchval(conn, "partitioning/providers", {"part": part["name"]})
         unknown = [p for p in providers if p not in retention]
         if unknown:
@@ -239,21 +239,20 @@ class PartitionKeeper:
         return None
 
     async def _drop(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record) -> bool:
-        detach = "partitioning/finalize" if part["pending"] else "partitioning/detach"
-        sql = await _fetchval(conn, detach, {"parent": table, "part": part["name"]})
         for attempt in range(DETACH_TRIES):
             try:
-                await conn.execute(sql)
+                async with conn.transaction():
+                    await _fetchval(conn, "partitioning/lock_timeout",
+                                    {"lock_timeout": UPKEEP_LOCK_TIMEOUT})
+                    await _fetchval(conn, "partitioning/detach",
+                                    {"parent": table, "part": part["name"]})
                 break
+            except asyncpg.ObjectInUseError:
+                return False  # a queue entry is waiting: the detach was rolled back
             except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
                 if attempt == DETACH_TRIES - 1:
                     raise
                 await asyncio.sleep(0.05 * 2 ** attempt)  # back off: deliveries come first
-            except asyncpg.ObjectNotInPrerequisiteStateError:
-                # A DETACH … CONCURRENTLY cancelled in its second transaction leaves the
-                # partition pending; finishing it takes FINALIZE.
-                sql = await _fetchval(conn, "partitioning/finalize",
-                                      {"parent": table, "part": part["name"]})
         async with conn.transaction():
             retired: bool = await _fetchval(conn, "partitioning/retire", {
                 "parent": table, "part": part["name"], "lower_bound": part["lower_bound"],

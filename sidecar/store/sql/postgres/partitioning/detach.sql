@@ -1,4 +1,2 @@
--- The statement that detaches :part from :parent without blocking deliveries (run as it is:
--- DETACH … CONCURRENTLY cannot run in a transaction, nor take parameters).
-SELECT format('ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY',
-              :parent::text::regclass, :part::text::regclass);
+-- Detach partition :part from :parent unless it holds a waiting queue entry (functions.sql).
+SELECT webhook_partition_detach(:parent::text::regclass, :part::text::regclass);

@@ -308,12 +308,13 @@ BEGIN
 END
 $$;
 
--- After `part` was detached from `parent` (DETACH … CONCURRENTLY, which cannot run in a
--- transaction), in one transaction: look again, now that no proxy can reach it. An event
+-- After `part` was detached from `parent` (webhook_partition_detach, committed: its lock held
+-- only for the detach), in one transaction: look again, now that no proxy can reach it. An event
 -- partition that holds an event still to be delivered (webhook_partition_busy: a lease taken
 -- or a queue entry re-driven since the look before the detach), or an attempt partition with
--- the timeline of an event still waiting in the queue, is attached again (the CHECK the detach
--- added makes that scan-free) and answered false. Else it is dropped, with the dead queue
+-- the timeline of an event still waiting in the queue, is attached again (a scan of a table
+-- no proxy reaches, under a lock deliveries do not wait for) and answered false. Else it is
+-- dropped, with the dead queue
 -- entries of its events (no foreign key cascades to them), and answered true.
 CREATE OR REPLACE FUNCTION webhook_partition_retire(parent regclass, part regclass,
                                                     lower_bound timestamptz,
@@ -359,5 +360,33 @@ BEGIN
         EXECUTE format('SELECT count(*) FROM %s', part) INTO n;
     END IF;
     RETURN n;
+END
+$$;
+
+-- Detach `part` from `parent`, in the caller's short transaction (its lock_timeout, 100 ms,
+-- bounds the wait for the parent's ACCESS EXCLUSIVE lock; deliveries queue behind the wait,
+-- then the detach itself is a catalog change). Not CONCURRENTLY: PostgreSQL refuses that while
+-- a DEFAULT partition exists, and the DEFAULT partition is what keeps an insert past the last
+-- partition from failing a delivery. The cheap part of the look at the partition's work runs
+-- here, under the lock: an event partition with a queue entry waiting or in flight is not
+-- detached (answers false). The scan for live leases runs before (no lock held) and after,
+-- on the detached table (webhook_partition_retire).
+CREATE OR REPLACE FUNCTION webhook_partition_detach(parent regclass, part regclass)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    waiting boolean := false;
+BEGIN
+    EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, part);
+    IF parent = 'webhook_event'::regclass THEN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM webhook_queue AS q JOIN %s AS e '
+                       'ON e.provider = q.provider AND e.event_id = q.event_id '
+                       'WHERE q.due_at IS NOT NULL)', part) INTO waiting;
+        IF waiting THEN
+            RAISE EXCEPTION 'partition % holds a waiting queue entry', part
+                USING ERRCODE = 'object_in_use';  -- rolls the detach back
+        END IF;
+    END IF;
+    RETURN true;
 END
 $$;
