@@ -79,7 +79,8 @@ def table(store: str, days: Sequence[Day]) -> str:
             f"| {d.number + 1} | {d.rate:,.0f} | {d.p99_ms:,.0f} | {d.pg_us:,.0f} "
             f"| {d.proxy_us:,.0f} | {d.commits:.2f} | {d.end.rows:,} | {mib(d.end.size)} "
             f"| {d.end.partitions} | {mib(d.wal)} | {d.per_event(d.wal):,.0f} "
-            f"| {d.end.vacuums - d.start.vacuums} ({d.end.analyzes - d.start.analyzes}) "
+            f"| {Sample.runs(d.start.vacuums, d.end.vacuums)} "
+            f"({Sample.runs(d.start.analyzes, d.end.analyzes)}) "
             f"| {deliveries} ({on_ddl}) / {own} |")
     return "\n".join(lines)
 

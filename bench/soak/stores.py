@@ -29,10 +29,10 @@ PARTITIONS = """
 SELECT count(*) FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
  WHERE p.relname = 'webhook_event'
 """
-# Autovacuum and autoanalyze runs over every table of the schema (partitions are tables).
+# Autovacuum and autoanalyze runs per table of the schema (partitions are tables; a dropped
+# partition takes its counts with it, so days are told apart table by table).
 AUTOVACUUM = """
-SELECT coalesce(sum(autovacuum_count), 0)::bigint AS vacuums,
-       coalesce(sum(autoanalyze_count), 0)::bigint AS analyzes
+SELECT relid, autovacuum_count, autoanalyze_count
   FROM pg_stat_all_tables WHERE schemaname = 'public'
 """
 
@@ -41,14 +41,20 @@ SELECT coalesce(sum(autovacuum_count), 0)::bigint AS vacuums,
 class Sample:
     """The store's counters at one moment."""
 
+    @staticmethod
+    def runs(start: dict[int, int], end: dict[int, int]) -> int:
+        """Runs between two samples, over the tables alive at the end (a table made since
+        counts from 0; one dropped since is not seen, and its last runs are lost)."""
+        return sum(n - start.get(relid, 0) for relid, n in end.items())
+
     wal_lsn: int  # bytes since the cluster's start of WAL
     commits: int
     pg_cpu_us: float
     size: int
     rows: int
     partitions: int
-    vacuums: int
-    analyzes: int
+    vacuums: dict[int, int]  # autovacuum runs so far, by table
+    analyzes: dict[int, int]
 
 
 def cluster_settings(day_seconds: float) -> dict[str, str]:
@@ -108,13 +114,14 @@ class SoakStore:
         await conn.execute("SELECT pg_stat_clear_snapshot()")
         commits = await conn.fetchval(
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
-        vac = await conn.fetchrow(AUTOVACUUM)
+        vac = await conn.fetch(AUTOVACUUM)
         return Sample(
             wal_lsn=int(lsn), commits=int(commits or 0), pg_cpu_us=self.pg_cpu_us(),
             size=int(await conn.fetchval(SIZE)),
             rows=int(await conn.fetchval("SELECT count(*) FROM webhook_event")),
             partitions=int(await conn.fetchval(PARTITIONS)),
-            vacuums=int(vac["vacuums"]), analyzes=int(vac["analyzes"]))
+            vacuums={r["relid"]: int(r["autovacuum_count"]) for r in vac},
+            analyzes={r["relid"]: int(r["autoanalyze_count"]) for r in vac})
 
     async def close(self) -> None:
         if self.conn is not None:
