@@ -172,6 +172,7 @@ async def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sidecar-soak-") as name:
         tmp = Path(name)
+        print(f"soak: working in {tmp}", file=sys.stderr, flush=True)
         os.chmod(tmp, 0o755)  # the clusters run as postgres when this runs as root
         try:
             for store in args.stores:

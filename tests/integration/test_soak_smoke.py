@@ -4,6 +4,7 @@ through the command line (a real cluster, proxy and app; seconds, not days)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,9 @@ def test_a_tiny_soak_keeps_the_invariants_and_leaves_nothing_behind() -> None:
     assert "| 2 |" in out, out
     assert "PASS unpartitioned: nothing lost" in out, out
     assert "PASS unpartitioned: nothing forwarded twice" in out, out
-    left = subprocess.run(["pgrep", "-f", "sidecar-soak-"], capture_output=True, text=True,
+    work = re.search(r"soak: working in (\S+)", done.stderr)
+    assert work is not None, done.stderr
+    assert not Path(work.group(1)).exists()  # the clusters' files and the logs are deleted
+    left = subprocess.run(["pgrep", "-f", work.group(1)], capture_output=True, text=True,
                           check=False)
     assert not left.stdout.strip(), f"left running: {left.stdout}"
