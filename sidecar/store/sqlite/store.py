@@ -35,8 +35,9 @@ T = TypeVar("T")
 class SQLiteStore(SQLStore):
     """``sidecar.core.ports.Store`` on a SQLite file. Create with :meth:`open`. The verbs are
     :class:`~sidecar.store.verbs.SQLStore`'s; this class holds the connection, its worker thread
-    and the writes run together (:mod:`~sidecar.store.sqlite.transactions` runs the verbs of
-    more than one statement)."""
+    and the writes run together: one coalescer for claims, result writes and nonce binds alike,
+    since the worker thread runs one transaction at a time whatever its kind
+    (:mod:`~sidecar.store.sqlite.transactions` runs the verbs of more than one statement)."""
 
     def __init__(self, path: str, con: sqlite3.Connection, executor: ThreadPoolExecutor,
                  deadline: float = 5.0, write_batch: int = MAX_BATCH,
