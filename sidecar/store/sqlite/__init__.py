@@ -6,9 +6,11 @@ Several processes on the same host may share the file: writes wait up to ``busy_
 the lock, single statements are atomic, and the read-after-write sequences (``claim``, and
 nonce binds run together) run inside ``BEGIN IMMEDIATE``. Not for a network filesystem, nor for
 replicas on several hosts.
-Claims, result writes and nonce binds that arrive while one of their kind is in flight are run
-together when it returns, in one ``BEGIN IMMEDIATE`` transaction with one commit (one WAL fsync)
-for all of them (:mod:`sidecar.store.coalesce`), each answered as if it had run alone.
+Claims, result writes and nonce binds that arrive while one of them is in flight are run
+together when it returns, whatever their kinds, in one ``BEGIN IMMEDIATE`` transaction with one
+commit (one WAL fsync) for all of them (:mod:`sidecar.store.coalesce` gathers them,
+``transactions.together`` runs them), each answered as if it had run alone, each in a savepoint
+of its own (one that fails is rolled back alone).
 
 Queue mode writes the event row and its queue entry together; SQLite writes one table per
 statement, so each of those verbs runs a few statements (``enqueue_*.sql``, ``take_queued_*.sql``,

@@ -4,10 +4,11 @@ deadline."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 from sidecar.core.errors import StoreClosed, StoreError
 from sidecar.core.events import Claim, Enqueued, Replayed
 from sidecar.store import migrations
-from sidecar.store.coalesce import MAX_BATCH, Coalescer, fresh
+from sidecar.store.coalesce import MAX_BATCH, Coalescer
 from sidecar.store.observer import StoreObserver, Unobserved
 from sidecar.store.rows import Params
 from sidecar.store.sqlite import transactions
@@ -34,8 +35,9 @@ T = TypeVar("T")
 class SQLiteStore(SQLStore):
     """``sidecar.core.ports.Store`` on a SQLite file. Create with :meth:`open`. The verbs are
     :class:`~sidecar.store.verbs.SQLStore`'s; this class holds the connection, its worker thread
-    and the writes run together (:mod:`~sidecar.store.sqlite.transactions` runs the verbs of
-    more than one statement)."""
+    and the writes run together: one coalescer for claims, result writes and nonce binds alike,
+    since the worker thread runs one transaction at a time whatever its kind
+    (:mod:`~sidecar.store.sqlite.transactions` runs the verbs of more than one statement)."""
 
     def __init__(self, path: str, con: sqlite3.Connection, executor: ThreadPoolExecutor,
                  deadline: float = 5.0, write_batch: int = MAX_BATCH,
@@ -47,20 +49,16 @@ class SQLiteStore(SQLStore):
         # Every call, queue time included, answers within this bound (StoreError after it),
         # so a held write lock turns into prompt 503s instead of an ever longer queue.
         self._deadline = deadline
-        # Concurrent claims, result writes and nonce binds run together (write_batch <= 1:
-        # never); the observer hears of each statement's size.
+        # Concurrent claims, result writes and nonce binds run together, whatever their kinds,
+        # in one transaction (write_batch <= 1: never); the observer hears of each kind's part.
         self._observer = observer or Unobserved()
-        self._claims = self._writes(
-            "claim", lambda params: self._call("claim", transactions.claim, self._con, params),
-            transactions.claims, write_batch)
-        self._completes = self._writes(
-            "complete",
-            lambda params: self._call("complete", transactions.complete, self._con, params),
-            transactions.completes,
-            write_batch)
-        self._binds = self._writes(
-            "bind_nonce", lambda params: self._rows("bind_nonce", params), transactions.binds,
-            write_batch)
+        self._together: Coalescer[transactions.Write, Any] = Coalescer(
+            self._write_alone, self._write_together, max_batch=write_batch, wait=deadline)
+        self._claims = SentCounts()
+        self._completes = SentCounts()
+        self._binds = SentCounts()
+        self._counts = {"claim": self._claims, "complete": self._completes,
+                        "bind_nonce": self._binds}
 
     def __repr__(self) -> str:
         return f"<SQLiteStore {self._path!r}>"
@@ -127,13 +125,16 @@ class SQLiteStore(SQLStore):
         return await self._call(name, execute, self._con, name, params)
 
     async def _claim(self, params: Params) -> Claim | Replayed:
-        return await self._together(self._claims, "claim", params)
+        claim: Claim | Replayed = await self._write("claim", params)
+        return claim
 
     async def _complete(self, params: Params) -> list[sqlite3.Row]:
-        return await self._together(self._completes, "complete", params)
+        written: list[sqlite3.Row] = await self._write("complete", params)
+        return written
 
     async def _bind_nonce(self, params: Params) -> list[sqlite3.Row]:
-        return await self._together(self._binds, "bind_nonce", params)
+        bound: list[sqlite3.Row] = await self._write("bind_nonce", params)
+        return bound
 
     async def _enqueue(self, params: Params) -> Enqueued:
         return await self._call("enqueue", transactions.enqueue, self._con, params)
@@ -151,30 +152,42 @@ class SQLiteStore(SQLStore):
 
     # -- concurrent writes, run together ---------------------------------------------------
 
-    def _writes(self, name: str, one: Callable[[Params], Awaitable[T]],
-                many: Callable[[sqlite3.Connection, Sequence[Params]], list[T]],
-                write_batch: int) -> Coalescer[Params, T]:
-        """``name``'s calls, run together while one is in flight: ``one`` alone, ``many`` in
-        one transaction."""
-        return Coalescer(one, lambda items: self._many(name, many, items),
-                         max_batch=write_batch, wait=self._deadline,
-                         sent=functools.partial(self._observer.statement_sent, name))
-
-    async def _together(self, coalescer: Coalescer[Params, T], name: str, params: Params) -> T:
+    async def _write(self, verb: str, params: Params) -> Any:
         try:
-            return await coalescer(params)
+            return await self._together(transactions.Write(verb, params))
         except TimeoutError as exc:  # only a waiting call's: _call translates its own
-            raise StoreError(f"{name}: no answer within {self._deadline:g}s (database busy)") \
+            raise StoreError(f"{verb}: no answer within {self._deadline:g}s (database busy)") \
                 from exc
 
-    async def _many(self, name: str, fn: Callable[[sqlite3.Connection, Sequence[Params]], list[T]],
-                    items: Sequence[Params]) -> list[T | BaseException]:
-        """``fn(items)`` on the worker thread: every item's answer, or the same failure for
-        each (the transaction was rolled back: nothing of it was written)."""
+    async def _write_alone(self, write: transactions.Write) -> Any:
+        """One write with nothing waiting beside it: its own statement(s), at once."""
+        verb, params = write
+        self._counts[verb].singles += 1
+        self._observer.statement_sent(verb, 1)
+        if verb == "claim":
+            return await self._call(verb, transactions.claim, self._con, params)
+        if verb == "complete":
+            return await self._call(verb, transactions.complete, self._con, params)
+        return await self._rows(verb, params)  # bind_nonce.sql, a statement of its own
+
+    async def _write_together(self, writes: Sequence[transactions.Write]) -> list[Any]:
+        """The writes that waited, in one transaction on the worker thread: each one's answer,
+        its own failure (rolled back alone), or the same failure for each (the transaction was
+        lost: nothing of it was written)."""
+        verbs = collections.Counter(verb for verb, _ in writes)
+        for verb, calls in verbs.items():
+            counts = self._counts[verb]
+            counts.batches += 1
+            counts.batched += calls
+            self._observer.statement_sent(verb, calls)
         try:
-            return list(await self._call(name, fn, self._con, items))
-        except StoreError as exc:
-            return [fresh(exc) for _ in items]
+            answers = await self._call("+".join(verbs), transactions.together, self._con,
+                                       writes)
+        except StoreError as exc:  # each caller hears it as its own verb's
+            reason = str(exc).partition(": ")[2]
+            return [_named(type(exc)(f"{verb}: {reason}"), exc.__cause__) for verb, _ in writes]
+        return [_failure(verb, answer) if isinstance(answer, sqlite3.Error) else answer
+                for (verb, _), answer in zip(writes, answers, strict=True)]
 
     # -- running on the worker thread -------------------------------------------------------
 
@@ -199,6 +212,26 @@ class SQLiteStore(SQLStore):
             if self._closed:
                 raise StoreClosed(f"{what}: the SQLite store is closed") from exc
             raise
+
+
+class SentCounts:
+    """How one kind of coalesced write went out: calls alone (``singles``), the shared
+    transactions it had a part in (``batches``) and its calls in them (``batched``)."""
+
+    def __init__(self) -> None:
+        self.singles = 0
+        self.batches = 0
+        self.batched = 0
+
+
+def _failure(verb: str, exc: sqlite3.Error) -> StoreError:
+    """A write that failed alone inside a shared transaction, as ``_call`` would say it."""
+    return _named(StoreError(f"{verb}: {type(exc).__name__}: {exc}"), exc)
+
+
+def _named(error: StoreError, cause: BaseException | None) -> StoreError:
+    error.__cause__ = cause
+    return error
 
 
 class _MigrationSession:

@@ -1,13 +1,14 @@
 """What a SQLite call runs on the worker thread when it is more than one statement: each in one
 ``BEGIN IMMEDIATE`` transaction, so nothing changes between its statements and they commit or
-roll back together. Claims, result writes and nonce binds sent together share one; queue mode
-writes the event row and its queue entry, one table per statement."""
+roll back together. Claims, result writes and nonce binds sent together share one, whatever
+their kinds (:func:`together`); queue mode writes the event row and its queue entry, one table
+per statement."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NamedTuple
 
 from sidecar.core.events import Claim, Enqueued, Replayed
 from sidecar.store.rows import Params, event_row, nonce_binding
@@ -19,14 +20,6 @@ from sidecar.store.sqlite.connection import execute, immediate
 def claim(con: sqlite3.Connection, params: Params) -> Claim | Replayed:
     with immediate(con):
         return _claim_in_transaction(con, params)
-
-
-def claims(con: sqlite3.Connection, items: Sequence[Params]) -> list[Claim | Replayed]:
-    """Several claims in one transaction, in order: a later claim of a key an earlier one
-    inserted finds its row and loses, as the second of two concurrent claims would; a later
-    guard of a key an earlier one bound gets its digest back, as with ``binds``."""
-    with immediate(con):
-        return [_claim_in_transaction(con, params) for params in items]
 
 
 def _claim_in_transaction(con: sqlite3.Connection, params: Params) -> Claim | Replayed:
@@ -58,25 +51,60 @@ def complete(con: sqlite3.Connection, params: Params) -> list[sqlite3.Row]:
         return _complete_in_transaction(con, params)
 
 
-def completes(con: sqlite3.Connection, items: Sequence[Params]) -> list[list[sqlite3.Row]]:
-    """Several result writes in one transaction, each fenced (and recorded) as alone."""
-    with immediate(con):
-        return [_complete_in_transaction(con, params) for params in items]
-
-
 def _complete_in_transaction(con: sqlite3.Connection, params: Params) -> list[sqlite3.Row]:
     execute(con, "complete_attempt", params)
     return execute(con, "complete", params)
 
 
-def binds(con: sqlite3.Connection, items: Sequence[Params]) -> list[list[sqlite3.Row]]:
-    """Several binds in one transaction, in order, each answered with the bound hash: a
-    later bind of a nonce an earlier one bound gets the earlier one's hash back, as the
-    second of two concurrent binds would. Under the write lock the nonce a bind did not
-    insert is there to read (get_nonce.sql)."""
+def _bind_in_transaction(con: sqlite3.Connection, params: Params) -> list[sqlite3.Row]:
+    """The bound hash: under the write lock the nonce a bind did not insert is there to read
+    (get_nonce.sql). (Alone, a bind is bind_nonce.sql, a statement of its own.)"""
+    return execute(con, "bind_nonce", params) or execute(con, "get_nonce", params)
+
+
+class Write(NamedTuple):
+    """A claim, result write or nonce bind waiting to be sent: its verb (a key of ``_STEPS``)
+    and its parameters."""
+
+    verb: str
+    params: Params
+
+
+# Each verb inside a shared transaction, answered as if it ran alone at its place in the order.
+_STEPS: Final[dict[str, Callable[[sqlite3.Connection, Params], Any]]] = {
+    # A later claim of a key an earlier one inserted finds its row and loses, as the second
+    # of two concurrent claims would.
+    "claim": _claim_in_transaction,
+    # Fenced (and recorded) by its attempt, as alone: a stale attempt writes nothing.
+    "complete": _complete_in_transaction,
+    # A later bind of a nonce an earlier one bound gets the earlier one's hash back.
+    "bind_nonce": _bind_in_transaction,
+}
+
+
+def together(con: sqlite3.Connection, writes: Sequence[Write]) -> list[Any]:
+    """Claims, result writes and binds, of any kinds, in one ``BEGIN IMMEDIATE`` transaction
+    and one commit (one WAL fsync), in order; each write's answer, or the ``sqlite3.Error`` it
+    failed with.
+
+    Each write runs inside a savepoint of its own: one that fails is rolled back alone (none
+    of its statements stays) and answered with its error, and the others still commit. If
+    the transaction itself is lost (its COMMIT fails, or SQLite rolled it back after an error
+    such as a full disk), nothing of it was written and this raises: every write fails."""
+    answers: list[Any] = []
     with immediate(con):
-        return [execute(con, "bind_nonce", params) or execute(con, "get_nonce", params)
-                for params in items]
+        for verb, params in writes:
+            con.execute("SAVEPOINT one_write")
+            try:
+                answer = _STEPS[verb](con, params)
+            except sqlite3.Error as exc:
+                if not con.in_transaction:  # SQLite rolled back everything: nothing stays
+                    raise
+                con.execute("ROLLBACK TO one_write")
+                answer = exc
+            con.execute("RELEASE one_write")
+            answers.append(answer)
+    return answers
 
 
 # -- queue mode: the row and its entry --------------------------------------------------------
