@@ -47,8 +47,8 @@ class SQLiteStore(SQLStore):
         # Every call, queue time included, answers within this bound (StoreError after it),
         # so a held write lock turns into prompt 503s instead of an ever longer queue.
         self._deadline = deadline
-        # Concurrent claims, result writes and nonce binds run together (write_batch <= 1:
-        # never); the observer hears of each statement's size.
+        # Concurrent claims, result writes, nonce binds, enqueues and settles run together
+        # (write_batch <= 1: never); the observer hears of each statement's size.
         self._observer = observer or Unobserved()
         self._claims = self._writes(
             "claim", lambda params: self._call("claim", transactions.claim, self._con, params),
@@ -61,6 +61,15 @@ class SQLiteStore(SQLStore):
         self._binds = self._writes(
             "bind_nonce", lambda params: self._rows("bind_nonce", params), transactions.binds,
             write_batch)
+        self._enqueues = self._writes(
+            "enqueue",
+            lambda params: self._call("enqueue", transactions.enqueue, self._con, params),
+            transactions.enqueues, write_batch)
+        self._settles = self._writes(
+            "settle_queued",
+            lambda params: self._call("settle_queued", transactions.settle_queued, self._con,
+                                      params),
+            transactions.settles, write_batch)
 
     def __repr__(self) -> str:
         return f"<SQLiteStore {self._path!r}>"
@@ -136,7 +145,7 @@ class SQLiteStore(SQLStore):
         return await self._together(self._binds, "bind_nonce", params)
 
     async def _enqueue(self, params: Params) -> Enqueued:
-        return await self._call("enqueue", transactions.enqueue, self._con, params)
+        return await self._together(self._enqueues, "enqueue", params)
 
     async def _take_queued(self, params: Params, *, ordered: bool = False
                            ) -> list[dict[str, Any]]:
@@ -144,7 +153,7 @@ class SQLiteStore(SQLStore):
         return await self._call("take_queued", transactions.take_queued, self._con, params)
 
     async def _settle_queued(self, params: Params) -> list[sqlite3.Row]:
-        return await self._call("settle_queued", transactions.settle_queued, self._con, params)
+        return await self._together(self._settles, "settle_queued", params)
 
     async def _requeue_dead(self, params: Params) -> list[sqlite3.Row]:
         return await self._call("requeue_dead", transactions.requeue_dead, self._con, params)

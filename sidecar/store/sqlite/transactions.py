@@ -1,7 +1,8 @@
 """What a SQLite call runs on the worker thread when it is more than one statement: each in one
 ``BEGIN IMMEDIATE`` transaction, so nothing changes between its statements and they commit or
-roll back together. Claims, result writes and nonce binds sent together share one; queue mode
-writes the event row and its queue entry, one table per statement."""
+roll back together. Claims, result writes and nonce binds sent together share one, and so do
+queue mode's enqueues and settles; queue mode writes the event row and its queue entry, one
+table per statement."""
 
 from __future__ import annotations
 
@@ -73,12 +74,24 @@ def binds(con: sqlite3.Connection, items: Sequence[Params]) -> list[list[sqlite3
 
 def enqueue(con: sqlite3.Connection, params: Params) -> Enqueued:
     with immediate(con):
-        if execute(con, "enqueue_event", params):
-            execute(con, "enqueue_entry", params)
-            return Enqueued(accepted=True, row=None)
-        # Nothing inserted: under the write lock, either the key is there (answered as it
-        # is, full queue or not) or the queue is full.
-        existing = execute(con, "get", params)
+        return _enqueue_in_transaction(con, params)
+
+
+def enqueues(con: sqlite3.Connection, items: Sequence[Params]) -> list[Enqueued]:
+    """Several enqueues in one transaction, in order: a later enqueue of a key an earlier one
+    inserted finds its row (existing), as the second of two concurrent enqueues would; each
+    counts the entries the earlier ones added toward its queue's depth."""
+    with immediate(con):
+        return [_enqueue_in_transaction(con, params) for params in items]
+
+
+def _enqueue_in_transaction(con: sqlite3.Connection, params: Params) -> Enqueued:
+    if execute(con, "enqueue_event", params):
+        execute(con, "enqueue_entry", params)
+        return Enqueued(accepted=True, row=None)
+    # Nothing inserted: under the write lock, either the key is there (answered as it is,
+    # full queue or not) or the queue is full.
+    existing = execute(con, "get", params)
     if existing:
         return Enqueued(accepted=False, row=event_row(existing[0]))
     return Enqueued(accepted=False, row=None, full=True)
@@ -109,11 +122,21 @@ def settle_queued(con: sqlite3.Connection, params: Params) -> list[sqlite3.Row]:
     """The try recorded in the timeline and the row written, under one fence
     (settle_fence.fragment.sql); only if it was written, the entry's (removed when done)."""
     with immediate(con):
-        execute(con, "settle_queued_attempt", params)
-        written = execute(con, "settle_queued_event", params)
-        if written:
-            step = "settle_queued_done" if params["state"] == "done" else "settle_queued_entry"
-            execute(con, step, params)
+        return _settle_in_transaction(con, params)
+
+
+def settles(con: sqlite3.Connection, items: Sequence[Params]) -> list[list[sqlite3.Row]]:
+    """Several settles in one transaction, each fenced (and recorded) as alone."""
+    with immediate(con):
+        return [_settle_in_transaction(con, params) for params in items]
+
+
+def _settle_in_transaction(con: sqlite3.Connection, params: Params) -> list[sqlite3.Row]:
+    execute(con, "settle_queued_attempt", params)
+    written = execute(con, "settle_queued_event", params)
+    if written:
+        step = "settle_queued_done" if params["state"] == "done" else "settle_queued_entry"
+        execute(con, step, params)
     return written
 
 
