@@ -3,7 +3,7 @@ the provider's due events from the store and forwarding each to the app exactly 
 mode does, then writing how the try ended (``core.queueing`` decides; the store fences it).
 
     wake (accept here, NOTIFY, poll) ─ take due ≤ free slots ─ forward ─ settle: done | retry | dead
-                  busy: wait ≤ 1 ms for company ┘       └ app unreachable: pause, then one probe at a time
+         busy: first wait ≤ 1 ms for company ┘    └ app unreachable: pause, then one probe at a time
 
 Any number of processes share a queue: a take is ``FOR UPDATE SKIP LOCKED`` and leased, and a
 crashed process's events are taken again once their leases end (attempt + 1).
