@@ -3,7 +3,7 @@ the provider's due events from the store and forwarding each to the app exactly 
 mode does, then writing how the try ended (``core.queueing`` decides; the store fences it).
 
     wake (accept here, NOTIFY, poll) ─ take due ≤ free slots ─ forward ─ settle: done | retry | dead
-                                        └ app unreachable: pause, then one probe at a time
+         busy: first wait ≤ 1 ms for company ┘    └ app unreachable: pause, then one probe at a time
 
 Any number of processes share a queue: a take is ``FOR UPDATE SKIP LOCKED`` and leased, and a
 crashed process's events are taken again once their leases end (attempt + 1).
@@ -33,6 +33,13 @@ log = get_logger("sidecar.queue")
 
 STORE_RETRY_PAUSE: Final = 1.0  # after a failed take, before the next (the store logs outages)
 
+COMPANY_WAIT: Final = 0.0005
+"""Seconds a take waits for company while the provider's queue is busy (forwards in flight):
+the accepts and freed slots of that moment share its statement and commit instead of each
+waking a take of one. The event loop's timer rounds it up to its 1 ms tick, so a lone event
+that arrives while the queue is busy waits at most about 1 ms more; one that arrives while
+nothing is in flight is taken at once."""
+
 
 def retry_policy(provider: ProviderConfig) -> RetryPolicy:
     queue = provider.queue
@@ -49,8 +56,10 @@ class QueueWorker:
     def __init__(self, provider: ProviderConfig, store: QueueWorkerStore, forwarder: Forwarder,
                  metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
                  clock: Callable[[], float] = time.time,
-                 rand: Callable[[], float] = random.random, tracer: Tracer = NO_TRACER) -> None:
+                 rand: Callable[[], float] = random.random, tracer: Tracer = NO_TRACER,
+                 company_wait: float = COMPANY_WAIT) -> None:
         self._provider = provider
+        self._company_wait = company_wait  # 0: take at once, always
         self._tracer = tracer
         self._policy = retry_policy(provider)
         self._store = store
@@ -82,8 +91,10 @@ class QueueWorker:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         concurrency = self._provider.queue.concurrency
+        company = False  # the last turn waited for company: this one takes
         while not self._stopping:
             self._nudge.clear()
+            waited, company = company, False
             wait = self._provider.queue.poll_interval
             paused = self._paused_until - loop.time()
             free = concurrency - len(self._in_flight)
@@ -91,6 +102,12 @@ class QueueWorker:
             if paused > 0:
                 wait = paused  # woken early only to stop
             elif free > 0 and not (probing and self._in_flight):
+                if self._in_flight and not probing and not waited and self._company_wait > 0:
+                    # Busy: a moment for the next accepts and freed slots to join this take;
+                    # then the state is read anew (slots freed, a pause begun meanwhile).
+                    await self._sleep(self._company_wait, wakeable=False)
+                    company = True
+                    continue
                 limit = 1 if probing else free
                 leased_from = loop.time()  # the take's lease starts no earlier than this
                 taken = await self._take(limit)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
@@ -534,6 +535,66 @@ async def test_sqlite_one_process_app_down_then_up(tmp_path: Path) -> None:
         assert sorted(a.event_id for a in dep.app.seen) == ids  # each once
         assert {a.attempt for a in dep.app.seen} == {1}
         assert {a for _, a in (await dep.states()).values()} == {1}
+
+
+# -- g: commits per event under load ---------------------------------------------------------------
+
+COMMIT_EVENTS = 400
+COMMITS_PER_EVENT = 1.5  # one commit each for the accept, the take and the settle: 3
+
+
+async def _database_commits(dsn: str) -> int:
+    """Committed transactions of the test's own database (after its other sessions ended: a
+    backend reports its counts on the way out)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        for _ in range(500):  # a bounded poll, ≤ 5 s
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            if not await conn.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"):
+                break
+            await asyncio.sleep(0.01)
+        value: int = await conn.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        return value
+    finally:
+        await conn.close()
+
+
+async def test_under_load_accepts_takes_and_settles_share_commits(pg_dsn: str,
+                                                                   tmp_path: Path) -> None:
+    """Accepts, takes and settles of concurrent events share commits (coalesced enqueues and
+    settles, takes that wait a moment for company): 400 events, 32 in flight, one process,
+    the app up. A run with no events gives the process's own commits (start, pools, stop).
+    Each alone was 3 commits per event (3.4 to 3.7 measured); together about 1.0 to 1.1 (the takes
+    are most of it: a take per freed batch of slots, at concurrency 10). The bound is 1.5: the
+    goal of issue 22 (≤ 1.0) is measured by bench.wrk, not held here."""
+    async with queued("postgres", tmp_path, pg_dsn, poll_interval="1h") as dep:
+        dep.config["maintenance"] = {"interval": "1h"}
+        await dep.app.start()
+        start = await _database_commits(dep.store_url)
+        await dep.start(1)
+        await dep.procs.pop().terminate()
+        idle = await _database_commits(dep.store_url) - start
+        mark = await _database_commits(dep.store_url)
+        await dep.start(1)
+        ids = [f"evt_load_{i:03d}" for i in range(COMMIT_EVENTS)]
+        gate = asyncio.Semaphore(32)
+
+        async def send(event_id: str) -> bool:
+            async with gate:
+                return accepted(await dep.send(0, stripe_event(event_id)), event_id)
+
+        assert all(await asyncio.gather(*(send(e) for e in ids)))
+        await dep.until_states(all_in(ids, "done"), timeout=60, what="all delivered")
+        await dep.procs.pop().terminate()
+        commits = await _database_commits(dep.store_url) - mark - idle
+    per_event = commits / COMMIT_EVENTS
+    print(f"queue mode: {per_event:.2f} commits per event ({commits} for {COMMIT_EVENTS},"
+          f" {idle} for a run without events)")
+    assert sorted({a.event_id for a in dep.app.seen}) == ids and len(dep.app.seen) == len(ids)
+    assert per_event <= COMMITS_PER_EVENT, per_event
 
 
 # -- f: SIGTERM ------------------------------------------------------------------------------------

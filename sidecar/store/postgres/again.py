@@ -85,13 +85,23 @@ AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     # purge and purge_nonces are not repeated: a repeat deletes another batch and reports only
     # its own count. The maintenance loop runs them again at its interval.
 }
-# claim_batch, complete_batch and bind_nonce_batch (concurrent claims, result writes or nonce
-# binds sent together) are not repeated as such: after a lost connection each item is repeated
-# as its own call would be, per the entry of "claim", "complete" or "bind_nonce" above, one
-# after the other, in item order, on one connection that has just answered. The batch committed
-# whole or not at all; each item's repeat tells which. (Binds of one nonce in a lost batch: if
-# it committed, every repeat answers the hash its first item bound; if not, the first item's
-# repeat binds its own and the later ones get it back, as in the batch.)
+# claim_batch, complete_batch, bind_nonce_batch, enqueue_batch and settle_queued_batch
+# (concurrent calls of one verb sent together) are not repeated as such: after a lost
+# connection each item is repeated as its own call would be, per the entry of its verb above,
+# one after the other, in item order, on one connection that has just answered. The batch
+# committed whole or not at all; each item's repeat tells which. (Binds of one nonce in a lost
+# batch: if it committed, every repeat answers the hash its first item bound; if not, the first
+# item's repeat binds its own and the later ones get it back, as in the batch.)
+# - enqueue_batch: each item's entry holds its own call's :owner until a take, so
+#   enqueue_landed.sql finds the entry the batch inserted for it and answers "accepted"; an item
+#   the batch answered as a sibling's row (one key twice) or as existing holds no entry of its
+#   own, and its repeat of enqueue.sql answers the row as existing, as the batch did. An item
+#   refused as full wrote nothing: its repeat counts afresh (a second run cannot write twice:
+#   ON CONFLICT DO NOTHING).
+# - settle_queued_batch: each item is fenced by its own take counter, so a repeat writes
+#   nothing more, and settle_queued_landed.sql tells the item's own committed settle (the row
+#   holds exactly its result) from a superseded one. The timeline is fed only by the fenced
+#   update, so nothing is recorded twice.
 
 Answers = list[list[asyncpg.Record] | BaseException]
 """Per item of a batch: the rows its own call would have answered, or the error it raises."""

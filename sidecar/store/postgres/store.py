@@ -74,11 +74,12 @@ class PostgresStore(SQLStore):
             observer=observer) if dsn is not None else None
         self._outage = OutageLog(observer)
         POOL_LOG.addFilter(self._outage)  # mutes the pool's reconnect warnings meanwhile
-        # Concurrent claims, result writes and nonce binds go out together (write_batch <= 1:
-        # never). A waiting call is bound by the deadline like any other.
-        self._claims, self._completes, self._binds = (
+        # Concurrent claims, result writes, nonce binds, and queue mode's enqueues and settles
+        # go out together (write_batch <= 1: never). A waiting call is bound by the deadline
+        # like any other.
+        self._claims, self._completes, self._binds, self._enqueues, self._settles = (
             self._writes(name, write_batch, observer)
-            for name in ("claim", "complete", "bind_nonce"))
+            for name in ("claim", "complete", "bind_nonce", "enqueue", "settle_queued"))
 
     def __repr__(self) -> str:  # never shows the DSN (it may carry a password)
         return f"<PostgresStore pool={self._pool.get_size()}/{self._pool.get_max_size()}>"
@@ -220,7 +221,7 @@ class PostgresStore(SQLStore):
 
     async def _enqueue(self, params: Params) -> Enqueued:
         def insert() -> Awaitable[list[asyncpg.Record]]:
-            return self._rows("enqueue", params)
+            return self._together(self._enqueues, "enqueue", params)
 
         return await self._inserted("enqueue", params, insert, _enqueued,
                                     lambda row, _: Enqueued(accepted=False, row=row))
@@ -281,7 +282,7 @@ class PostgresStore(SQLStore):
         return await self._rows("take_queued", params, lock=lock)
 
     async def _settle_queued(self, params: Params) -> list[asyncpg.Record]:
-        return await self._rows("settle_queued", params)
+        return await self._together(self._settles, "settle_queued", params)
 
     async def _requeue_dead(self, params: Params) -> list[asyncpg.Record]:
         return await self._rows("requeue_dead", params)

@@ -49,16 +49,20 @@ class SQLiteStore(SQLStore):
         # Every call, queue time included, answers within this bound (StoreError after it),
         # so a held write lock turns into prompt 503s instead of an ever longer queue.
         self._deadline = deadline
-        # Concurrent claims, result writes and nonce binds run together, whatever their kinds,
-        # in one transaction (write_batch <= 1: never); the observer hears of each kind's part.
+        # Concurrent claims, result writes, nonce binds, enqueues and settles run together,
+        # whatever their kinds, in one transaction (write_batch <= 1: never); the observer
+        # hears of each kind's part.
         self._observer = observer or Unobserved()
         self._together: Coalescer[transactions.Write, Any] = Coalescer(
             self._write_alone, self._write_together, max_batch=write_batch, wait=deadline)
         self._claims = SentCounts()
         self._completes = SentCounts()
         self._binds = SentCounts()
+        self._enqueues = SentCounts()
+        self._settles = SentCounts()
         self._counts = {"claim": self._claims, "complete": self._completes,
-                        "bind_nonce": self._binds}
+                        "bind_nonce": self._binds, "enqueue": self._enqueues,
+                        "settle_queued": self._settles}
 
     def __repr__(self) -> str:
         return f"<SQLiteStore {self._path!r}>"
@@ -137,7 +141,8 @@ class SQLiteStore(SQLStore):
         return bound
 
     async def _enqueue(self, params: Params) -> Enqueued:
-        return await self._call("enqueue", transactions.enqueue, self._con, params)
+        enqueued: Enqueued = await self._write("enqueue", params)
+        return enqueued
 
     async def _take_queued(self, params: Params, *, ordered: bool = False
                            ) -> list[dict[str, Any]]:
@@ -145,7 +150,8 @@ class SQLiteStore(SQLStore):
         return await self._call("take_queued", transactions.take_queued, self._con, params)
 
     async def _settle_queued(self, params: Params) -> list[sqlite3.Row]:
-        return await self._call("settle_queued", transactions.settle_queued, self._con, params)
+        settled: list[sqlite3.Row] = await self._write("settle_queued", params)
+        return settled
 
     async def _requeue_dead(self, params: Params) -> list[sqlite3.Row]:
         return await self._call("requeue_dead", transactions.requeue_dead, self._con, params)
@@ -168,6 +174,10 @@ class SQLiteStore(SQLStore):
             return await self._call(verb, transactions.claim, self._con, params)
         if verb == "complete":
             return await self._call(verb, transactions.complete, self._con, params)
+        if verb == "enqueue":
+            return await self._call(verb, transactions.enqueue, self._con, params)
+        if verb == "settle_queued":
+            return await self._call(verb, transactions.settle_queued, self._con, params)
         return await self._rows(verb, params)  # bind_nonce.sql, a statement of its own
 
     async def _write_together(self, writes: Sequence[transactions.Write]) -> list[Any]:
