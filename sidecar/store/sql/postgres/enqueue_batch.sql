@@ -67,7 +67,7 @@ WITH t AS MATERIALIZED (
            NULL, NULL, t.ts, c.item_body, c.item_request::jsonb
       FROM chosen AS c CROSS JOIN t
      ORDER BY c.key_provider, c.key_event_id
-    ON CONFLICT (provider, event_id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING e.provider, e.event_id, e.lease_owner, e.state, e.attempt, e.body_sha256,
               e.received_at, e.updated_at, e.lease_until, e.outcome, e.response_status,
               e.response_headers, e.response_body, e.latency_ms
