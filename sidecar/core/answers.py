@@ -9,7 +9,7 @@ import enum
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 
 from sidecar.core.events import Outcome, RecordedResponse
 from sidecar.core.headers import ATTEMPT_HEADER, QUEUED_HEADER, REPLAY_HEADER
@@ -46,7 +46,7 @@ class Encoded:
     __slots__ = ("parts",)
 
     def __init__(self) -> None:
-        self.parts: tuple[bytes, bytes] | bool | None = None
+        self.parts: tuple[bytes, bytes] | Literal[False] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,7 @@ def prepared(status: int, headers: Sequence[tuple[str, str]], body: bytes,
     parts = encoded.parts
     if parts is None:
         parts = encoded.parts = _parts(status, headers, body) or False
-    if parts is False or parts is True:
+    if not isinstance(parts, tuple):  # False: aiohttp writes it, this time and every time
         return None
     return PreparedResponse(status, parts, body)
 
