@@ -9,7 +9,7 @@ import enum
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 
 from sidecar.core.events import Outcome, RecordedResponse
 from sidecar.core.headers import ATTEMPT_HEADER, QUEUED_HEADER, REPLAY_HEADER
@@ -36,6 +36,19 @@ class Result(enum.StrEnum):
     ERROR = "error"  # a bug in the proxy: 500
 
 
+class Encoded:
+    """Where the HTTP shell keeps an answer that is given again and again (a known duplicate's,
+    ``core.known``) as the bytes it writes, once it has serialised them: ``head`` up to the
+    ``Date`` header, ``tail`` after it (the ``Date`` changes every second), or ``None`` while
+    not serialised, or ``False`` if it cannot be (the shell writes it the general way). What
+    the bytes say is the shell's business; the core only keeps them with the answer."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: tuple[bytes, bytes] | Literal[False] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """What the provider gets, and what the delivery's log line and metric say about it."""
@@ -47,6 +60,8 @@ class Answer:
     reason: str | None = None  # why a delivery was refused (log field and JSON error body)
     # The rest of the delivery's log line: event id, attempt, latencies, what went wrong.
     log: Mapping[str, object] = field(default_factory=dict)
+    # The same answer as bytes, kept from one delivery to the next (see ``Encoded``).
+    encoded: Encoded | None = None
 
 
 @dataclass(frozen=True, slots=True)

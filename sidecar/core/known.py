@@ -22,6 +22,10 @@ the fact, whatever the clocks' offsets.
 
 The memory is bounded in bytes (a recorded answer carries the app's response body) and forgets
 the least recently used entries first. Pure data: the clock is passed in, nothing here does I/O.
+
+A done row is kept with the answer its duplicates get (``answers.replayed``), built once, and
+that answer with its ``Encoded`` slot: the HTTP shell serialises it at the first duplicate and
+writes the same bytes for every later one (``http/known_answer.py``).
 """
 
 from __future__ import annotations
@@ -29,19 +33,32 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final, Protocol
 
+from sidecar.core.answers import Answer, Encoded, replayed
 from sidecar.core.events import EventRow, EventState
 
 ENTRY_OVERHEAD: Final = 400  # bytes per entry besides the response: keys, row, bookkeeping
 
 
 def row_size(row: EventRow) -> int:
+    """Its bytes in the memory: the headers counted twice (the row's, and the head of its
+    answer once serialised; the body is written from the row's own copy)."""
     response = row.response
     if response is None:
         return ENTRY_OVERHEAD
     return (ENTRY_OVERHEAD + len(response.body)
-            + sum(len(name) + len(value) for name, value in response.headers))
+            + 2 * sum(len(name) + len(value) for name, value in response.headers))
+
+
+@dataclass(frozen=True, slots=True)
+class KnownDone:
+    """A done row this process knows, and the answer its duplicates get: the same value every
+    time, so its bytes are made once (``Answer.encoded``)."""
+
+    row: EventRow
+    answer: Answer
 
 
 class Stored(Protocol):
@@ -95,15 +112,19 @@ class KnownAnswers:
 
     # -- done events ------------------------------------------------------------------------
 
-    def done(self, provider: str, event_id: str) -> EventRow | None:
+    def done(self, provider: str, event_id: str) -> KnownDone | None:
         found = self._get(("done", provider, event_id))
-        return found if isinstance(found, EventRow) else None
+        return found if isinstance(found, KnownDone) else None
 
     def remember_done(self, row: EventRow, until: float) -> None:
         """Keep a done row until ``until`` (:meth:`until` of its ``received_at``)."""
         if row.state is not EventState.DONE:
             return
-        self._put(("done", row.provider, row.event_id), row, until, row_size(row))
+        answer = replayed(row.response, row.attempt)
+        answer = Answer(answer.status, answer.headers, answer.body, answer.result,
+                        encoded=Encoded())
+        self._put(("done", row.provider, row.event_id), KnownDone(row, answer), until,
+                  row_size(row))
 
     # -- events accepted in queue mode ------------------------------------------------------
 

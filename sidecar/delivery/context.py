@@ -43,7 +43,7 @@ class Trace:
             log["reason"] = answer.reason
         log.update(self.fields)
         return Answer(answer.status, answer.headers, answer.body, answer.result, answer.reason,
-                      log)
+                      log, answer.encoded)
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,9 +159,9 @@ class ForwardMode:
             # AnswerRecorded). Nothing is learned, so nothing is remembered anew: the entry's
             # end stays where it was fixed when the fact was first learned.
             delivery.trace.fields["known"] = True
-            if self._steps.refuses_other_body(delivery, event_id, known.body_sha256, digest):
-                return _Settled(refuse("payload_mismatch"), known.attempt)
-            return _recorded(known)
+            if self._steps.refuses_other_body(delivery, event_id, known.row.body_sha256, digest):
+                return _Settled(refuse("payload_mismatch"), known.row.attempt)
+            return _Settled(known.answer, known.row.attempt)  # ``_recorded``, made once
 
         # ``asked``: the memory's clock before the store call that read ``row``, which dates
         # what the memory learns from it (``KnownAnswers.until``).

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -24,7 +24,7 @@ from sidecar.core.forwarded import is_trusted, peer_address
 from sidecar.core.tracing import Span
 from sidecar.delivery import Inbound
 from sidecar.http.appkeys import CONFIG, METRICS, PIPELINE, TRACER
-from sidecar.http.listener import BoundedConnection, ProviderResponse
+from sidecar.http.listener import BoundedConnection, PreparedResponse, ProviderResponse, prepared
 from sidecar.obs.logs import get_logger
 
 log = get_logger("sidecar.delivery")
@@ -59,14 +59,26 @@ async def _handle(provider: ProviderConfig, request: web.Request,
         result = _observe(request, provider, answer, time.monotonic() - started)
         if span is not None:
             _describe(span, answer)
-    response = ProviderResponse(status=answer.status, body=answer.body,
-                                headers=CIMultiDict(answer.headers))
+    response = _response(request, answer)
     # From the request's first byte to the answer's last (timed by the listener).
     observe = request.app[METRICS].delivery_duration.labels(provider.key, result.value).observe
     response.when_written(observe if marks is None else _with_phases(observe, marks, provider))
     if _closes(answer):
         response.force_close()  # a refused body is not read: the connection ends with it
     return response
+
+
+def _response(request: web.Request, answer: Answer) -> ProviderResponse | PreparedResponse:
+    """The answer to write: an answer given again and again (a known duplicate's) as the bytes
+    made at its first delivery, when the connection stays open (HTTP/1.1, no ``Connection:
+    close``) — aiohttp decides the rest; else built by aiohttp."""
+    encoded = answer.encoded
+    if encoded is not None and request.version == HttpVersion11 and request.keep_alive:
+        response = prepared(answer.status, answer.headers, answer.body, encoded)
+        if response is not None:
+            return response
+    return ProviderResponse(status=answer.status, body=answer.body,
+                            headers=CIMultiDict(answer.headers))
 
 
 def _phase_marks(request: web.Request) -> phases.Marks | None:

@@ -36,14 +36,16 @@ By concern:
   the answer to what the parser refuses; and :func:`tracked`, the middleware that marks a
   request as started;
 - ``accept``: :class:`AcceptFailures`, failed accepts counted per burst;
-- ``response``: :class:`ProviderResponse`, answers without a ``Server`` header.
+- ``response``: :class:`ProviderResponse`, answers without a ``Server`` header; and
+  :class:`PreparedResponse`, an answer given again and again (a known duplicate's) written as
+  the bytes made the first time, in one call to the transport (:func:`prepared`).
 """
 
 from sidecar.http.listener.accept import AcceptFailures
 from sidecar.http.listener.bounds import Bounds
 from sidecar.http.listener.connection import BoundedConnection, malformed_reason, tracked
-from sidecar.http.listener.response import ProviderResponse
+from sidecar.http.listener.response import PreparedResponse, ProviderResponse, Timed, prepared
 from sidecar.http.listener.server import Listener
 
-__all__ = ["AcceptFailures", "BoundedConnection", "Bounds", "Listener", "ProviderResponse",
-           "malformed_reason", "tracked"]
+__all__ = ["AcceptFailures", "BoundedConnection", "Bounds", "Listener", "PreparedResponse",
+           "ProviderResponse", "Timed", "malformed_reason", "prepared", "tracked"]

@@ -24,7 +24,7 @@ from multidict import CIMultiDict
 
 from sidecar.core.answers import refuse
 from sidecar.http.listener.bounds import Bounds
-from sidecar.http.listener.response import ProviderResponse
+from sidecar.http.listener.response import ProviderResponse, Timed
 from sidecar.obs.logs import get_logger
 
 log = get_logger("sidecar.listener")
@@ -194,7 +194,7 @@ class BoundedConnection(web.RequestHandler):
             try:
                 result = await super().finish_response(request, resp, start_time)
             finally:  # written, or its write failed: the answer's last byte is behind us
-                if isinstance(resp, ProviderResponse):
+                if isinstance(resp, Timed):
                     resp.written(self._event_loop.time() - self._first_byte)
             unread = self._malformed or not request.content.is_eof()
             if unread and not resp.keep_alive and not result[1]:
