@@ -198,3 +198,34 @@ def test_bytes_are_made_once_and_only_where_aiohttp_decides_nothing_more() -> No
         slot = Encoded()
         assert prepared(status, headers, body, slot) is None, (status, headers)
         assert slot.parts is False  # not tried again at the next duplicate
+
+
+async def test_a_prepared_answer_waits_while_the_peer_reads_nothing() -> None:
+    """A sender that pipelines copies of a done event and reads no answers must not pile them
+    up in the transport's buffer: once the transport says its buffer is past the high-water
+    mark (writing paused), the answer waits for it to drain, as aiohttp's writer does."""
+    drained: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    class Transport:
+        written: list[bytes] = []
+
+        def is_closing(self) -> bool:
+            return False
+
+        def write(self, data: bytes) -> None:
+            self.written.append(data)
+
+    class Protocol:
+        writing_paused = True
+
+        async def _drain_helper(self) -> None:
+            await drained
+
+    request: Any = type("Request", (), {"transport": Transport(), "protocol": Protocol()})()
+    answer = prepared(200, (("Content-Type", "application/json"),), b"{}", Encoded())
+    assert answer is not None
+    writing = asyncio.ensure_future(answer.prepare(request))
+    await asyncio.sleep(0)  # one loop turn: the write is made, then the drain awaited
+    assert Transport.written and not writing.done(), "it waits for the peer to read"
+    drained.set_result(None)
+    await asyncio.wait_for(writing, 5)

@@ -118,4 +118,10 @@ class PreparedResponse(Timed, web.StreamResponse):
                                   self._body_bytes)))
         self._eof_sent = True  # nothing more to write: write_eof returns at once
         self._body_length = len(self._body_bytes)
+        # A peer that sends (pipelined) requests but reads no answers must not pile them up in
+        # the transport's buffer: past its high-water mark, wait until it drains, as aiohttp's
+        # own writer does after an answer. (One flag check when it is not paused.)
+        protocol = request.protocol
+        if protocol.writing_paused:
+            await protocol._drain_helper()
         return None
