@@ -273,7 +273,8 @@ async def test_state_transitions_are_hot_updates(pg_database_factory: MakeDb) ->
             for i in range(20):
                 key = {"provider": "stripe", "event_id": f"evt_{i}"}
                 claim = {"body_sha256": b"h", "lease_seconds": 0.0, "owner": "a",
-                         "payload_body": None, "payload_request": None}
+                         "payload_body": None, "payload_request": None,
+                         "guard_key": None, "guard_digest": None}
                 assert await run("claim", **key, **claim) is True  # the `won` column
                 assert await run("take_over", **key, lease_seconds=30.0, owner="b") == 2
                 assert await run("release", **key, force=True) == 2
