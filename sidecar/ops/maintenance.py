@@ -192,7 +192,7 @@ def row_retention(retention: float, longest: float, interval: float | None) -> f
 
     - a retention within one interval of the longest: rows stay until their partition goes
       (deduplication only gets longer). Row deletes still reach rows older than ``longest +
-      2 × interval``: only partitions the drop kept back (busy, a provider no longer
+      2 * interval``: only partitions the drop kept back (busy, a provider no longer
       configured) hold such rows, their drop horizon an interval past at least;
     - a retention shorter than the longest by more than one interval: its retention, as
       unpartitioned; else its rows would stay (longest + interval) / retention times as long

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -336,29 +337,35 @@ async def test_partitioning_again_changes_nothing_and_another_interval_is_refuse
 
 async def test_row_retention_leaves_to_the_drop_the_rows_of_partitions_it_will_drop(
         part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
-    """Partitions of a minute, retention of two minutes (stripe, slack) and of 30 s (github,
-    shorter than the longest by more than one interval). A maintenance round deletes no
-    stripe row, event or nonce, of a partition the drop will remove (past2, received 2.5 to
-    3.5 minutes ago: past its retention already), and drops past5 whole; github's row in
-    past2 goes row by row at 30 s. The drop, once due, removes past2 with its rows."""
+    """Partitions of a minute; github (which keeps nonces) and slack keep rows for as long
+    ago as partition past2 ended plus 10 s (so past2 is not yet due for its drop, while its
+    rows, 30 s into it, are past retention), stripe for 5 s (shorter than the longest by more
+    than one interval). A maintenance round deletes no github row, event or nonce, of past2 and
+    drops past5 whole; stripe's row in past2 goes row by row. The drop, once due (a shorter
+    retention says so here), removes past2 with its rows."""
+    ended = await conn.fetchval(
+        "SELECT extract(epoch FROM clock_timestamp() - upper_bound) "
+        "FROM webhook_partitions('webhook_event') WHERE part = 'webhook_event_past2'::regclass")
+    longest = f"{math.ceil(ended) + 10}s"
     data = base_config("http://127.0.0.1:9", part_dsn)
     data["store"]["partitioning"] = {"interval": "1m", "ahead": 4}
-    for key, retention in (("stripe", "2m"), ("slack", "2m"), ("github", "30s")):
+    for key, retention in (("github", longest), ("slack", longest), ("stripe", "5s")):
         data["providers"][key]["retention"] = retention
-        data["providers"][key]["lease"] = "10s"
+        data["providers"][key]["lease"] = "3s"
     config = parse_config(data, env={})
     upkeep = Maintenance(config, store, Metrics(CollectorRegistry()), Keyring(config.providers),
                          partitions=partition_keeper(config.store))
     for key, back in (("kept2", 2), ("gone5", 5)):
-        await store.claim("stripe", key, BODY, 10.0, "o")
-        assert await store.complete("stripe", key, 1, DONE)
+        await store.claim("github", key, BODY, 10.0, "o")
+        assert await store.complete("github", key, 1, DONE)
         await _age(conn, key, back)
-    await store.claim("github", "short1", BODY, 10.0, "o")
-    assert await store.complete("github", "short1", 1, DONE)
+    await store.claim("stripe", "short1", BODY, 10.0, "o")
+    assert await store.complete("stripe", "short1", 1, DONE)
     await _age(conn, "short1", 2)
     await conn.execute(
-        "INSERT INTO webhook_nonce (provider, nonce, body_sha256, received_at) SELECT 'stripe', 'n2', "
-        "'', lower_bound + interval '30 s' FROM webhook_partitions('webhook_nonce') "
+        "INSERT INTO webhook_nonce (provider, nonce, body_sha256, received_at) "
+        "SELECT 'github', 'n2', '', lower_bound + interval '30 s' "
+        "FROM webhook_partitions('webhook_nonce') "
         "WHERE part = 'webhook_nonce_past2'::regclass")
     assert await conn.fetchval("SELECT tableoid::regclass::text FROM webhook_nonce "
                                "WHERE nonce = 'n2'") == "webhook_nonce_past2"
@@ -366,16 +373,16 @@ async def test_row_retention_leaves_to_the_drop_the_rows_of_partitions_it_will_d
     await upkeep.keep_partitions()
     deleted = await upkeep.sweep_retention()
 
-    assert deleted["stripe"] == 0 and deleted["github"] == 1
+    assert deleted["github"] == 0 and deleted["stripe"] == 1
     events = {r["event_id"]: r["part"] for r in await conn.fetch(
         "SELECT event_id, tableoid::regclass::text AS part FROM webhook_event")}
     assert events == {"kept2": "webhook_event_past2"}  # gone5's partition was dropped
     assert "webhook_event_past5" not in await _parts(conn)
     assert await conn.fetchval("SELECT count(*) FROM webhook_nonce WHERE nonce = 'n2'") == 1
 
-    # A minute on, past2 is past the drop horizon: a retention of a minute says so now.
+    # Later, past2 is past its drop horizon: a retention of 30 s says so now.
     retired = await PartitionKeeper(part_dsn, interval=STEP, ahead=4).retire(
-        {"stripe": 60.0, "slack": 60.0, "github": 30.0})
+        {"github": 30.0, "slack": 30.0, "stripe": 5.0})
     assert {"webhook_event_past2", "webhook_nonce_past2"} <= set(retired.dropped)
     assert await conn.fetchval("SELECT count(*) FROM webhook_event") == 0
     assert await conn.fetchval("SELECT count(*) FROM webhook_nonce") == 0

@@ -15,6 +15,10 @@ Guarantees:
   providers are all configured (today's retention keeps the rows of a provider no longer
   configured), and it holds no live lease and no waiting queue entry, looked at before the
   detach and again after it, when no proxy can reach it any more (else it is attached again).
+- **Making partitions never makes a delivery wait long on a lock**: each partition is made
+  in a transaction of its own whose lock waits give up after ``MAKE_LOCK_TIMEOUT`` (inserts
+  queue behind the attach's lock on the DEFAULT partition: at most that wait and one attach),
+  tried again with a pause, else next round (they are made ``ahead``).
 - **Retention never makes a delivery wait long on a lock**: the detach is one short
   transaction whose wait for its lock is bounded by ``UPKEEP_LOCK_TIMEOUT`` (deliveries queue
   behind that wait, no longer), tried again a few times with a pause, else next round.

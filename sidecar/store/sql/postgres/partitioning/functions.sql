@@ -366,7 +366,7 @@ END
 $$;
 
 -- Rows in the DEFAULT partition of `parent`: inserts past the last partition (maintenance was
--- down longer than `ahead` intervals). Counted and logged; webhook_partitions_ahead moves them.
+-- down longer than `ahead` intervals). Counted and logged; webhook_partition_next moves them.
 CREATE OR REPLACE FUNCTION webhook_partition_default_rows(parent regclass) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
