@@ -143,7 +143,9 @@ class PartitioningConfig:
                                      "names the command that fixes it).", nullable=True)
     ahead: int = setting(Integer(1), "Partitions kept ready past the current one, created by "
                          "maintenance and at start-up (an insert past the last one lands in "
-                         "the DEFAULT partition, counted and logged).", yaml_default=3)
+                         "the DEFAULT partition, counted and logged). Each is made in a short "
+                         "transaction of its own whose lock wait gives up after 20 ms (tried "
+                         "five times, then by the next run).", yaml_default=3)
 
 
 @block("Where event rows live.", nullable=True)
@@ -295,7 +297,9 @@ class ProviderConfig:
                                    "outcome before 409 (presets vary); at most the lease.",
                                    yaml_default="5s")
     retention: float = setting(Duration(), "How long event rows are kept (presets: the "
-                               "provider's retry window plus margin); must exceed the lease.",
+                               "provider's retry window plus margin); must exceed the lease. On a "
+                               "partitioned store, rows may stay until their partition is "
+                               "dropped: at most one interval plus the longest retention.",
                                yaml_default="7d")
     max_body_bytes: int = setting(Size(), "Larger bodies get 413 (default: the top-level "
                                   "max_body_bytes).")

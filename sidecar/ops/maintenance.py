@@ -48,27 +48,39 @@ class Maintenance:
 
     async def sweep_retention(self) -> dict[str, int]:
         """Delete every row past its provider's retention, batch by batch (each batch its own
-        short statement), never a row in ``processing`` with a live lease."""
+        short statement), never a row in ``processing`` with a live lease. On a partitioned
+        store, past its row retention (``row_retention``): the rows whose partition the drop
+        removes anyway are left to it."""
         batch = self._config.maintenance.retention_batch_size
+        interval = self._partition_interval()
+        longest = max((p.retention for p in self._config.providers), default=0.0)
         deleted: dict[str, int] = {}
         for provider in self._config.providers:
             counter = self._metrics.retention_deleted.labels(provider.key)
+            older_than = row_retention(provider.retention, longest, interval)
             total = await _in_batches(
-                partial(self._store.purge, provider.key, provider.retention, batch),
+                partial(self._store.purge, provider.key, older_than, batch),
                 batch, counter.inc)
             if provider.replay_nonce is not None or provider.guards_body_replay:
                 await _in_batches(
-                    partial(self._store.purge_nonces, provider.key, provider.retention, batch),
+                    partial(self._store.purge_nonces, provider.key, older_than, batch),
                     batch)
             deleted[provider.key] = total
             if total:
                 log.info("retention_deleted", provider=provider.key, rows=total)
         return deleted
 
+    def _partition_interval(self) -> float | None:
+        partitioning = self._config.store.partitioning
+        if self._partitions is None or partitioning is None:
+            return None
+        return partitioning.interval
+
     async def keep_partitions(self) -> None:
         """A partitioned store: make the partitions ahead, then drop those past retention
-        (``PartitionUpkeep``). Row-level retention still runs, for providers whose retention
-        is shorter than the partitions' age."""
+        (``PartitionUpkeep``). Row-level retention still runs (``row_retention``), for the
+        providers whose retention is much shorter than the longest, and for the rows of
+        partitions the drop kept back."""
         if self._partitions is None:
             return
         made = await self._partitions.make_ahead()
@@ -167,6 +179,28 @@ class Maintenance:
                 await asyncio.to_thread(self.reload_secrets)
             except Exception:  # keep watching: the next rotation must still be picked up
                 log.exception("secrets_reload_crashed")
+
+
+def row_retention(retention: float, longest: float, interval: float | None) -> float:
+    """How old (seconds) a provider's rows must be before row-level retention deletes them.
+
+    Unpartitioned: its retention. Partitioned (``interval`` seconds a partition; ``longest``
+    the longest retention configured): a partition is dropped once its upper bound is past
+    the longest retention of its providers, so a row is dropped at most ``interval +
+    longest`` after its receipt. Deleting it one by one before that only doubles the work
+    (WAL, dead tuples, autovacuum) for storage the drop frees soon anyway, so:
+
+    - a retention within one interval of the longest: rows stay until their partition goes
+      (deduplication only gets longer). Row deletes still reach rows older than ``longest +
+      2 * interval``: only partitions the drop kept back (busy, a provider no longer
+      configured) hold such rows, their drop horizon an interval past at least;
+    - a retention shorter than the longest by more than one interval: its retention, as
+      unpartitioned; else its rows would stay (longest + interval) / retention times as long
+      as configured, and its storage grow with them.
+    """
+    if interval is None or longest - retention > interval:
+        return retention
+    return longest + 2 * interval
 
 
 async def _in_batches(delete: Callable[[], Awaitable[int]], batch: int,

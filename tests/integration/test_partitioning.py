@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -332,3 +333,103 @@ async def test_partitioning_again_changes_nothing_and_another_interval_is_refuse
         await partition_store(part_dsn, interval=3600, ahead=2)
     with pytest.raises(SchemaError, match=r"is partitioned \(by 1m\) but store\.partitioning"):
         await PostgresStore.connect(part_dsn)
+
+
+async def test_row_retention_leaves_to_the_drop_the_rows_of_partitions_it_will_drop(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """Partitions of a minute; github (which keeps nonces) and slack keep rows for as long
+    ago as partition past2 ended plus 10 s (so past2 is not yet due for its drop, while its
+    rows, 30 s into it, are past retention), stripe for 5 s (shorter than the longest by more
+    than one interval). A maintenance round deletes no github row, event or nonce, of past2 and
+    drops past5 whole; stripe's row in past2 goes row by row. The drop, once due (a shorter
+    retention says so here), removes past2 with its rows."""
+    ended = await conn.fetchval(
+        "SELECT extract(epoch FROM clock_timestamp() - upper_bound) "
+        "FROM webhook_partitions('webhook_event') WHERE part = 'webhook_event_past2'::regclass")
+    longest = f"{math.ceil(ended) + 10}s"
+    data = base_config("http://127.0.0.1:9", part_dsn)
+    data["store"]["partitioning"] = {"interval": "1m", "ahead": 4}
+    for key, retention in (("github", longest), ("slack", longest), ("stripe", "5s")):
+        data["providers"][key]["retention"] = retention
+        data["providers"][key]["lease"] = "3s"
+    config = parse_config(data, env={})
+    upkeep = Maintenance(config, store, Metrics(CollectorRegistry()), Keyring(config.providers),
+                         partitions=partition_keeper(config.store))
+    for key, back in (("kept2", 2), ("gone5", 5)):
+        await store.claim("github", key, BODY, 10.0, "o")
+        assert await store.complete("github", key, 1, DONE)
+        await _age(conn, key, back)
+    await store.claim("stripe", "short1", BODY, 10.0, "o")
+    assert await store.complete("stripe", "short1", 1, DONE)
+    await _age(conn, "short1", 2)
+    await conn.execute(
+        "INSERT INTO webhook_nonce (provider, nonce, body_sha256, received_at) "
+        "SELECT 'github', 'n2', '', lower_bound + interval '30 s' "
+        "FROM webhook_partitions('webhook_nonce') "
+        "WHERE part = 'webhook_nonce_past2'::regclass")
+    assert await conn.fetchval("SELECT tableoid::regclass::text FROM webhook_nonce "
+                               "WHERE nonce = 'n2'") == "webhook_nonce_past2"
+
+    await upkeep.keep_partitions()
+    deleted = await upkeep.sweep_retention()
+
+    assert deleted["github"] == 0 and deleted["stripe"] == 1
+    events = {r["event_id"]: r["part"] for r in await conn.fetch(
+        "SELECT event_id, tableoid::regclass::text AS part FROM webhook_event")}
+    assert events == {"kept2": "webhook_event_past2"}  # gone5's partition was dropped
+    assert "webhook_event_past5" not in await _parts(conn)
+    assert await conn.fetchval("SELECT count(*) FROM webhook_nonce WHERE nonce = 'n2'") == 1
+
+    # Later, past2 is past its drop horizon: a retention of 30 s says so now.
+    retired = await PartitionKeeper(part_dsn, interval=STEP, ahead=4).retire(
+        {"github": 30.0, "slack": 30.0, "stripe": 5.0})
+    assert {"webhook_event_past2", "webhook_nonce_past2"} <= set(retired.dropped)
+    assert await conn.fetchval("SELECT count(*) FROM webhook_event") == 0
+    assert await conn.fetchval("SELECT count(*) FROM webhook_nonce") == 0
+
+
+async def test_inserts_never_wait_long_behind_the_partitions_made_ahead(
+        part_dsn: str, conn: asyncpg.Connection) -> None:
+    """Making partitions attaches each to a parent with a DEFAULT partition: the attach locks
+    the DEFAULT partition ACCESS EXCLUSIVE, which every insert reads (the uniqueness trigger),
+    so inserts queue behind it from its lock request to its commit. Here maintenance makes 30
+    partitions a table (a round after an outage, or a larger ``ahead``) while inserts run one
+    after another; a reader holds the DEFAULT partition as the first attach asks for it (a
+    delivery's transaction) and ends then. No insert waits more than 100 ms (its own
+    statement's time, measured by the server), and the partitions are all made."""
+    reader = await asyncpg.connect(part_dsn)
+    writer = await asyncpg.connect(part_dsn)
+    keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=30)
+    waits: list[float] = []
+
+    async def insert_until_made() -> None:
+        n = 0
+        while not making.done() or n < 10:
+            took = await writer.fetchval(
+                "WITH ins AS (" + INSERT.replace("RETURNING e.lease_owner", "RETURNING 1")
+                + ") SELECT extract(epoch FROM clock_timestamp() - statement_timestamp()) "
+                "FROM ins", "stripe", f"e{n}", datetime.now(UTC), BODY, "o")
+            waits.append(float(took))
+            n += 1
+
+    try:
+        await reader.execute("BEGIN; SELECT count(*) FROM webhook_event")
+        making = asyncio.create_task(keeper.make_ahead())
+        while not await conn.fetchval(  # the first attach waits for the reader's lock
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = 'webhook-sidecar partitions' "
+                "AND wait_event_type = 'Lock'"):
+            assert not making.done()
+            await asyncio.sleep(0.002)  # sampling pg_stat_activity, not synchronisation
+        inserting = asyncio.create_task(insert_until_made())
+        await reader.execute("COMMIT")
+        await inserting
+        made = making.result()
+    finally:
+        await reader.close()
+        await writer.close()
+    assert made >= 3 * 28, made  # the switch made two ahead; 30 intervals on now
+    assert max(waits) <= 0.100, sorted(waits)[-5:]
+    uppers = await conn.fetchval("SELECT max(upper_bound) - clock_timestamp() "
+                                 "FROM webhook_partitions('webhook_event')")
+    assert uppers > timedelta(seconds=30 * STEP)

@@ -15,6 +15,10 @@ Guarantees:
   providers are all configured (today's retention keeps the rows of a provider no longer
   configured), and it holds no live lease and no waiting queue entry, looked at before the
   detach and again after it, when no proxy can reach it any more (else it is attached again).
+- **Making partitions never makes a delivery wait long on a lock**: each partition is made
+  in a transaction of its own whose lock waits give up after ``MAKE_LOCK_TIMEOUT`` (inserts
+  queue behind the attach's lock on the DEFAULT partition: at most that wait and one attach),
+  tried again with a pause, else next round (they are made ``ahead``).
 - **Retention never makes a delivery wait long on a lock**: the detach is one short
   transaction whose wait for its lock is bounded by ``UPKEEP_LOCK_TIMEOUT`` (deliveries queue
   behind that wait, no longer), tried again a few times with a pause, else next round.
@@ -54,7 +58,12 @@ KEY_INDEXES: Final = ("webhook_event_key_idx", "webhook_nonce_key_idx")
 
 SWITCH_LOCK_TIMEOUT: Final = "300ms"  # the switch's lock waits: deliveries queue behind them
 SWITCH_TRIES: Final = 20
-UPKEEP_LOCK_TIMEOUT: Final = "100ms"  # each lock wait of making and dropping partitions
+UPKEEP_LOCK_TIMEOUT: Final = "100ms"  # each lock wait of dropping partitions
+# Each lock wait of making a partition: the attach's ACCESS EXCLUSIVE lock on the DEFAULT
+# partition, which every insert reads (the uniqueness trigger), so inserts queue behind the
+# wait. Short, tried again: made `ahead`, a partition can wait for a quiet moment.
+MAKE_LOCK_TIMEOUT: Final = "20ms"
+MAKE_TRIES: Final = 5
 DETACH_TRIES: Final = 5
 # The switch's CHECK bound lies this far ahead at least: the index builds and the scan between
 # its CHECK and the switch must end before it (else the switch refuses, and is prepared again).
@@ -192,17 +201,31 @@ class PartitionKeeper:
 
     async def make_ahead(self) -> int:
         """Make the partitions ``ahead`` intervals past now (and move rows that went to a
-        DEFAULT partition into the partition of their time); the number made."""
+        DEFAULT partition into the partition of their time); the number made. Each partition
+        in a transaction of its own whose lock waits give up after ``MAKE_LOCK_TIMEOUT``:
+        inserts wait behind the attach's lock on the DEFAULT partition, from its request to
+        its commit. A table that stays busy through ``MAKE_TRIES`` tries waits for the next
+        round: the partitions are made ``ahead``, so a round missed costs nothing."""
+        made = 0
         async with self._connection() as conn:
-            made = 0
             for table, column, _ in TABLES:
-                async with conn.transaction():
-                    await _fetchval(conn, "partitioning/lock_timeout",
-                                    {"lock_timeout": UPKEEP_LOCK_TIMEOUT})
-                    made += await _fetchval(conn, "partitioning/ahead", {
-                        "parent": table, "keycol": column, "step_seconds": self._interval,
-                        "ahead": self._ahead})
-            return made
+                tries = 0
+                while True:
+                    try:
+                        async with conn.transaction():
+                            await _fetchval(conn, "partitioning/lock_timeout",
+                                            {"lock_timeout": MAKE_LOCK_TIMEOUT})
+                            if not await _fetchval(conn, "partitioning/next", {
+                                    "parent": table, "keycol": column,
+                                    "step_seconds": self._interval, "ahead": self._ahead}):
+                                break
+                        made += 1
+                    except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
+                        tries += 1
+                        if tries == MAKE_TRIES:
+                            break
+                        await asyncio.sleep(0.05 * 2 ** tries)  # deliveries come first
+        return made
 
     async def retire(self, retention: Mapping[str, float]) -> PartitionsRetired:
         """Drop the partitions whose rows are all past their provider's ``retention`` (seconds

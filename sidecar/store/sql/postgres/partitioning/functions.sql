@@ -83,27 +83,30 @@ BEGIN
 END
 $$;
 
--- Make the partitions of `parent` from its last upper bound (or from the start of the current
--- interval) until one starts more than `ahead` intervals from now. Each is made as a table of
--- its own, then attached: CREATE TABLE … PARTITION OF would lock the parent ACCESS EXCLUSIVE
--- (every delivery waits), ATTACH only SHARE UPDATE EXCLUSIVE. Rows that went to the DEFAULT
--- partition meanwhile (maintenance was down past the last partition) are moved into the new
--- partition of their time first: the attach refuses a default holding rows of its range.
--- Bounds are multiples of the interval since the Unix epoch (a day: midnight UTC). Answers
--- how many partitions were made. One caller at a time (an advisory lock), so replicas
--- running maintenance together make each partition once.
-CREATE OR REPLACE FUNCTION webhook_partitions_ahead(parent regclass, keycol text,
-                                                    step_seconds integer, ahead integer)
-RETURNS integer
+-- Make the next partition of `parent`, from its last upper bound (or from the start of the
+-- current interval), if it starts no more than `ahead` intervals from now; answers whether
+-- one was made. One partition a call, so that maintenance makes each in a short transaction
+-- of its own: the attach locks the DEFAULT partition ACCESS EXCLUSIVE (it checks that no row
+-- there belongs to the new range), and every insert reads the DEFAULT partition through the
+-- uniqueness trigger, so inserts wait for it from its lock request to its commit (bounded by
+-- the caller's lock_timeout and this one attach; docs/design.md, "Partitioned retention").
+-- The partition is made as a table of its own, then attached: CREATE TABLE … PARTITION OF
+-- would lock the parent ACCESS EXCLUSIVE (every delivery waits), ATTACH only SHARE UPDATE
+-- EXCLUSIVE. Rows that went to the DEFAULT partition meanwhile (maintenance was down past the
+-- last partition) are moved into the new partition of their time first: the attach refuses a
+-- default holding rows of its range. Bounds are multiples of the interval since the Unix
+-- epoch (a day: midnight UTC). One caller at a time (an advisory lock), so replicas running
+-- maintenance together make each partition once.
+CREATE OR REPLACE FUNCTION webhook_partition_next(parent regclass, keycol text,
+                                                  step_seconds integer, ahead integer)
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    step interval := make_interval(secs => step_seconds);
     horizon timestamptz := clock_timestamp() + make_interval(secs => step_seconds * ahead);
     lo timestamptz;
     hi timestamptz;
     name text;
     default_part regclass;
-    made integer := 0;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('webhook-sidecar:partitions', 0));
     SELECT max(upper_bound) INTO lo FROM webhook_partitions(parent) WHERE NOT is_default;
@@ -111,24 +114,39 @@ BEGIN
         lo := to_timestamp(floor(extract(epoch FROM clock_timestamp()) / step_seconds)
                            * step_seconds);
     END IF;
+    IF lo > horizon THEN
+        RETURN false;
+    END IF;
+    hi := lo + make_interval(secs => step_seconds);
+    name := parent::text || '_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
+    EXECUTE format('CREATE TABLE %I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS '
+                   'INCLUDING GENERATED INCLUDING STORAGE)', name, parent);
+    IF parent = 'webhook_event'::regclass THEN  -- HOT updates (0001_init.sql)
+        EXECUTE format('ALTER TABLE %I SET (fillfactor = 80)', name);
+    END IF;
     SELECT part INTO default_part FROM webhook_partitions(parent) WHERE is_default;
-    WHILE lo <= horizon LOOP
-        hi := lo + step;
-        name := parent::text || '_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
-        EXECUTE format('CREATE TABLE %I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS '
-                       'INCLUDING GENERATED INCLUDING STORAGE)', name, parent);
-        IF parent = 'webhook_event'::regclass THEN  -- HOT updates (0001_init.sql)
-            EXECUTE format('ALTER TABLE %I SET (fillfactor = 80)', name);
-        END IF;
-        IF default_part IS NOT NULL THEN
-            EXECUTE format('WITH moved AS (DELETE FROM %s WHERE %I >= $1 AND %I < $2 '
-                           'RETURNING *) INSERT INTO %I SELECT * FROM moved',
-                           default_part, keycol, keycol, name) USING lo, hi;
-        END IF;
-        EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
-                       parent, name, lo, hi);
+    IF default_part IS NOT NULL THEN
+        EXECUTE format('WITH moved AS (DELETE FROM %s WHERE %I >= $1 AND %I < $2 '
+                       'RETURNING *) INSERT INTO %I SELECT * FROM moved',
+                       default_part, keycol, keycol, name) USING lo, hi;
+    END IF;
+    EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                   parent, name, lo, hi);
+    RETURN true;
+END
+$$;
+
+-- Every partition of `parent` up to `ahead` intervals from now, in the caller's transaction
+-- (the switch: it holds the tables already); answers how many were made.
+CREATE OR REPLACE FUNCTION webhook_partitions_ahead(parent regclass, keycol text,
+                                                    step_seconds integer, ahead integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    made integer := 0;
+BEGIN
+    WHILE webhook_partition_next(parent, keycol, step_seconds, ahead) LOOP
         made := made + 1;
-        lo := hi;
     END LOOP;
     RETURN made;
 END
@@ -348,7 +366,7 @@ END
 $$;
 
 -- Rows in the DEFAULT partition of `parent`: inserts past the last partition (maintenance was
--- down longer than `ahead` intervals). Counted and logged; webhook_partitions_ahead moves them.
+-- down longer than `ahead` intervals). Counted and logged; webhook_partition_next moves them.
 CREATE OR REPLACE FUNCTION webhook_partition_default_rows(parent regclass) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
