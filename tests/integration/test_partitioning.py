@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 
 from sidecar.config.keyring import Keyring
 from sidecar.config.loader import parse_config
-from sidecar.core.errors import SchemaError
+from sidecar.core.errors import RowLocked, SchemaError
 from sidecar.core.events import (
     AttemptResult,
     EventState,
@@ -266,22 +266,113 @@ async def test_retention_drops_old_partitions_but_never_one_holding_work(
     assert not (await store.claim("stripe", "live4", BODY, 30.0, "o")).won
 
 
-async def test_a_partition_that_gains_work_while_detached_is_attached_again(
-        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The look after the detach: a lease taken between the first look and the detach (here:
-    the first look skipped) keeps the partition, attached again with its rows."""
-    await store.claim("stripe", "late", BODY, 600.0, "o")
+FAILED = AttemptResult(EventState.FAILED, Outcome.RESPONSE, RecordedResponse(500, (), b""), 1.0)
+GATE = 4242  # an advisory lock the test holds: retention's look waits on it once it has looked
+
+
+async def _gate_after_the_look(conn: asyncpg.Connection) -> None:
+    """Make retention's look at a partition's work wait, after looking, for the test's GATE."""
+    await conn.execute("""
+        ALTER FUNCTION webhook_partition_busy(regclass) RENAME TO webhook_partition_busy_real;
+        CREATE FUNCTION webhook_partition_busy(part regclass) RETURNS boolean
+        LANGUAGE plpgsql VOLATILE AS $$
+        DECLARE
+            busy boolean := webhook_partition_busy_real(part);
+            timeout text := current_setting('lock_timeout');
+        BEGIN
+            PERFORM set_config('lock_timeout', '0', true);  -- the gate's wait: the test's
+            PERFORM pg_advisory_xact_lock(4242);
+            PERFORM set_config('lock_timeout', timeout, true);
+            RETURN busy;
+        END $$""")
+
+
+async def _waits_on_gate(conn: asyncpg.Connection) -> bool:
+    return bool(await conn.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND objid = $1 AND database = (SELECT oid FROM pg_database "
+        "WHERE datname = current_database()))", GATE))
+
+
+async def test_a_take_over_between_retentions_look_and_its_detach_answers_in_flight(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """A very late redelivery of a failed event past retention, taking it over between
+    retention's look at its partition (nothing in flight) and the detach, would start an
+    attempt in a partition no proxy reaches a moment later; a second copy would then be claimed
+    as new beside it, and the event forwarded twice. The take-over waits for retention (~100 ms,
+    then RowLocked: the delivery answers "in flight"); the partition goes; the next copy is a
+    new event, forwarded once."""
+    await store.claim("stripe", "late", BODY, 30.0, "o")
+    assert await store.complete("stripe", "late", 1, FAILED)
     await _age(conn, "late", 5)
+    await _gate_after_the_look(conn)
+    gate = await asyncpg.connect(part_dsn)
+    try:
+        await gate.execute("SELECT pg_advisory_lock($1)", GATE)
+        keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=2)
+        retiring = asyncio.create_task(keeper.retire({"stripe": 120.0}))
+        async with asyncio.timeout(30):
+            while not await _waits_on_gate(conn):  # retention has looked: nothing in flight
+                assert not retiring.done(), "retention never looked at the partition"
+                await asyncio.sleep(0.01)  # polling a condition the server reports
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(RowLocked):
+            await store.take_over("stripe", "late", 30.0, "o2")
+        assert loop.time() - started < 2.0  # the row-lock wait, not retention's whole round
+        await gate.execute("SELECT pg_advisory_unlock($1)", GATE)
+        retired = await retiring
+    finally:
+        await gate.close()
+    assert "webhook_event_past5" in retired.dropped
+    again = await store.claim("stripe", "late", BODY, 30.0, "o3")
+    assert again.won  # the one forward of this copy: the event is past retention
+    assert await conn.fetchval(
+        "SELECT count(*) FROM webhook_event WHERE event_id = 'late'") == 1
 
-    async def no_first_look(*_: object) -> None:
-        return None
 
-    monkeypatch.setattr(PartitionKeeper, "_why_keep", no_first_look)
+async def _detach_as_a_dead_round(conn: asyncpg.Connection, part: str) -> None:
+    """What a maintenance round that died between the detach and the drop leaves behind."""
+    async with conn.transaction():
+        assert await conn.fetchval(
+            "SELECT webhook_partition_detach('webhook_event', $1::text::regclass)", part)
+
+
+async def test_partitions_left_detached_by_a_round_that_died_are_dropped_or_attached_again(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """The next round finds them by their comment: one with only done events and a dead queue
+    entry is dropped with the entry (which would otherwise refuse the event's next enqueue);
+    one that holds a live lease (the look after the detach: the net under the look before it)
+    is attached again, its event still a duplicate."""
+    await store.enqueue("stripe", "dead5", BODY, REQUEST)
+    await conn.execute("UPDATE webhook_queue SET due_at = NULL WHERE event_id = 'dead5'")
+    await conn.execute("UPDATE webhook_event SET state = 'dead' WHERE event_id = 'dead5'")
+    await _age(conn, "dead5", 5)
+    await store.claim("stripe", "live4", BODY, 600.0, "o")
+    await store.claim("stripe", "done4", BODY, 30.0, "o")
+    assert await store.complete("stripe", "done4", 1, DONE)
+    await _age(conn, "done4", 4)
+    await _detach_as_a_dead_round(conn, "webhook_event_past5")
+    await _detach_as_a_dead_round(conn, "webhook_event_past4")
+    await conn.execute("UPDATE webhook_event SET received_at = (SELECT received_at FROM "
+                       "webhook_event_past4 LIMIT 1) WHERE event_id = 'live4'")
+    assert await _partition_of(conn, "live4") == "webhook_event_default"
+    await conn.execute("WITH moved AS (DELETE FROM webhook_event_default RETURNING *) "
+                       "INSERT INTO webhook_event_past4 SELECT * FROM moved")
+    assert {r["name"] for r in await conn.fetch(
+        "SELECT part::text AS name FROM webhook_partitions_detached()")} == {
+        "webhook_event_past5", "webhook_event_past4"}
+
     retired = await PartitionKeeper(part_dsn, interval=STEP, ahead=2).retire({"stripe": 120.0})
-    assert ("webhook_event_past5", "busy_after_detach") in retired.kept
-    assert "webhook_event_past5" in await _parts(conn)
-    again = await store.claim("stripe", "late", BODY, 30.0, "o2")
+
+    assert "webhook_event_past5" in retired.dropped
+    assert ("webhook_event_past4", "busy_after_detach") in retired.kept
+    assert "webhook_event_past5" not in await _parts(conn)
+    assert "webhook_event_past4" in await _parts(conn)
+    assert not await conn.fetch("SELECT * FROM webhook_partitions_detached()")
+    assert not await conn.fetchval("SELECT count(*) FROM webhook_queue")
+    assert (await store.enqueue("stripe", "dead5", BODY, REQUEST)).accepted
+    again = await store.claim("stripe", "live4", BODY, 30.0, "o2")
     assert not again.won and again.row.state is EventState.PROCESSING
 
 

@@ -13,8 +13,13 @@ Guarantees:
   that let the attach skip its own scan run before it, without blocking writers.
 - **A partition is dropped only when every row in it is past its provider's retention**, its
   providers are all configured (today's retention keeps the rows of a provider no longer
-  configured), and it holds no live lease and no waiting queue entry, looked at before the
-  detach and again after it, when no proxy can reach it any more (else it is attached again).
+  configured), and it holds no live lease and no waiting queue entry. The look for work runs
+  in the detach's transaction, holding an advisory lock that take-overs (``take_over.sql``)
+  wait for, so no lease is taken in the partition between that look and its detach; after the
+  detach, when no proxy can reach it, it is looked at again (else it is attached again).
+- **No detached partition is left behind**: a round that dies between the detach and the
+  drop leaves a table whose comment names its parent and bounds; the next round drops it (or
+  attaches it again) like one it detached itself.
 - **Making partitions never makes a delivery wait long on a lock**: each partition is made
   in a transaction of its own whose lock waits give up after ``MAKE_LOCK_TIMEOUT`` (inserts
   queue behind the attach's lock on the DEFAULT partition: at most that wait and one attach),
@@ -233,6 +238,11 @@ class PartitionKeeper:
         dropped: list[str] = []
         kept: list[tuple[str, str]] = []
         async with self._connection() as conn:
+            for part in await _rows(conn, "partitioning/detached"):  # a dead round's
+                if await self._retire_detached(conn, part["parent"], part):
+                    dropped.append(part["name"])
+                else:
+                    kept.append((part["name"], "busy_after_detach"))
             default_rows = 0
             for table, _, _ in TABLES:
                 default_rows += await _fetchval(conn, "partitioning/default_rows",
@@ -242,10 +252,11 @@ class PartitionKeeper:
                     if why is not None:
                         kept.append((part["name"], why))
                         continue
-                    if await self._drop(conn, table, part):
+                    why = await self._drop(conn, table, part)
+                    if why is None:
                         dropped.append(part["name"])
                     else:
-                        kept.append((part["name"], "busy_after_detach"))
+                        kept.append((part["name"], why))
         return PartitionsRetired(tuple(dropped), tuple(kept), default_rows)
 
     async def _why_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
@@ -259,26 +270,33 @@ class PartitionKeeper:
         longest = max((retention[p] for p in providers), default=0.0)
         if part["age_seconds"] <= longest:
             return "inside_retention"
-        if table == "webhook_event" and await _fetchval(
-                conn, "partitioning/busy", {"part": part["name"]}):
-            return "busy"
-        return None
+        return None  # the look for work runs with the detach (_drop)
 
-    async def _drop(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record) -> bool:
+    async def _drop(self, conn: asyncpg.Connection, table: str,
+                    part: asyncpg.Record) -> str | None:
+        """Detach, then drop ``part``; None when dropped, else why it was kept."""
         for attempt in range(DETACH_TRIES):
             try:
                 async with conn.transaction():
                     await _fetchval(conn, "partitioning/lock_timeout",
                                     {"lock_timeout": UPKEEP_LOCK_TIMEOUT})
-                    await _fetchval(conn, "partitioning/detach",
-                                    {"parent": table, "part": part["name"]})
+                    if not await _fetchval(conn, "partitioning/detach",
+                                           {"parent": table, "part": part["name"]}):
+                        return "busy"  # a live lease or a waiting queue entry: not detached
                 break
             except asyncpg.ObjectInUseError:
-                return False  # a queue entry is waiting: the detach was rolled back
+                return "busy"  # a queue entry re-driven since the look: detach rolled back
             except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
                 if attempt == DETACH_TRIES - 1:
                     raise
                 await asyncio.sleep(0.05 * 2 ** attempt)  # back off: deliveries come first
+        if await self._retire_detached(conn, table, part):
+            return None
+        return "busy_after_detach"
+
+    async def _retire_detached(self, conn: asyncpg.Connection, table: str,
+                               part: asyncpg.Record) -> bool:
+        """Drop detached ``part`` (True), or attach it again if it holds work."""
         async with conn.transaction():
             retired: bool = await _fetchval(conn, "partitioning/retire", {
                 "parent": table, "part": part["name"], "lower_bound": part["lower_bound"],

@@ -6,6 +6,12 @@
 -- which the adapter raises as RowLocked (the delivery answers 409, as for an attempt in flight).
 -- A processing row without a lease (never written by this code) counts as expired, matching
 -- EventRow.lease_live; a lease ending exactly now counts as expired.
+-- On a partitioned store, partition retention holds an advisory lock while it looks at a
+-- partition and detaches it (webhook_partition_detach, partitioning/functions.sql: the key is
+-- hashtextextended('webhook_partition_retire', 0)); a take-over holds it shared, so that no
+-- lease is taken in a partition between that look and its detach. It waits for the lock as
+-- for a row (the lock_timeout above) and answers RowLocked: rare, as take-overs are. The lock
+-- costs an unpartitioned store one shared lock per take-over and nothing else.
 -- A row with a queue entry (queue mode) is never taken over: its delivery workers take it
 -- (take_queued.sql), and an expired lease there is their crashed worker's. The entry exists for
 -- as long as such a row is 'processing' (it goes only with the 'done' state), so the snapshot's
@@ -23,6 +29,8 @@ UPDATE webhook_event AS e
        latency_ms = NULL
  WHERE provider = :provider::text AND event_id = :event_id::text
    AND {{row_lock_wait}}
+   AND (SELECT pg_advisory_xact_lock_shared(hashtextextended('webhook_partition_retire', 0))
+        ::text) IS NOT NULL
    AND (state = 'failed'
         OR (state = 'processing'
             AND (lease_until IS NULL OR lease_until <= clock_timestamp())))

@@ -327,13 +327,14 @@ END
 $$;
 
 -- After `part` was detached from `parent` (webhook_partition_detach, committed: its lock held
--- only for the detach), in one transaction: look again, now that no proxy can reach it. An event
--- partition that holds an event still to be delivered (webhook_partition_busy: a lease taken
--- or a queue entry re-driven since the look before the detach), or an attempt partition with
--- the timeline of an event still waiting in the queue, is attached again (a scan of a table
--- no proxy reaches, under a lock deliveries do not wait for) and answered false. Else it is
--- dropped, with the dead queue
--- entries of its events (no foreign key cascades to them), and answered true.
+-- only for the detach), or found detached by a later round (webhook_partitions_detached), in
+-- one transaction: look again, now that no proxy can reach it. An event partition that holds
+-- an event still to be delivered (webhook_partition_busy), or an attempt partition with the
+-- timeline of an event still waiting in the queue, is attached again (a scan of a table no
+-- proxy reaches, under a lock deliveries do not wait for) and answered false: the looks under
+-- the detach's locks should leave none, so this is the net under them. Else it is dropped,
+-- with the dead queue entries of its events (no foreign key cascades to them), and answered
+-- true.
 CREATE OR REPLACE FUNCTION webhook_partition_retire(parent regclass, part regclass,
                                                     lower_bound timestamptz,
                                                     upper_bound timestamptz)
@@ -354,6 +355,7 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%L)',
                        parent, part,
                        coalesce(quote_literal(lower_bound), 'MINVALUE'), upper_bound);
+        EXECUTE format('COMMENT ON TABLE %s IS NULL', part);
         RETURN false;
     END IF;
     IF parent = 'webhook_event'::regclass THEN
@@ -381,20 +383,41 @@ BEGIN
 END
 $$;
 
--- Detach `part` from `parent`, in the caller's short transaction (its lock_timeout, 100 ms,
--- bounds the wait for the parent's ACCESS EXCLUSIVE lock; deliveries queue behind the wait,
--- then the detach itself is a catalog change). Not CONCURRENTLY: PostgreSQL refuses that while
--- a DEFAULT partition exists, and the DEFAULT partition is what keeps an insert past the last
--- partition from failing a delivery. The cheap part of the look at the partition's work runs
--- here, under the lock: an event partition with a queue entry waiting or in flight is not
--- detached (answers false). The scan for live leases runs before (no lock held) and after,
--- on the detached table (webhook_partition_retire).
+-- The advisory lock that keeps take-overs (take_over.sql, shared) out of retention's look at a
+-- partition and its detach (exclusive): a row past retention that is failed, or processing
+-- with an expired lease, can still be taken over by a very late redelivery; taken between the
+-- look and the detach, its attempt would go on in a partition no proxy reaches any more, and
+-- a second copy would be claimed as new beside it. The key is written out in take_over.sql.
+CREATE OR REPLACE FUNCTION webhook_partition_retire_lock() RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT hashtextextended('webhook_partition_retire', 0) $$;
+
+-- Detach `part` from `parent` unless it holds work, in the caller's transaction; answers
+-- whether it was detached. First, holding the retention lock (above; its wait bounded by the
+-- caller's lock_timeout, take-overs wait for it at most ~100 ms and answer "in flight"), the
+-- look at an event partition's work (webhook_partition_busy): a scan of an old partition, with
+-- no lock deliveries wait for. No lease can be taken in it after this look: new leases come
+-- only from take-overs, held off, and from queue takes, which need a waiting queue entry.
+-- Then the detach: a catalog change under the parent's ACCESS EXCLUSIVE lock (bounded by the
+-- caller's lock_timeout, 100 ms; deliveries queue behind the wait), and, under that lock, a
+-- look for a queue entry waiting or in flight (one re-driven since the scan) that rolls it all
+-- back (object_in_use). Not CONCURRENTLY: PostgreSQL refuses that while a DEFAULT partition
+-- exists, and the DEFAULT partition is what keeps an insert past the last partition from
+-- failing a delivery. The detached table carries its bounds in a comment, so that a
+-- maintenance round that died before webhook_partition_retire finds it again
+-- (webhook_partitions_detached) instead of leaving it, and its dead queue entries, for ever.
 CREATE OR REPLACE FUNCTION webhook_partition_detach(parent regclass, part regclass)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     waiting boolean := false;
+    b record;
 BEGIN
+    PERFORM pg_advisory_xact_lock(webhook_partition_retire_lock());
+    IF parent = 'webhook_event'::regclass AND webhook_partition_busy(part) THEN
+        RETURN false;
+    END IF;
+    SELECT p.lower_bound, p.upper_bound INTO b
+      FROM webhook_partitions(parent) AS p WHERE p.part = webhook_partition_detach.part;
     EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, part);
     IF parent = 'webhook_event'::regclass THEN
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM webhook_queue AS q JOIN %s AS e '
@@ -405,6 +428,26 @@ BEGIN
                 USING ERRCODE = 'object_in_use';  -- rolls the detach back
         END IF;
     END IF;
+    EXECUTE format('COMMENT ON TABLE %s IS %L', part, json_build_object(
+        'webhook_sidecar_detached_from', parent::text,
+        'lower_bound', b.lower_bound, 'upper_bound', b.upper_bound)::text);
     RETURN true;
 END
+$$;
+
+-- The tables webhook_partition_detach detached that no webhook_partition_retire has dropped
+-- or attached again yet (the round that detached them died), with their parent and bounds.
+CREATE OR REPLACE FUNCTION webhook_partitions_detached()
+RETURNS TABLE (part regclass, parent regclass, lower_bound timestamptz,
+               upper_bound timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT c.oid::regclass, (d.note ->> 'webhook_sidecar_detached_from')::regclass,
+           (d.note ->> 'lower_bound')::timestamptz, (d.note ->> 'upper_bound')::timestamptz
+      FROM pg_class AS c
+      CROSS JOIN LATERAL (SELECT obj_description(c.oid, 'pg_class') AS text) AS t
+      CROSS JOIN LATERAL (SELECT t.text::jsonb AS note) AS d
+     WHERE c.relkind = 'r' AND NOT c.relispartition
+       AND c.relnamespace = current_schema()::regnamespace
+       AND t.text LIKE '{"webhook_sidecar_detached_from"%'
+     ORDER BY 4
 $$;
