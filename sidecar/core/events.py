@@ -364,3 +364,16 @@ class PartitionsRetired:
     dropped: tuple[str, ...] = ()  # partitions dropped
     kept: tuple[tuple[str, str], ...] = ()  # (partition, why) for ended partitions kept
     default_rows: int = 0  # rows in the DEFAULT partitions: inserts past the last partition
+    # (partitioned table, bounded partitions attached, seconds from now to the last one's
+    # upper bound: <= 0 once new rows land in the DEFAULT partition), after the round
+    extent: tuple[tuple[str, int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsMade:
+    """What one round of making partitions ahead did (``PartitionUpkeep.make_ahead``)."""
+
+    made: int = 0  # partitions made
+    # tables whose partitions could not be made: busy (a lock) through every try; the next
+    # round tries again
+    busy: tuple[str, ...] = ()

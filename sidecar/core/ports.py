@@ -30,6 +30,7 @@ from sidecar.core.events import (
     EventState,
     Guard,
     NonceBinding,
+    PartitionsMade,
     PartitionsRetired,
     QueuedWork,
     QueueEntry,
@@ -209,14 +210,16 @@ class PartitionUpkeep(Protocol):
     """A partitioned store's partitions (PostgreSQL, ``store.partitioning``), kept by the
     maintenance loop: never on the request path, every lock wait bounded short."""
 
-    async def make_ahead(self) -> int:
-        """Make the partitions the configured number of intervals ahead; how many were made."""
+    async def make_ahead(self) -> PartitionsMade:
+        """Make the partitions the configured number of intervals ahead; how many were made,
+        and the tables left for the next round because they stayed busy (locked)."""
         ...
 
     async def retire(self, retention: Mapping[str, float]) -> PartitionsRetired:
         """Drop the partitions whose rows are all past their provider's ``retention``
         (seconds, by provider key), never one holding a live lease or a waiting queue
-        entry, nor rows of a provider missing from ``retention``."""
+        entry, nor rows of a provider missing from ``retention``; with each table's extent
+        after the drops (``PartitionsRetired.extent``)."""
         ...
 
 

@@ -97,6 +97,23 @@ class Metrics:
         self.maintenance_errors = Counter(
             "webhook_maintenance_errors", "Maintenance runs (retention, stuck-row count) that "
             "failed because the store was unavailable.", registry=self.registry)
+        # store.partitioning (PostgreSQL): set after each maintenance round's upkeep.
+        self.partitions = Gauge(
+            "webhook_partitions", "Bounded partitions attached to each partitioned table; "
+            "refreshed by the maintenance loop.", ["table"], registry=self.registry,
+            multiprocess_mode="mostrecent")
+        self.partitions_ahead = Gauge(
+            "webhook_partitions_ahead_seconds", "How far past now the last bounded partition "
+            "of each partitioned table ends (<= 0: new rows land in the DEFAULT partition); "
+            "refreshed by the maintenance loop.", ["table"], registry=self.registry,
+            multiprocess_mode="mostrecent")
+        self.partition_default_rows = Gauge(
+            "webhook_partition_default_rows", "Rows in the DEFAULT partitions (received past "
+            "the last partition made; moved out when it is made); refreshed by the "
+            "maintenance loop.", registry=self.registry, multiprocess_mode="mostrecent")
+        self.partitions_dropped = Counter(
+            "webhook_partitions_dropped", "Partitions dropped by retention (every row in them "
+            "past its provider's retention).", registry=self.registry)
         self.secret_reloads = Counter(
             "webhook_secret_reloads", "Secret files re-read with changed content, by provider "
             "(result: applied, or error when a file could not be read or decoded).",

@@ -78,14 +78,19 @@ class Maintenance:
 
     async def keep_partitions(self) -> None:
         """A partitioned store: make the partitions ahead, then drop those past retention
-        (``PartitionUpkeep``). Row-level retention still runs (``row_retention``), for the
+        (``PartitionUpkeep``), and set the partition gauges. A table whose partitions stayed
+        locked through every try is named in a warning (``partitions_not_made``); the next
+        round tries again. Row-level retention still runs (``row_retention``), for the
         providers whose retention is much shorter than the longest, and for the rows of
         partitions the drop kept back."""
         if self._partitions is None:
             return
         made = await self._partitions.make_ahead()
-        if made:
-            log.info("partitions_made", count=made)
+        if made.made:
+            log.info("partitions_made", count=made.made)
+        if made.busy:  # locked through every try; ahead, so one round missed costs nothing
+            log.warning("partitions_not_made", tables=list(made.busy), reason="locked",
+                        retry_in_s=self._config.maintenance.interval)
         retention = {p.key: p.retention for p in self._config.providers}
         retired = await self._partitions.retire(retention)
         for name in retired.dropped:
@@ -95,6 +100,11 @@ class Maintenance:
                 log.warning("partition_kept", partition=name, reason=why)
         if retired.default_rows:
             log.warning("partition_default_used", rows=retired.default_rows)
+        self._metrics.partitions_dropped.inc(len(retired.dropped))
+        self._metrics.partition_default_rows.set(retired.default_rows)
+        for table, count, ahead in retired.extent:
+            self._metrics.partitions.labels(table).set(count)
+            self._metrics.partitions_ahead.labels(table).set(ahead)
 
     async def refresh_stuck(self) -> dict[str, int]:
         counts = await self._store.stuck_counts()

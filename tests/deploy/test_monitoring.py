@@ -43,6 +43,7 @@ ALERTS = {
     "WebhookSidecarAppFailures": "warning", "WebhookSidecarStoreErrors": "critical",
     "WebhookSidecarSecretReloadFailures": "warning", "WebhookSidecarPayloadMismatches": "info",
     "WebhookSidecarQueueAge": "warning", "WebhookSidecarDeadLetters": "warning",
+    "WebhookSidecarPartitionsNotAhead": "warning",
 }
 # Every result whose refusal is a 401: what the signature alert and panel must count, read from
 # the code so that a new 401 refusal cannot be left out of them.
@@ -177,6 +178,29 @@ def test_queue_alerts_are_configurable() -> None:
     # Only events that died recently: dead events kept for inspection no longer fire it.
     assert "webhook_queue_dead" not in dead["expr"] and dead["for"] == "2m"
     check_promql(dead["expr"])
+
+
+@pytest.mark.parametrize(("interval", "min_seconds", "threshold"), [
+    (None, None, "0"),        # no interval in the chart's config: once rows land in DEFAULT
+    ("1d", None, "86400"),    # one interval of the config's
+    ("90m", None, "5400"),
+    (3600, None, "3600"),     # a number of seconds
+    ("${INTERVAL}", None, "0"),
+    ("1d", 7200, "7200"),     # as the value says
+])
+def test_the_partitions_alert_fires_below_one_interval_ahead(
+        interval: str | int | None, min_seconds: int | None, threshold: str) -> None:
+    values = values_of("realistic")
+    if interval is not None:
+        values.setdefault("config", {}).setdefault("store", {})["partitioning"] = {
+            "interval": interval}
+    if min_seconds is not None:
+        values["metrics"]["prometheusRule"]["partitionsAhead"] = {"minSeconds": min_seconds}
+    expr = rules(render(CHART, values))["WebhookSidecarPartitionsNotAhead"]["expr"]
+    # Every process reports the table-wide lead as of its last round: max, never sum.
+    assert re.fullmatch(r"max by \(namespace, job, table\) "
+                        r"\(webhook_partitions_ahead_seconds\{[^}]*\}\) < " + threshold, expr)
+    check_promql(expr)
 
 
 def test_every_alert_links_a_runbook_section_that_exists(

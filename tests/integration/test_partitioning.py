@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import math
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -25,6 +25,8 @@ from sidecar.core.events import (
     AttemptResult,
     EventState,
     Outcome,
+    PartitionsMade,
+    PartitionsRetired,
     RecordedResponse,
     StoredRequest,
 )
@@ -383,7 +385,7 @@ async def test_partitions_are_made_ahead_and_rows_past_them_are_moved_out_of_def
     assert await _partition_of(conn, "future") == "webhook_event_default"
     keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=5)
     assert (await keeper.retire({"stripe": 3600.0})).default_rows == 1
-    assert await keeper.make_ahead() >= 3
+    assert (await keeper.make_ahead()).made >= 3
     assert await _partition_of(conn, "future") != "webhook_event_default"
     assert (await keeper.retire({"stripe": 3600.0})).default_rows == 0
     uppers = await conn.fetchval("SELECT max(upper_bound) - clock_timestamp() "
@@ -515,7 +517,7 @@ async def test_inserts_never_wait_long_behind_the_partitions_made_ahead(
         inserting = asyncio.create_task(insert_until_made())
         await reader.execute("COMMIT")
         await inserting
-        made = making.result()
+        made = making.result().made
     finally:
         await reader.close()
         await writer.close()
@@ -524,3 +526,120 @@ async def test_inserts_never_wait_long_behind_the_partitions_made_ahead(
     uppers = await conn.fetchval("SELECT max(upper_bound) - clock_timestamp() "
                                  "FROM webhook_partitions('webhook_event')")
     assert uppers > timedelta(seconds=30 * STEP)
+
+
+# -- what upkeep tells operators ---------------------------------------------------------------
+
+TABLES = ("webhook_event", "webhook_attempt", "webhook_nonce")
+
+
+def _upkeep(part_dsn: str, store: PostgresStore, metrics: Metrics) -> Maintenance:
+    data = base_config("http://127.0.0.1:9", part_dsn)
+    data["store"]["partitioning"] = {"interval": "1m", "ahead": 4}
+    data["providers"]["stripe"]["retention"] = "2m"
+    config = parse_config(data, env={})
+    return Maintenance(config, store, metrics, Keyring(config.providers),
+                       partitions=partition_keeper(config.store))
+
+
+async def test_maintenance_exports_the_partitions_it_keeps(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """After a round: the bounded partitions of each table, how far past now the last one
+    ends, the rows in the DEFAULT partitions and the partitions dropped, as the catalog has
+    them."""
+    await store.claim("stripe", "far", BODY, 30.0, "o")  # past every partition made: DEFAULT
+    await conn.execute("UPDATE webhook_event SET received_at = received_at + interval '1 day'")
+    registry = CollectorRegistry()
+    upkeep = _upkeep(part_dsn, store, Metrics(registry))
+
+    with capture_logs() as logs:
+        await upkeep.keep_partitions()
+
+    for table in TABLES:
+        count, ahead = await conn.fetchrow(
+            "SELECT count(*), extract(epoch FROM max(upper_bound) - clock_timestamp()) "
+            "FROM webhook_partitions($1::text::regclass) WHERE NOT is_default", table)
+        assert registry.get_sample_value("webhook_partitions", {"table": table}) == count
+        exported = registry.get_sample_value("webhook_partitions_ahead_seconds",
+                                             {"table": table})
+        assert exported is not None and 4 * STEP < exported
+        assert float(ahead) <= exported < float(ahead) + 5  # read a moment before ours
+    assert registry.get_sample_value("webhook_partition_default_rows") == 1
+    dropped = [e["partition"] for e in logs if e["event"] == "partition_dropped"]
+    assert {f"{table}_past5" for table in TABLES} <= set(dropped)
+    assert registry.get_sample_value("webhook_partitions_dropped_total") == len(dropped)
+
+    await upkeep.keep_partitions()  # nothing more to drop: the counter stays
+    assert registry.get_sample_value("webhook_partitions_dropped_total") == len(dropped)
+
+
+async def _hold_default(part_dsn: str, mode: str) -> asyncpg.Connection:
+    """A session holding ``webhook_event``'s DEFAULT partition locked in ``mode`` (an open
+    transaction), as a long delivery or an operator's statement may."""
+    holder = await asyncpg.connect(part_dsn)
+    await holder.execute(f"BEGIN; LOCK TABLE webhook_event_default IN {mode} MODE")
+    return holder
+
+
+async def test_make_ahead_reports_a_table_it_could_not_make(
+        part_dsn: str, conn: asyncpg.Connection) -> None:
+    """The DEFAULT partition of the event table stays locked through every try: that table
+    is reported busy, the others get their partitions."""
+    keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=5)  # the switch made 2 ahead
+    before = await conn.fetchval(
+        "SELECT max(upper_bound) FROM webhook_partitions('webhook_event')")
+    holder = await _hold_default(part_dsn, "ACCESS EXCLUSIVE")
+    try:
+        made = await keeper.make_ahead()
+    finally:
+        await holder.close()
+    assert made.busy == ("webhook_event",)
+    assert made.made >= 2 * 3  # the attempt and nonce tables: 3 intervals more at least
+    assert await conn.fetchval(
+        "SELECT max(upper_bound) FROM webhook_partitions('webhook_event')") == before
+    again = await keeper.make_ahead()  # the next round makes them
+    assert again.busy == () and again.made >= 3
+
+
+class _ReleasedAfterMaking:
+    """The keeper, with ``holder``'s lock released as soon as its partitions are made (or
+    given up): retention's detach would wait for that lock too."""
+
+    def __init__(self, keeper: PartitionKeeper, holder: asyncpg.Connection) -> None:
+        self._keeper = keeper
+        self._holder = holder
+
+    async def make_ahead(self) -> PartitionsMade:
+        try:
+            return await self._keeper.make_ahead()
+        finally:
+            await self._holder.close()
+
+    async def retire(self, retention: Mapping[str, float]) -> PartitionsRetired:
+        return await self._keeper.retire(retention)
+
+
+async def test_maintenance_warns_of_partitions_not_made(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """A round that could not make the event table's partitions says which, and retention
+    and the gauges go on: the exported lead of the event table stays behind the others'."""
+    registry = CollectorRegistry()
+    upkeep = _upkeep(part_dsn, store, Metrics(registry))
+    holder = await _hold_default(part_dsn, "ACCESS EXCLUSIVE")
+    try:
+        keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=4)
+        upkeep._partitions = _ReleasedAfterMaking(keeper, holder)
+        with capture_logs() as logs:
+            await upkeep.keep_partitions()
+    finally:
+        await holder.close()
+    warned = [e for e in logs if e["event"] == "partitions_not_made"]
+    assert len(warned) == 1 and warned[0]["tables"] == ["webhook_event"], warned
+    assert warned[0]["log_level"] == "warning"
+    assert any(e["event"] == "partition_dropped" for e in logs)
+    event_ahead = registry.get_sample_value("webhook_partitions_ahead_seconds",
+                                            {"table": "webhook_event"})
+    nonce_ahead = registry.get_sample_value("webhook_partitions_ahead_seconds",
+                                            {"table": "webhook_nonce"})
+    assert event_ahead is not None and nonce_ahead is not None
+    assert event_ahead < nonce_ahead - STEP  # the event table was left behind

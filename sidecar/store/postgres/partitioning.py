@@ -45,7 +45,7 @@ from typing import Any, Final
 import asyncpg
 
 from sidecar.core.errors import SchemaError, StoreError
-from sidecar.core.events import PartitionsRetired
+from sidecar.core.events import PartitionsMade, PartitionsRetired
 from sidecar.store import migrations
 from sidecar.store.postgres.connections import DIALECT
 from sidecar.store.postgres.faults import DRIVER_ERRORS, describe
@@ -204,14 +204,16 @@ class PartitionKeeper:
         self._ahead = ahead
         self._connect_timeout = connect_timeout
 
-    async def make_ahead(self) -> int:
+    async def make_ahead(self) -> PartitionsMade:
         """Make the partitions ``ahead`` intervals past now (and move rows that went to a
         DEFAULT partition into the partition of their time); the number made. Each partition
         in a transaction of its own whose lock waits give up after ``MAKE_LOCK_TIMEOUT``:
         inserts wait behind the attach's lock on the DEFAULT partition, from its request to
         its commit. A table that stays busy through ``MAKE_TRIES`` tries waits for the next
-        round: the partitions are made ``ahead``, so a round missed costs nothing."""
+        round (and is named in ``busy``): the partitions are made ``ahead``, so a round missed
+        costs nothing."""
         made = 0
+        busy: list[str] = []
         async with self._connection() as conn:
             for table, column, _ in TABLES:
                 tries = 0
@@ -228,13 +230,15 @@ class PartitionKeeper:
                     except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
                         tries += 1
                         if tries == MAKE_TRIES:
+                            busy.append(table)  # the caller warns; the next round tries again
                             break
                         await asyncio.sleep(0.05 * 2 ** tries)  # deliveries come first
-        return made
+        return PartitionsMade(made, tuple(busy))
 
     async def retire(self, retention: Mapping[str, float]) -> PartitionsRetired:
         """Drop the partitions whose rows are all past their provider's ``retention`` (seconds
-        by provider key), never one holding a live lease or a waiting queue entry."""
+        by provider key), never one holding a live lease or a waiting queue entry; and each
+        table's extent after the drops (a read of the catalog a table, for the gauges)."""
         dropped: list[str] = []
         kept: list[tuple[str, str]] = []
         async with self._connection() as conn:
@@ -257,7 +261,11 @@ class PartitionKeeper:
                         dropped.append(part["name"])
                     else:
                         kept.append((part["name"], why))
-        return PartitionsRetired(tuple(dropped), tuple(kept), default_rows)
+            extent = []
+            for table, _, _ in TABLES:
+                row = await _fetchrow(conn, "partitioning/extent", {"parent": table})
+                extent.append((table, row["partitions"], row["ahead_seconds"]))
+        return PartitionsRetired(tuple(dropped), tuple(kept), default_rows, tuple(extent))
 
     async def _why_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
                         retention: Mapping[str, float]) -> str | None:

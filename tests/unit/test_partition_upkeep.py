@@ -1,0 +1,86 @@
+"""Maintenance.keep_partitions with a fake PartitionUpkeep: what it logs and the partition
+metrics it sets; an unpartitioned store sets none of them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from sidecar.config.keyring import Keyring
+from sidecar.config.loader import parse_config
+from sidecar.core.events import PartitionsMade, PartitionsRetired
+from sidecar.obs.metrics import Metrics
+from sidecar.ops.maintenance import Maintenance
+from sidecar.store.memory import MemoryStore
+from tests.support import base_config
+
+PARTITION_SERIES = ("webhook_partitions", "webhook_partitions_ahead_seconds",
+                    "webhook_partition_default_rows", "webhook_partitions_dropped_total")
+
+
+class FakeUpkeep:
+    def __init__(self, made: PartitionsMade, retired: PartitionsRetired) -> None:
+        self.made, self.retired = made, retired
+
+    async def make_ahead(self) -> PartitionsMade:
+        return self.made
+
+    async def retire(self, retention: Mapping[str, float]) -> PartitionsRetired:
+        return self.retired
+
+
+def _maintenance(registry: CollectorRegistry, upkeep: FakeUpkeep | None) -> Maintenance:
+    data = base_config("http://127.0.0.1:9", "postgresql://db/sidecar")
+    if upkeep is not None:
+        data["store"]["partitioning"] = {"interval": "1d", "ahead": 3}
+    config = parse_config(data, env={})
+    return Maintenance(config, MemoryStore(), Metrics(registry), Keyring(config.providers),
+                       partitions=upkeep)
+
+
+def _sampled(registry: CollectorRegistry) -> set[str]:
+    return {s.name for m in registry.collect() for s in m.samples
+            if s.name in PARTITION_SERIES}
+
+
+async def test_a_round_sets_the_partition_gauges_and_warns_of_tables_not_made() -> None:
+    registry = CollectorRegistry()
+    upkeep = FakeUpkeep(
+        PartitionsMade(made=2, busy=("webhook_event",)),
+        PartitionsRetired(dropped=("webhook_event_p1", "webhook_nonce_p1"), default_rows=3,
+                          extent=(("webhook_event", 4, -5.0), ("webhook_nonce", 6, 1e5))))
+    maintenance = _maintenance(registry, upkeep)
+    with capture_logs() as logs:
+        await maintenance.keep_partitions()
+    warned = [e for e in logs if e["event"] == "partitions_not_made"]
+    assert warned == [{"event": "partitions_not_made", "log_level": "warning",
+                       "tables": ["webhook_event"], "reason": "locked",
+                       "retry_in_s": 60.0}]
+    value = registry.get_sample_value
+    assert value("webhook_partitions", {"table": "webhook_event"}) == 4
+    assert value("webhook_partitions", {"table": "webhook_nonce"}) == 6
+    assert value("webhook_partitions_ahead_seconds", {"table": "webhook_event"}) == -5.0
+    assert value("webhook_partitions_ahead_seconds", {"table": "webhook_nonce"}) == 1e5
+    assert value("webhook_partition_default_rows") == 3
+    assert value("webhook_partitions_dropped_total") == 2
+
+    upkeep.made = PartitionsMade()
+    upkeep.retired = PartitionsRetired(extent=(("webhook_event", 5, 2e5),))
+    with capture_logs() as logs:
+        await maintenance.keep_partitions()
+    assert not [e for e in logs if e["event"] == "partitions_not_made"]
+    assert value("webhook_partitions_dropped_total") == 2  # a counter: nothing more dropped
+    assert value("webhook_partition_default_rows") == 0
+    assert value("webhook_partitions_ahead_seconds", {"table": "webhook_event"}) == 2e5
+
+
+async def test_an_unpartitioned_store_sets_no_partition_series() -> None:
+    registry = CollectorRegistry()
+    await _maintenance(registry, None).keep_partitions()
+    # The per-table series appear once set; the unlabelled two, as every unlabelled one, at 0.
+    assert _sampled(registry) == {"webhook_partition_default_rows",
+                                  "webhook_partitions_dropped_total"}
+    assert registry.get_sample_value("webhook_partition_default_rows") == 0
+    assert registry.get_sample_value("webhook_partitions_dropped_total") == 0
