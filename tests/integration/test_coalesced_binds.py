@@ -295,7 +295,9 @@ async def test_a_bind_batch_whose_answer_was_lost_answers_each_item_its_hash(
         store = await PostgresStore.connect(eater.relayed(private_dsn), min_size=1, max_size=2,
                                             statement_cache_size=0)
         stack.push_async_callback(store.close)
-        eater.arm(b"unnest(")  # the batch statement (the first call goes alone)
+        # The batch's parameters (the first call goes alone): armed on its Bind, sent with its
+        # Execute, so the reply swallowed is the batch's own, committed (not the Parse's).
+        eater.arm(nonces[-1].encode())
         bound = digests(await asyncio.gather(*(store.bind_nonce(PROVIDER, k, sha)
                                                for k, sha in zip(keys, offered, strict=True))))
         assert eater.fired.is_set(), "the batch committed and its answer was swallowed"

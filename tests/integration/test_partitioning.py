@@ -643,3 +643,25 @@ async def test_maintenance_warns_of_partitions_not_made(
                                             {"table": "webhook_nonce"})
     assert event_ahead is not None and nonce_ahead is not None
     assert event_ahead < nonce_ahead - STEP  # the event table was left behind
+
+
+async def test_a_partition_held_by_a_long_transaction_is_kept_and_the_round_goes_on(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """A session holding a partition (an operator's long report, a stuck transaction) makes
+    its detach give up after its tries: the partition is kept ("locked", tried again next
+    round) and the round goes on to the next one, instead of ending the round on an error."""
+    for back in (5, 4):
+        await store.claim("stripe", f"done{back}", BODY, 30.0, "o")
+        assert await store.complete("stripe", f"done{back}", 1, DONE)
+        await _age(conn, f"done{back}", back)
+    reader = await asyncpg.connect(part_dsn)
+    try:
+        async with reader.transaction():
+            await reader.execute("LOCK TABLE webhook_event_past5 IN ACCESS SHARE MODE")
+            retired = await PartitionKeeper(part_dsn, interval=STEP, ahead=2).retire(
+                {"stripe": 120.0})
+    finally:
+        await reader.close()
+    assert ("webhook_event_past5", "locked") in retired.kept
+    assert "webhook_event_past4" in retired.dropped
+    assert "webhook_event_past5" in await _parts(conn)

@@ -296,7 +296,7 @@ class PartitionKeeper:
                 return "busy"  # a queue entry re-driven since the look: detach rolled back
             except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
                 if attempt == DETACH_TRIES - 1:
-                    raise
+                    return "locked"  # a long transaction holds it: the next round tries again
                 await asyncio.sleep(0.05 * 2 ** attempt)  # back off: deliveries come first
         if await self._retire_detached(conn, table, part):
             return None
