@@ -665,3 +665,97 @@ async def test_a_partition_held_by_a_long_transaction_is_kept_and_the_round_goes
     assert ("webhook_event_past5", "locked") in retired.kept
     assert "webhook_event_past4" in retired.dropped
     assert "webhook_event_past5" in await _parts(conn)
+
+
+async def _done_in(store: PostgresStore, conn: asyncpg.Connection, event_id: str,
+                   back: int) -> None:
+    await store.claim("stripe", event_id, BODY, 30.0, "o")
+    assert await store.complete("stripe", event_id, 1, DONE)
+    await _age(conn, event_id, back)
+
+
+async def _leased_after_a_dead_rounds_detach(store: PostgresStore,
+                                             conn: asyncpg.Connection) -> None:
+    """past4 left detached by a run that died, holding a live lease (the net's case: the looks
+    under the detach's locks leave none, so the lease is written on the detached table)."""
+    await store.claim("stripe", "live4", BODY, 600.0, "o")
+    await _age(conn, "live4", 4)
+    await conn.execute("UPDATE webhook_event SET lease_until = clock_timestamp() "
+                       "WHERE event_id = 'live4'")  # expired: the detach's look lets it go
+    await _detach_as_a_dead_round(conn, "webhook_event_past4")
+    await conn.execute("UPDATE webhook_event_past4 SET lease_until = clock_timestamp() "
+                       "+ interval '10 min' WHERE event_id = 'live4'")
+
+
+async def test_one_process_retires_at_a_time_and_the_others_only_count(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """Every proxy runs maintenance. While one holds the round's lock, another's round drops
+    nothing (it still reads the counts for its gauges); run together, each partition is dropped
+    by exactly one of them, and neither fails on the other's work."""
+    await _done_in(store, conn, "done5", 5)
+    await _done_in(store, conn, "done4", 4)
+    keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=2)
+    holder = await asyncpg.connect(part_dsn)
+    try:
+        assert await holder.fetchval(
+            "SELECT pg_try_advisory_lock(hashtextextended('webhook_partition_round', 0))")
+        idle = await keeper.retire({"stripe": 120.0})
+    finally:
+        await holder.close()
+    assert not idle.dropped and not idle.kept
+    assert dict((t, n) for t, n, _ in idle.extent)["webhook_event"] >= 7
+    assert {"webhook_event_past5", "webhook_event_past4"} <= await _parts(conn)
+
+    rounds = await asyncio.gather(*(PartitionKeeper(part_dsn, interval=STEP, ahead=2).retire(
+        {"stripe": 120.0}) for _ in range(3)))
+    dropped = [name for r in rounds for name in r.dropped]
+    assert len(dropped) == len(set(dropped))
+    assert {"webhook_event_past5", "webhook_event_past4"} <= set(dropped)
+    assert not [k for r in rounds for k in r.kept if k[1] != "inside_retention"]
+
+
+async def test_a_detached_table_that_cannot_go_is_kept_and_the_round_goes_on(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """A table a dead run left detached that can be neither dropped nor attached again (here:
+    it holds a live lease, and the parent gained a column since) is reported and left; a
+    comment edited by hand and one naming a parent that is gone are skipped; the rest of the
+    round (past5) goes on, round after round."""
+    await _done_in(store, conn, "done5", 5)
+    await _leased_after_a_dead_rounds_detach(store, conn)
+    await conn.execute("ALTER TABLE webhook_event ADD COLUMN added_later integer")
+    await conn.execute("CREATE TABLE stray_a (x int); CREATE TABLE stray_b (x int)")
+    await conn.execute("""COMMENT ON TABLE stray_a IS '{"webhook_sidecar_detached_from" nope'""")
+    await conn.execute("""COMMENT ON TABLE stray_b IS '{"webhook_sidecar_detached_from": """
+                       """"no_such_table", "lower_bound": null, """
+                       """"upper_bound": "2026-01-01T00:00:00Z"}'""")
+    keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=2)
+    for _ in range(2):
+        retired = await keeper.retire({"stripe": 120.0})
+        why = dict(retired.kept).get("webhook_event_past4", "")
+        assert why.startswith("detached_error:"), retired.kept
+        assert not {"stray_a", "stray_b"} & {name for name, _ in retired.kept}
+    assert "webhook_event_past5" not in await _parts(conn)
+    assert await conn.fetchval("SELECT count(*) FROM webhook_event_past4") == 1
+
+
+async def test_attaching_again_waits_for_its_locks_no_longer_than_a_detach(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """The re-attach of a detached table holding work locks the DEFAULT partition, which every
+    insert reads: its wait is bounded as the detach's, and past it the table stays detached,
+    found again by the next round."""
+    await _leased_after_a_dead_rounds_detach(store, conn)
+    keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=2)
+    reader = await asyncpg.connect(part_dsn)
+    try:
+        async with reader.transaction():
+            await reader.execute("LOCK TABLE webhook_event_default IN ACCESS SHARE MODE")
+            retired = await keeper.retire({"stripe": 120.0})
+    finally:
+        await reader.close()
+    assert ("webhook_event_past4", "locked_detached") in retired.kept
+    assert [r["part"] for r in await conn.fetch(
+        "SELECT part::text FROM webhook_partitions_detached()")] == ["webhook_event_past4"]
+    retired = await keeper.retire({"stripe": 120.0})
+    assert ("webhook_event_past4", "busy_after_detach") in retired.kept
+    assert "webhook_event_past4" in await _parts(conn)
+    assert not (await store.claim("stripe", "live4", BODY, 30.0, "o2")).won

@@ -238,34 +238,37 @@ class PartitionKeeper:
     async def retire(self, retention: Mapping[str, float]) -> PartitionsRetired:
         """Drop the partitions whose rows are all past their provider's ``retention`` (seconds
         by provider key), never one holding a live lease or a waiting queue entry; and each
-        table's extent after the drops (a read of the catalog a table, for the gauges)."""
+        table's extent after the drops (a read of the catalog a table, for the gauges). One
+        process at a time drops (every proxy runs maintenance): while another holds the
+        round's lock, this one only reads the counts."""
         dropped: list[str] = []
         kept: list[tuple[str, str]] = []
         async with self._connection() as conn:
-            for part in await _rows(conn, "partitioning/detached"):  # a dead round's
-                if await self._retire_detached(conn, part["parent"], part):
-                    dropped.append(part["name"])
-                else:
-                    kept.append((part["name"], "busy_after_detach"))
+            if await _fetchval(conn, "partitioning/round_lock"):
+                await self._drop_all(conn, retention, dropped, kept)
             default_rows = 0
+            extent = []
             for table, _, _ in TABLES:
                 default_rows += await _fetchval(conn, "partitioning/default_rows",
                                                 {"parent": table})
-                for part in await _rows(conn, "partitioning/candidates", {"parent": table}):
-                    why = await self._why_keep(conn, table, part, retention)
-                    if why is not None:
-                        kept.append((part["name"], why))
-                        continue
-                    why = await self._drop(conn, table, part)
-                    if why is None:
-                        dropped.append(part["name"])
-                    else:
-                        kept.append((part["name"], why))
-            extent = []
-            for table, _, _ in TABLES:
                 row = await _fetchrow(conn, "partitioning/extent", {"parent": table})
                 extent.append((table, row["partitions"], row["ahead_seconds"]))
         return PartitionsRetired(tuple(dropped), tuple(kept), default_rows, tuple(extent))
+
+    async def _drop_all(self, conn: asyncpg.Connection, retention: Mapping[str, float],
+                        dropped: list[str], kept: list[tuple[str, str]]) -> None:
+        for part in await _rows(conn, "partitioning/detached"):  # left by a run that died
+            try:
+                why = await self._retire_detached(conn, part["parent"], part)
+            except DRIVER_ERRORS as exc:  # one table that cannot go must not stop retention
+                why = f"detached_error:{describe(exc)}"
+            _note(part["name"], why, dropped, kept)
+        for table, _, _ in TABLES:
+            for part in await _rows(conn, "partitioning/candidates", {"parent": table}):
+                why = await self._why_keep(conn, table, part, retention)
+                if why is None:
+                    why = await self._drop(conn, table, part)
+                _note(part["name"], why, dropped, kept)
 
     async def _why_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
                         retention: Mapping[str, float]) -> str | None:
@@ -288,9 +291,12 @@ class PartitionKeeper:
                 async with conn.transaction():
                     await _fetchval(conn, "partitioning/lock_timeout",
                                     {"lock_timeout": UPKEEP_LOCK_TIMEOUT})
-                    if not await _fetchval(conn, "partitioning/detach",
-                                           {"parent": table, "part": part["name"]}):
-                        return "busy"  # a live lease or a waiting queue entry: not detached
+                    detached = await _fetchval(conn, "partitioning/detach",
+                                               {"parent": table, "part": part["name"]})
+                if detached is None:
+                    return "gone"  # no partition of the table any more: someone else's act
+                if not detached:
+                    return "busy"  # a live lease or a waiting queue entry: not detached
                 break
             except asyncpg.ObjectInUseError:
                 return "busy"  # a queue entry re-driven since the look: detach rolled back
@@ -298,22 +304,37 @@ class PartitionKeeper:
                 if attempt == DETACH_TRIES - 1:
                     return "locked"  # a long transaction holds it: the next round tries again
                 await asyncio.sleep(0.05 * 2 ** attempt)  # back off: deliveries come first
-        if await self._retire_detached(conn, table, part):
-            return None
-        return "busy_after_detach"
+        return await self._retire_detached(conn, table, part)
 
     async def _retire_detached(self, conn: asyncpg.Connection, table: str,
-                               part: asyncpg.Record) -> bool:
-        """Drop detached ``part`` (True), or attach it again if it holds work."""
-        async with conn.transaction():
-            retired: bool = await _fetchval(conn, "partitioning/retire", {
-                "parent": table, "part": part["name"], "lower_bound": part["lower_bound"],
-                "upper_bound": part["upper_bound"]})
-        return retired
+                               part: asyncpg.Record) -> str | None:
+        """Drop detached ``part`` (None), or attach it again if it holds work; why it is kept.
+        The attach's lock waits are bounded as the detach's: past them it stays detached,
+        and the next round finds it by its comment."""
+        try:
+            async with conn.transaction():
+                await _fetchval(conn, "partitioning/lock_timeout",
+                                {"lock_timeout": UPKEEP_LOCK_TIMEOUT})
+                retired: bool | None = await _fetchval(conn, "partitioning/retire", {
+                    "parent": table, "part": part["name"], "lower_bound": part["lower_bound"],
+                    "upper_bound": part["upper_bound"]})
+        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
+            return "locked_detached"
+        if retired is None:
+            return "gone"
+        return None if retired else "busy_after_detach"
 
     def _connection(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
         return single_connection(self._dsn, self._connect_timeout,
                                  "webhook-sidecar partitions")
+
+
+def _note(name: str, why: str | None, dropped: list[str], kept: list[tuple[str, str]]) -> None:
+    """A partition's fate in the round's answer: dropped (no reason to keep it), or kept."""
+    if why is None:
+        dropped.append(name)
+    else:
+        kept.append((name, why))
 
 
 async def _rows(conn: asyncpg.Connection, name: str,

@@ -334,7 +334,8 @@ $$;
 -- proxy reaches, under a lock deliveries do not wait for) and answered false: the looks under
 -- the detach's locks should leave none, so this is the net under them. Else it is dropped,
 -- with the dead queue entries of its events (no foreign key cascades to them), and answered
--- true.
+-- true. NULL: gone, or attached again, by another run (maintenance runs in every process;
+-- one at a time retires, but an operator or an older release may also act).
 CREATE OR REPLACE FUNCTION webhook_partition_retire(parent regclass, part regclass,
                                                     lower_bound timestamptz,
                                                     upper_bound timestamptz)
@@ -342,8 +343,17 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     keep boolean := false;
+    keycol text := CASE WHEN parent = 'webhook_attempt'::regclass THEN 'finished_at'
+                        ELSE 'received_at' END;
+    fence text;
 BEGIN
+    IF part IS NULL THEN
+        RETURN NULL;  -- gone (another run dropped it): nothing to do
+    END IF;
     EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', part);
+    IF (SELECT c.relispartition FROM pg_class AS c WHERE c.oid = part) THEN
+        RETURN NULL;  -- attached again meanwhile (another run): not ours to drop
+    END IF;
     IF parent = 'webhook_event'::regclass THEN
         keep := webhook_partition_busy(part);
     ELSIF parent = 'webhook_attempt'::regclass THEN
@@ -352,9 +362,18 @@ BEGIN
                        'WHERE q.due_at IS NOT NULL)', part) INTO keep;
     END IF;
     IF keep THEN
+        -- A validated CHECK of the bounds, on a table no proxy reaches, lets the attach skip
+        -- its scan: its locks (the DEFAULT partition's ACCESS EXCLUSIVE, which inserts wait
+        -- for) are held for a catalog change, not a scan. The caller's lock_timeout bounds
+        -- the wait; dropped once attached (the partition bound says the same).
+        fence := left(part::text, 40) || '_bound';
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I < %L%s)', part, fence,
+                       keycol, upper_bound, CASE WHEN lower_bound IS NULL THEN ''
+                       ELSE format(' AND %I >= %L', keycol, lower_bound) END);
         EXECUTE format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%L)',
                        parent, part,
                        coalesce(quote_literal(lower_bound), 'MINVALUE'), upper_bound);
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', part, fence);
         EXECUTE format('COMMENT ON TABLE %s IS NULL', part);
         RETURN false;
     END IF;
@@ -392,7 +411,7 @@ CREATE OR REPLACE FUNCTION webhook_partition_retire_lock() RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$ SELECT hashtextextended('webhook_partition_retire', 0) $$;
 
 -- Detach `part` from `parent` unless it holds work, in the caller's transaction; answers
--- whether it was detached. First, holding the retention lock (above; its wait bounded by the
+-- whether it was detached (NULL: it is no partition of `parent` any more). First, holding the retention lock (above; its wait bounded by the
 -- caller's lock_timeout, take-overs wait for it at most ~100 ms and answer "in flight"), the
 -- look at an event partition's work (webhook_partition_busy): a scan of an old partition, with
 -- no lock deliveries wait for. No lease can be taken in it after this look: new leases come
@@ -413,6 +432,10 @@ DECLARE
     b record;
 BEGIN
     PERFORM pg_advisory_xact_lock(webhook_partition_retire_lock());
+    IF part IS NULL OR NOT EXISTS (SELECT 1 FROM pg_inherits AS i
+                                    WHERE i.inhrelid = part AND i.inhparent = parent) THEN
+        RETURN NULL;  -- gone, or detached by another run meanwhile
+    END IF;
     IF parent = 'webhook_event'::regclass AND webhook_partition_busy(part) THEN
         RETURN false;
     END IF;
@@ -440,14 +463,29 @@ $$;
 CREATE OR REPLACE FUNCTION webhook_partitions_detached()
 RETURNS TABLE (part regclass, parent regclass, lower_bound timestamptz,
                upper_bound timestamptz)
-LANGUAGE sql STABLE AS $$
-    SELECT c.oid::regclass, (d.note ->> 'webhook_sidecar_detached_from')::regclass,
-           (d.note ->> 'lower_bound')::timestamptz, (d.note ->> 'upper_bound')::timestamptz
-      FROM pg_class AS c
-      CROSS JOIN LATERAL (SELECT obj_description(c.oid, 'pg_class') AS text) AS t
-      CROSS JOIN LATERAL (SELECT t.text::jsonb AS note) AS d
-     WHERE c.relkind = 'r' AND NOT c.relispartition
-       AND c.relnamespace = current_schema()::regnamespace
-       AND t.text LIKE '{"webhook_sidecar_detached_from"%'
-     ORDER BY 4
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    r record;
+    note jsonb;
+BEGIN
+    FOR r IN SELECT c.oid::regclass AS rel, obj_description(c.oid, 'pg_class') AS text
+               FROM pg_class AS c
+              WHERE c.relkind = 'r' AND NOT c.relispartition
+                AND c.relnamespace = current_schema()::regnamespace
+                AND obj_description(c.oid, 'pg_class') LIKE '{"webhook_sidecar_detached_from"%'
+    LOOP
+        BEGIN  -- a comment edited by hand is skipped, not an error that stops every run
+            note := r.text::jsonb;
+            part := r.rel;
+            parent := to_regclass(note ->> 'webhook_sidecar_detached_from');
+            lower_bound := (note ->> 'lower_bound')::timestamptz;
+            upper_bound := (note ->> 'upper_bound')::timestamptz;
+        EXCEPTION WHEN others THEN
+            CONTINUE;
+        END;
+        IF parent IS NOT NULL AND upper_bound IS NOT NULL THEN
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END
 $$;
