@@ -264,7 +264,7 @@ class PartitionKeeper:
             extent = []
             for table, _, _ in TABLES:
                 row = await _fetchrow(conn, "partitioning/extent", {"parent": table})
-                extent.append((table, row["partitions"], row["ahead_seconds"]))
+                extent.append((table, row["partitions"], row["last_bound_epoch"]))
         return PartitionsRetired(tuple(dropped), tuple(kept), default_rows, tuple(extent))
 
     async def _why_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
