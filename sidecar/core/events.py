@@ -364,8 +364,8 @@ class PartitionsRetired:
     dropped: tuple[str, ...] = ()  # partitions dropped
     kept: tuple[tuple[str, str], ...] = ()  # (partition, why) for ended partitions kept
     default_rows: int = 0  # rows in the DEFAULT partitions: inserts past the last partition
-    # (partitioned table, bounded partitions attached, seconds from now to the last one's
-    # upper bound: <= 0 once new rows land in the DEFAULT partition), after the round
+    # (partitioned table, bounded partitions attached, the last one's upper bound as Unix
+    # time: new rows land in the DEFAULT partition past it; 0 with none), after the round
     extent: tuple[tuple[str, int, float], ...] = ()
 
 

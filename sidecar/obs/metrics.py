@@ -102,11 +102,13 @@ class Metrics:
             "webhook_partitions", "Bounded partitions attached to each partitioned table; "
             "refreshed by the maintenance loop.", ["table"], registry=self.registry,
             multiprocess_mode="mostrecent")
-        self.partitions_ahead = Gauge(
-            "webhook_partitions_ahead_seconds", "How far past now the last bounded partition "
-            "of each partitioned table ends (<= 0: new rows land in the DEFAULT partition); "
-            "refreshed by the maintenance loop.", ["table"], registry=self.registry,
-            multiprocess_mode="mostrecent")
+        # An absolute time, not a lead from now: a gauge no run refreshes (maintenance failing
+        # everywhere) still lets `... - time()` fall, so the alert on it fires.
+        self.partitions_last_bound = Gauge(
+            "webhook_partitions_last_bound_timestamp_seconds", "Unix time at which the last "
+            "bounded partition of each partitioned table ends (past it new rows land in the "
+            "DEFAULT partition; 0: none); refreshed by the maintenance loop.", ["table"],
+            registry=self.registry, multiprocess_mode="mostrecent")
         self.partition_default_rows = Gauge(
             "webhook_partition_default_rows", "Rows in the DEFAULT partitions (received past "
             "the last partition made; moved out when it is made); refreshed by the "

@@ -102,9 +102,9 @@ class Maintenance:
             log.warning("partition_default_used", rows=retired.default_rows)
         self._metrics.partitions_dropped.inc(len(retired.dropped))
         self._metrics.partition_default_rows.set(retired.default_rows)
-        for table, count, ahead in retired.extent:
+        for table, count, last_bound in retired.extent:
             self._metrics.partitions.labels(table).set(count)
-            self._metrics.partitions_ahead.labels(table).set(ahead)
+            self._metrics.partitions_last_bound.labels(table).set(last_bound)
 
     async def refresh_stuck(self) -> dict[str, int]:
         counts = await self._store.stuck_counts()

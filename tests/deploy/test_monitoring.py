@@ -197,10 +197,20 @@ def test_the_partitions_alert_fires_below_one_interval_ahead(
     if min_seconds is not None:
         values["metrics"]["prometheusRule"]["partitionsAhead"] = {"minSeconds": min_seconds}
     expr = rules(render(CHART, values))["WebhookSidecarPartitionsNotAhead"]["expr"]
-    # Every process reports the table-wide lead as of its last round: max, never sum.
+    # Every process reports the table-wide bound as of its last round: max, never sum; minus
+    # time(), so that the lead falls while no round sets the gauge (maintenance failing).
     assert re.fullmatch(r"max by \(namespace, job, table\) "
-                        r"\(webhook_partitions_ahead_seconds\{[^}]*\}\) < " + threshold, expr)
+                        r"\(webhook_partitions_last_bound_timestamp_seconds\{[^}]*\}\) "
+                        r"- time\(\) < " + threshold, expr)
     check_promql(expr)
+    # As Prometheus reads it: (max(…) - time()) < threshold, the lead compared, not the bound.
+    parsed = promql_parser.parse(expr)
+    assert isinstance(parsed, promql_parser.BinaryExpr) and str(parsed.op) == "<", expr
+    assert parsed.rhs.val == float(threshold)
+    lead = parsed.lhs
+    assert isinstance(lead, promql_parser.BinaryExpr) and str(lead.op) == "-", expr
+    assert isinstance(lead.lhs, promql_parser.AggregateExpr), expr
+    assert isinstance(lead.rhs, promql_parser.Call) and lead.rhs.func.name == "time", expr
 
 
 def test_every_alert_links_a_runbook_section_that_exists(

@@ -34,7 +34,9 @@ from sidecar.obs.metrics import Metrics
 from sidecar.ops.maintenance import Maintenance
 from sidecar.runtime.wiring import partition_keeper
 from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.postgres.connections import DIALECT
 from sidecar.store.postgres.partitioning import PartitionKeeper, partition_store
+from sidecar.store.sqlfiles import statement
 from tests.support import base_config
 
 pytestmark = pytest.mark.postgres
@@ -531,6 +533,7 @@ async def test_inserts_never_wait_long_behind_the_partitions_made_ahead(
 # -- what upkeep tells operators ---------------------------------------------------------------
 
 TABLES = ("webhook_event", "webhook_attempt", "webhook_nonce")
+LAST_BOUND = "webhook_partitions_last_bound_timestamp_seconds"
 
 
 def _upkeep(part_dsn: str, store: PostgresStore, metrics: Metrics) -> Maintenance:
@@ -544,8 +547,8 @@ def _upkeep(part_dsn: str, store: PostgresStore, metrics: Metrics) -> Maintenanc
 
 async def test_maintenance_exports_the_partitions_it_keeps(
         part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
-    """After a round: the bounded partitions of each table, how far past now the last one
-    ends, the rows in the DEFAULT partitions and the partitions dropped, as the catalog has
+    """After a round: the bounded partitions of each table, when the last one ends (Unix
+    time), the rows in the DEFAULT partitions and the partitions dropped, as the catalog has
     them."""
     await store.claim("stripe", "far", BODY, 30.0, "o")  # past every partition made: DEFAULT
     await conn.execute("UPDATE webhook_event SET received_at = received_at + interval '1 day'")
@@ -556,14 +559,15 @@ async def test_maintenance_exports_the_partitions_it_keeps(
         await upkeep.keep_partitions()
 
     for table in TABLES:
-        count, ahead = await conn.fetchrow(
-            "SELECT count(*), extract(epoch FROM max(upper_bound) - clock_timestamp()) "
+        count, bound, now = await conn.fetchrow(
+            "SELECT count(*), extract(epoch FROM max(upper_bound)), "
+            "extract(epoch FROM clock_timestamp()) "
             "FROM webhook_partitions($1::text::regclass) WHERE NOT is_default", table)
         assert registry.get_sample_value("webhook_partitions", {"table": table}) == count
-        exported = registry.get_sample_value("webhook_partitions_ahead_seconds",
-                                             {"table": table})
-        assert exported is not None and 4 * STEP < exported
-        assert float(ahead) <= exported < float(ahead) + 5  # read a moment before ours
+        exported = registry.get_sample_value(LAST_BOUND, {"table": table})
+        # The bound itself, not a lead from now: nothing to read "a moment before".
+        assert exported == float(bound)
+        assert exported - float(now) > 4 * STEP  # made 4 ahead
     assert registry.get_sample_value("webhook_partition_default_rows") == 1
     dropped = [e["partition"] for e in logs if e["event"] == "partition_dropped"]
     assert {f"{table}_past5" for table in TABLES} <= set(dropped)
@@ -571,6 +575,17 @@ async def test_maintenance_exports_the_partitions_it_keeps(
 
     await upkeep.keep_partitions()  # nothing more to drop: the counter stays
     assert registry.get_sample_value("webhook_partitions_dropped_total") == len(dropped)
+
+
+async def test_a_table_with_no_bounded_partition_ends_at_the_epoch(
+        conn: asyncpg.Connection) -> None:
+    """The extent of a table with only its DEFAULT partition: 0 partitions ending at 0 (the
+    epoch), so that the alert on the bound minus now fires; never -infinity or NULL."""
+    await conn.execute("CREATE TABLE scratch (at timestamptz) PARTITION BY RANGE (at); "
+                       "CREATE TABLE scratch_default PARTITION OF scratch DEFAULT")
+    extent = statement(DIALECT, "partitioning/extent")
+    row = await conn.fetchrow(extent.sql, *extent.positional({"parent": "scratch"}))
+    assert (row["partitions"], row["last_bound_epoch"]) == (0, 0.0)
 
 
 async def _hold_default(part_dsn: str, mode: str) -> asyncpg.Connection:
@@ -622,7 +637,7 @@ class _ReleasedAfterMaking:
 async def test_maintenance_warns_of_partitions_not_made(
         part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
     """A round that could not make the event table's partitions says which, and retention
-    and the gauges go on: the exported lead of the event table stays behind the others'."""
+    and the gauges go on: the exported bound of the event table stays behind the others'."""
     registry = CollectorRegistry()
     upkeep = _upkeep(part_dsn, store, Metrics(registry))
     holder = await _hold_default(part_dsn, "ACCESS EXCLUSIVE")
@@ -637,12 +652,10 @@ async def test_maintenance_warns_of_partitions_not_made(
     assert len(warned) == 1 and warned[0]["tables"] == ["webhook_event"], warned
     assert warned[0]["log_level"] == "warning"
     assert any(e["event"] == "partition_dropped" for e in logs)
-    event_ahead = registry.get_sample_value("webhook_partitions_ahead_seconds",
-                                            {"table": "webhook_event"})
-    nonce_ahead = registry.get_sample_value("webhook_partitions_ahead_seconds",
-                                            {"table": "webhook_nonce"})
-    assert event_ahead is not None and nonce_ahead is not None
-    assert event_ahead < nonce_ahead - STEP  # the event table was left behind
+    event_bound = registry.get_sample_value(LAST_BOUND, {"table": "webhook_event"})
+    nonce_bound = registry.get_sample_value(LAST_BOUND, {"table": "webhook_nonce"})
+    assert event_bound is not None and nonce_bound is not None
+    assert event_bound < nonce_bound - STEP  # the event table was left behind
 
 
 async def test_a_partition_held_by_a_long_transaction_is_kept_and_the_round_goes_on(

@@ -16,8 +16,9 @@ from sidecar.ops.maintenance import Maintenance
 from sidecar.store.memory import MemoryStore
 from tests.support import base_config
 
-PARTITION_SERIES = ("webhook_partitions", "webhook_partitions_ahead_seconds",
-                    "webhook_partition_default_rows", "webhook_partitions_dropped_total")
+LAST_BOUND = "webhook_partitions_last_bound_timestamp_seconds"
+PARTITION_SERIES = ("webhook_partitions", LAST_BOUND, "webhook_partition_default_rows",
+                    "webhook_partitions_dropped_total")
 
 
 class FakeUpkeep:
@@ -50,7 +51,7 @@ async def test_a_round_sets_the_partition_gauges_and_warns_of_tables_not_made() 
     upkeep = FakeUpkeep(
         PartitionsMade(made=2, busy=("webhook_event",)),
         PartitionsRetired(dropped=("webhook_event_p1", "webhook_nonce_p1"), default_rows=3,
-                          extent=(("webhook_event", 4, -5.0), ("webhook_nonce", 6, 1e5))))
+                          extent=(("webhook_event", 4, 1.7e9), ("webhook_nonce", 6, 0.0))))
     maintenance = _maintenance(registry, upkeep)
     with capture_logs() as logs:
         await maintenance.keep_partitions()
@@ -61,19 +62,20 @@ async def test_a_round_sets_the_partition_gauges_and_warns_of_tables_not_made() 
     value = registry.get_sample_value
     assert value("webhook_partitions", {"table": "webhook_event"}) == 4
     assert value("webhook_partitions", {"table": "webhook_nonce"}) == 6
-    assert value("webhook_partitions_ahead_seconds", {"table": "webhook_event"}) == -5.0
-    assert value("webhook_partitions_ahead_seconds", {"table": "webhook_nonce"}) == 1e5
+    # The bound as it is (Unix time), 0 for a table with no bounded partition.
+    assert value(LAST_BOUND, {"table": "webhook_event"}) == 1.7e9
+    assert value(LAST_BOUND, {"table": "webhook_nonce"}) == 0.0
     assert value("webhook_partition_default_rows") == 3
     assert value("webhook_partitions_dropped_total") == 2
 
     upkeep.made = PartitionsMade()
-    upkeep.retired = PartitionsRetired(extent=(("webhook_event", 5, 2e5),))
+    upkeep.retired = PartitionsRetired(extent=(("webhook_event", 5, 1.8e9),))
     with capture_logs() as logs:
         await maintenance.keep_partitions()
     assert not [e for e in logs if e["event"] == "partitions_not_made"]
     assert value("webhook_partitions_dropped_total") == 2  # a counter: nothing more dropped
     assert value("webhook_partition_default_rows") == 0
-    assert value("webhook_partitions_ahead_seconds", {"table": "webhook_event"}) == 2e5
+    assert value(LAST_BOUND, {"table": "webhook_event"}) == 1.8e9
 
 
 async def test_an_unpartitioned_store_sets_no_partition_series() -> None:

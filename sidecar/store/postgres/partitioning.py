@@ -252,7 +252,7 @@ class PartitionKeeper:
                 default_rows += await _fetchval(conn, "partitioning/default_rows",
                                                 {"parent": table})
                 row = await _fetchrow(conn, "partitioning/extent", {"parent": table})
-                extent.append((table, row["partitions"], row["ahead_seconds"]))
+                extent.append((table, row["partitions"], row["last_bound_epoch"]))
         return PartitionsRetired(tuple(dropped), tuple(kept), default_rows, tuple(extent))
 
     async def _drop_all(self, conn: asyncpg.Connection, retention: Mapping[str, float],

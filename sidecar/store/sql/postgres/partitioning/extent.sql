@@ -1,8 +1,9 @@
--- :parent's bounded partitions attached (a pending detach's left out) and how far past now
--- (seconds) the last one ends: <= 0 once new rows land in the DEFAULT partition (-infinity
--- with none). A read of the catalog only (functions.sql): no lock on the tables.
+-- :parent's bounded partitions attached (a pending detach's left out) and when the last one
+-- ends, as Unix time: an absolute time, so that an alert comparing it with now fires as time
+-- passes even when no run sets it again. 0 with none (every row lands in the DEFAULT
+-- partition: "ended" at the epoch, so the alert fires). A read of the catalog only
+-- (functions.sql): no lock on the tables.
 SELECT count(*)::integer AS partitions,
-       coalesce(extract(epoch FROM max(upper_bound) - clock_timestamp())::float8,
-                '-infinity') AS ahead_seconds
+       coalesce(extract(epoch FROM max(upper_bound))::float8, 0) AS last_bound_epoch
   FROM webhook_partitions(:parent::text::regclass)
  WHERE NOT is_default AND NOT pending;
