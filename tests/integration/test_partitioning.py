@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 import random
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
@@ -139,6 +141,70 @@ async def test_copies_racing_across_a_boundary_leave_one_row_each(
     assert sorted((r["event_id"], r["n"]) for r in rows) == [(k, 1) for k in keys]
     landed = {r["tableoid"] for r in await conn.fetch(
         "SELECT DISTINCT tableoid::regclass::text AS tableoid FROM webhook_event")}
+    assert landed == {"webhook_event_past5", "webhook_event_past4"}  # both sides won some
+
+
+# One side of the race in a process of its own: reads the DSN, the INSERT and the copies (JSON:
+# key, ISO time, owner) from stdin, says "ready", waits for "go", inserts them over 8 connections
+# at once with the claim's INSERT, and prints how many rows it inserted.
+RACER = """
+import asyncio, json, sys
+from datetime import datetime
+import asyncpg
+async def main():
+    dsn, insert, copies = json.loads(sys.stdin.readline())
+    pool = await asyncpg.create_pool(dsn, min_size=8, max_size=8)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    body = bytes(32)
+    won = await asyncio.gather(*(pool.fetch(insert, "stripe", key,
+                                            datetime.fromisoformat(when), body, owner)
+                                 for key, when, owner in copies))
+    await pool.close()
+    print(sum(len(rows) for rows in won), flush=True)
+asyncio.run(main())
+"""
+
+
+async def test_copies_racing_across_a_boundary_from_two_processes_leave_one_row_each(
+        part_dsn: str, conn: asyncpg.Connection) -> None:
+    """The same race between two OS processes (two proxies' worth), several trials: one process
+    sends every key's copies dated just before a partition bound, the other its copies dated
+    just after it, both released at once. Each key is inserted exactly once."""
+    boundary = await _boundary(conn)
+    sides = (boundary - timedelta(microseconds=1), boundary)
+    for trial in range(4):
+        keys = [f"evt_t{trial}_{i:03d}" for i in range(150)]
+        procs = [await asyncio.create_subprocess_exec(
+            sys.executable, "-c", RACER, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE) for _ in sides]
+        try:
+            for n, (proc, when) in enumerate(zip(procs, sides, strict=True)):
+                copies = [(key, when.isoformat(), f"owner_{n}_{c}")
+                          for key in keys for c in range(2)]
+                random.Random(trial * 2 + n).shuffle(copies)
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write((json.dumps([part_dsn, INSERT, copies]) + "\n").encode())
+                await proc.stdin.drain()
+                assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"ready\n"
+            for proc in procs:  # go: both at once
+                assert proc.stdin is not None
+                proc.stdin.write(b"go\n")
+                await proc.stdin.drain()
+            outputs = [await asyncio.wait_for(proc.communicate(), 60) for proc in procs]
+        finally:
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        assert [proc.returncode for proc in procs] == [0, 0]
+        won = [int(out.strip()) for out, _ in outputs]
+        assert sum(won) == len(keys), won
+        rows = await conn.fetch("SELECT event_id, count(*) AS n FROM webhook_event "
+                                "WHERE event_id LIKE $1 GROUP BY event_id", f"evt_t{trial}_%")
+        assert sorted((r["event_id"], r["n"]) for r in rows) == [(k, 1) for k in keys]
+    landed = {r["part"] for r in await conn.fetch(
+        "SELECT DISTINCT tableoid::regclass::text AS part FROM webhook_event")}
     assert landed == {"webhook_event_past5", "webhook_event_past4"}  # both sides won some
 
 
