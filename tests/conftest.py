@@ -101,33 +101,32 @@ async def pg_database_factory(pg_server: PgServer) -> AsyncIterator[Callable[[],
         await drop_database(pg_server.admin_dsn, dbname)
 
 
-@pytest.fixture
-async def pg_store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
-    conn = await asyncpg.connect(pg_dsn)
+async def _emptied_store(dsn: str, partition_interval: float | None = None
+                         ) -> AsyncIterator[PostgresStore]:
+    """A ``PostgresStore`` on ``dsn`` whose tables were emptied first (session databases)."""
+    conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("TRUNCATE webhook_attempt, webhook_queue, webhook_event")
     finally:
         await conn.close()
-    store = await PostgresStore.connect(pg_dsn, min_size=2, max_size=8, observer=StoreLog())
+    store = await PostgresStore.connect(dsn, min_size=2, max_size=8, observer=StoreLog(),
+                                        partition_interval=partition_interval)
     try:
         yield store
     finally:
         await store.close()
+
+
+@pytest.fixture
+async def pg_store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
+    async for store in _emptied_store(pg_dsn):
+        yield store
 
 
 @pytest.fixture
 async def pg_part_store(pg_part_dsn: str) -> AsyncIterator[PostgresStore]:
-    conn = await asyncpg.connect(pg_part_dsn)
-    try:
-        await conn.execute("TRUNCATE webhook_attempt, webhook_queue, webhook_event")
-    finally:
-        await conn.close()
-    store = await PostgresStore.connect(pg_part_dsn, min_size=2, max_size=8,
-                                        partition_interval=PART_INTERVAL, observer=StoreLog())
-    try:
+    async for store in _emptied_store(pg_part_dsn, partition_interval=PART_INTERVAL):
         yield store
-    finally:
-        await store.close()
 
 
 @pytest.fixture

@@ -241,34 +241,37 @@ class PartitionKeeper:
         table's extent after the drops (a read of the catalog a table, for the gauges). One
         process at a time drops (every proxy runs maintenance): while another holds the
         round's lock, this one only reads the counts."""
-        dropped: list[str] = []
-        kept: list[tuple[str, str]] = []
+        fates: list[tuple[str, str | None]] = []  # (partition, why kept; None: dropped)
         async with self._connection() as conn:
             if await _fetchval(conn, "partitioning/round_lock"):
-                await self._drop_all(conn, retention, dropped, kept)
-            default_rows = 0
+                fates = await self._drop_all(conn, retention)
             extent = []
+            default_rows = 0
             for table, _, _ in TABLES:
-                default_rows += await _fetchval(conn, "partitioning/default_rows",
-                                                {"parent": table})
                 row = await _fetchrow(conn, "partitioning/extent", {"parent": table})
                 extent.append((table, row["partitions"], row["last_bound_epoch"]))
-        return PartitionsRetired(tuple(dropped), tuple(kept), default_rows, tuple(extent))
+                default_rows += row["default_rows"]
+        dropped = tuple(name for name, why in fates if why is None)
+        kept = tuple((name, why) for name, why in fates if why is not None)
+        return PartitionsRetired(dropped, kept, default_rows, tuple(extent))
 
-    async def _drop_all(self, conn: asyncpg.Connection, retention: Mapping[str, float],
-                        dropped: list[str], kept: list[tuple[str, str]]) -> None:
+    async def _drop_all(self, conn: asyncpg.Connection, retention: Mapping[str, float]
+                        ) -> list[tuple[str, str | None]]:
+        """Each partition looked at, and why it was kept (None: dropped)."""
+        fates: list[tuple[str, str | None]] = []
         for part in await _rows(conn, "partitioning/detached"):  # left by a run that died
             try:
                 why = await self._retire_detached(conn, part["parent"], part)
             except DRIVER_ERRORS as exc:  # one table that cannot go must not stop retention
                 why = f"detached_error:{describe(exc)}"
-            _note(part["name"], why, dropped, kept)
+            fates.append((part["name"], why))
         for table, _, _ in TABLES:
             for part in await _rows(conn, "partitioning/candidates", {"parent": table}):
                 why = await self._why_keep(conn, table, part, retention)
                 if why is None:
                     why = await self._drop(conn, table, part)
-                _note(part["name"], why, dropped, kept)
+                fates.append((part["name"], why))
+        return fates
 
     async def _why_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
                         retention: Mapping[str, float]) -> str | None:
@@ -327,14 +330,6 @@ class PartitionKeeper:
     def _connection(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
         return single_connection(self._dsn, self._connect_timeout,
                                  "webhook-sidecar partitions")
-
-
-def _note(name: str, why: str | None, dropped: list[str], kept: list[tuple[str, str]]) -> None:
-    """A partition's fate in the round's answer: dropped (no reason to keep it), or kept."""
-    if why is None:
-        dropped.append(name)
-    else:
-        kept.append((name, why))
 
 
 async def _rows(conn: asyncpg.Connection, name: str,

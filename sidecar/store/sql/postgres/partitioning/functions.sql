@@ -36,7 +36,9 @@ END
 $$;
 
 -- The same for nonces (bind_nonce.sql, bind_nonce_batch.sql): as many rows as events for the
--- providers that guard their bodies against replay, so partitioned alike.
+-- providers that guard their bodies against replay, so partitioned alike. A copy, not one
+-- function taking the table and key column as trigger arguments: that would be dynamic SQL
+-- (EXECUTE), planned again on every insert of every delivery.
 CREATE OR REPLACE FUNCTION webhook_nonce_unique() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
@@ -152,20 +154,33 @@ BEGIN
 END
 $$;
 
+-- Whether any row of `part` (an event or attempt partition: both are keyed by provider and
+-- event_id) belongs to an event with a queue entry waiting or in flight: index probes from the
+-- small queue table, cheap enough to run under the detach's lock.
+CREATE OR REPLACE FUNCTION webhook_partition_queued(part regclass) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    queued boolean;
+BEGIN
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM webhook_queue AS q JOIN %s AS r '
+                   'ON r.provider = q.provider AND r.event_id = q.event_id '
+                   'WHERE q.due_at IS NOT NULL)', part) INTO queued;
+    RETURN queued;
+END
+$$;
+
 -- Whether an event partition holds an event still to be delivered: a live lease (an attempt
 -- in flight), or a queue entry waiting or in flight. Such a partition is never dropped.
 CREATE OR REPLACE FUNCTION webhook_partition_busy(part regclass) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    busy boolean;
+    leased boolean;
 BEGIN
     EXECUTE format(
-        'SELECT EXISTS (SELECT 1 FROM %1$s AS e WHERE e.state = ''queued'' '
-        '                  OR (e.state = ''processing'' AND e.lease_until > clock_timestamp()))'
-        '    OR EXISTS (SELECT 1 FROM webhook_queue AS q JOIN %1$s AS e '
-        '                 ON e.provider = q.provider AND e.event_id = q.event_id '
-        '                WHERE q.due_at IS NOT NULL)', part) INTO busy;
-    RETURN busy;
+        'SELECT EXISTS (SELECT 1 FROM %s AS e WHERE e.state = ''queued'' '
+        '                  OR (e.state = ''processing'' AND e.lease_until > clock_timestamp()))',
+        part) INTO leased;
+    RETURN leased OR webhook_partition_queued(part);
 END
 $$;
 
@@ -357,9 +372,7 @@ BEGIN
     IF parent = 'webhook_event'::regclass THEN
         keep := webhook_partition_busy(part);
     ELSIF parent = 'webhook_attempt'::regclass THEN
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM webhook_queue AS q JOIN %s AS a '
-                       'ON a.provider = q.provider AND a.event_id = q.event_id '
-                       'WHERE q.due_at IS NOT NULL)', part) INTO keep;
+        keep := webhook_partition_queued(part);
     END IF;
     IF keep THEN
         -- A validated CHECK of the bounds, on a table no proxy reaches, lets the attach skip
@@ -428,7 +441,6 @@ CREATE OR REPLACE FUNCTION webhook_partition_detach(parent regclass, part regcla
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    waiting boolean := false;
     b record;
 BEGIN
     PERFORM pg_advisory_xact_lock(webhook_partition_retire_lock());
@@ -443,10 +455,7 @@ BEGIN
       FROM webhook_partitions(parent) AS p WHERE p.part = webhook_partition_detach.part;
     EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, part);
     IF parent = 'webhook_event'::regclass THEN
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM webhook_queue AS q JOIN %s AS e '
-                       'ON e.provider = q.provider AND e.event_id = q.event_id '
-                       'WHERE q.due_at IS NOT NULL)', part) INTO waiting;
-        IF waiting THEN
+        IF webhook_partition_queued(part) THEN
             RAISE EXCEPTION 'partition % holds a waiting queue entry', part
                 USING ERRCODE = 'object_in_use';  -- rolls the detach back
         END IF;
