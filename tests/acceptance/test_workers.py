@@ -630,7 +630,9 @@ async def store_outage_while_a_worker_is_replaced(proc: ProxyProcess,
     print(f"store down: 20 deliveries answered 503, slowest {slowest:.2f} s; the seat was tried "
           f"{len(tries) + 1} times, back {replaced['took_s']:.2f} s after the kill")
     assert all(e["action"] == "retry" for e in tries)
-    assert await proc.terminate(timeout=20) == 0
+    code = await proc.terminate(timeout=20)
+    # Once seen failing in CI (exit 1, a worker that failed at the stop): say which and why.
+    assert code == 0, [e for e in proc.logs if e.get("level") in ("error", "warning")][-8:]
 
 
 def interpreter_link(tmp: Path) -> Path:
