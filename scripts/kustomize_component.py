@@ -61,6 +61,8 @@ spec:
     metadata: {labels: {app: app}}
     spec:
       terminationGracePeriodSeconds: {{ include GRACE $sidecar }}
+      initContainers:
+        {{- include "webhook-sidecar.initContainers" $sidecar | nindent 8 }}
       containers:
         {{- include "webhook-sidecar.containers" $sidecar | nindent 8 }}
       volumes:
@@ -97,6 +99,9 @@ def files() -> dict[str, str]:
         "metadata": {"name": "any"},  # the patch's target selects the Deployments
         "spec": {"template": {"spec": {
             "terminationGracePeriodSeconds": pod["terminationGracePeriodSeconds"],
+            # `webhook-sidecar migrate` before the app and the proxy start (a lock in the
+            # database makes replicas starting at once safe).
+            "initContainers": pod["initContainers"],
             "containers": pod["containers"],
             "volumes": pod["volumes"],
         }}},

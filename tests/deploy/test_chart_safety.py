@@ -158,7 +158,8 @@ def test_native_sidecars_need_kubernetes_1_29(example_chart: Path) -> None:
         render(example_chart, values, kube_version="1.28.9")
     assert "sidecar.native needs Kubernetes >= 1.29" in str(info.value)
     pod = pod_of(render(example_chart, values, kube_version="1.29.0"))
-    assert [c["name"] for c in pod["initContainers"]] == ["webhook-sidecar"]
+    assert [c["name"] for c in pod["initContainers"]] == ["webhook-sidecar-migrate",
+                                                          "webhook-sidecar"]
     # The chart alone (no pod) refuses too: its ConfigMap runs the same checks.
     with pytest.raises(REFUSED):
         render(CHART, {**VALUES["sidecar"], "sidecar": {"native": True}}, kube_version="1.27.0")
@@ -242,22 +243,15 @@ POD_IDENTITY = {
 }
 
 
-@pytest.mark.parametrize("base", ["sidecar", "standalone"])
-def test_the_migrate_job_uses_the_pod_identity_in_both_modes(base: str) -> None:
-    docs = render(CHART, values_of(base, store={"existingSecret": {"name": "db", "key": "url"}},
+def test_the_standalone_pod_uses_the_pod_identity() -> None:
+    docs = render(CHART, values_of("standalone", store={"existingSecret": {"name": "db", "key": "url"}},
                                    **POD_IDENTITY))
-    pods = [one(docs, "Job", "-migrate")["spec"]["template"]["spec"]]
-    if base == "standalone":
-        pods.append(pod_of(docs))
-    for pod in pods:
-        assert pod["imagePullSecrets"] == POD_IDENTITY["imagePullSecrets"]
-        assert pod["serviceAccountName"] == "webhooks"
-        assert POD_IDENTITY["podSecurityContext"].items() <= pod["securityContext"].items()
-        assert pod["automountServiceAccountToken"] is False
-    # The hook's ConfigMap goes with the Job once the hooks succeeded.
-    policy = one(docs, "ConfigMap", "-migrate")["metadata"]["annotations"][
-        "helm.sh/hook-delete-policy"]
-    assert set(policy.split(",")) == {"before-hook-creation", "hook-succeeded"}
+    pod = pod_of(docs)
+    assert pod["imagePullSecrets"] == POD_IDENTITY["imagePullSecrets"]
+    assert pod["serviceAccountName"] == "webhooks"
+    assert POD_IDENTITY["podSecurityContext"].items() <= pod["securityContext"].items()
+    assert pod["automountServiceAccountToken"] is False
+    assert [c["name"] for c in pod["initContainers"]] == ["webhook-sidecar-migrate"]
 
 
 @pytest.mark.parametrize("url", [

@@ -114,7 +114,7 @@ def test_the_standalone_values_render_with_the_names_the_doc_uses() -> None:
     assert service["spec"]["ports"][0]["port"] == 80
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.com/platform/webhook-sidecar:0.1.0"
-    assert one(docs, "Job")["metadata"]["annotations"]["helm.sh/hook"].startswith("pre-install")
+    assert [c["args"] for c in deployment["spec"]["template"]["spec"]["initContainers"]] == [["migrate"]]
     assert any(s["metadata"]["name"] == "webhooks-webhook-sidecar-forward-signing"
                for s in docs if s["kind"] == "Secret")
     config = yaml.safe_load(one(docs, "ConfigMap", "-config")["data"]["config.yaml"])

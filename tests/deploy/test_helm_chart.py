@@ -40,6 +40,7 @@ from tests.deploy.chart_support import (
     port_of,
     proxy_container,
     render,
+    values_of,
 )
 
 RENDERINGS = ["sidecar", "standalone", "realistic", "example", "example-native"]
@@ -218,7 +219,7 @@ def test_sidecar_pod_has_the_app_and_the_proxy(rendered: dict[str, list[Manifest
     docs = rendered["example"]
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["containers"]] == ["app", "webhook-sidecar"]
-    assert "initContainers" not in pod
+    assert [c["name"] for c in pod["initContainers"]] == ["webhook-sidecar-migrate"]
     config = config_of(docs)
     app_env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     app_port = port_of(app_env["WEBHOOK_LISTEN"])
@@ -242,8 +243,9 @@ def test_native_sidecar_is_an_init_container_that_keeps_running(
     docs = rendered["example-native"]
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["containers"]] == ["app"]
-    assert [c["name"] for c in pod["initContainers"]] == ["webhook-sidecar"]
-    assert pod["initContainers"][0]["restartPolicy"] == "Always"
+    assert [c["name"] for c in pod["initContainers"]] == ["webhook-sidecar-migrate",
+                                                          "webhook-sidecar"]
+    assert pod["initContainers"][1]["restartPolicy"] == "Always"
     check_pod_runs_the_proxy(docs, pod, one(docs, "Service", "-orders"))
 
 
@@ -280,26 +282,31 @@ def test_rendered_config_passes_the_schema_and_the_loader(
         assert parsed.shutdown_timeout + SHUTDOWN_OVERRUN <= pod["terminationGracePeriodSeconds"]
 
 
-def test_migrate_hook_job_uses_the_same_config_on_postgres(
+@pytest.mark.parametrize("name", ["realistic", "example", "example-native"])
+def test_migrate_runs_first_in_every_proxy_pod_on_postgres(
+        rendered: dict[str, list[Manifest]], name: str) -> None:
+    """An init container, not a Helm hook: it starts when the pod does, after Helm has created
+    the config and the Secrets it reads (docs/design.md, "The schema step in the chart")."""
+    docs = rendered[name]
+    assert kinds(docs, "Job") == []
+    assert not [d for d in docs if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    pod = pod_of(docs)
+    migrate, *rest = pod["initContainers"]
+    proxy = proxy_container(pod)
+    assert migrate["name"] == "webhook-sidecar-migrate" and migrate["args"] == ["migrate"]
+    # The same image, config, env and secrets as the proxy beside it.
+    for key in ("image", "env", "volumeMounts", "securityContext"):
+        assert migrate[key] == proxy[key], key
+    # Before the native proxy, which would otherwise start on an old schema.
+    assert [c["name"] for c in rest] == (["webhook-sidecar"] if name == "example-native" else [])
+
+
+def test_sqlite_and_migrate_disabled_render_no_migrate_step(
         rendered: dict[str, list[Manifest]]) -> None:
-    docs = rendered["realistic"]
-    job = one(docs, "Job", "-migrate")
-    hook_config = one(docs, "ConfigMap", "-migrate")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
-    assert (int(hook_config["metadata"]["annotations"]["helm.sh/hook-weight"])
-            < int(job["metadata"]["annotations"]["helm.sh/hook-weight"]))
-    assert hook_config["data"] == one(docs, "ConfigMap", "-config")["data"]
-    pod = job["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    assert container["args"] == ["migrate"] and pod["restartPolicy"] == "Never"
-    volume = next(v for v in pod["volumes"] if "configMap" in v)
-    assert volume["configMap"]["name"] == hook_config["metadata"]["name"]
-    # Not matched by the proxy's Service or PodDisruptionBudget.
-    selector = one(docs, "Service", "-webhook-sidecar")["spec"]["selector"]
-    labels = job["spec"]["template"]["metadata"]["labels"]
-    assert not selector.items() <= labels.items()
-    # SQLite migrates itself: no hook Job.
-    assert kinds(rendered["standalone"], "Job") == [] and kinds(rendered["sidecar"], "Job") == []
+    # SQLite migrates itself.
+    assert "initContainers" not in pod_of(rendered["standalone"])
+    docs = render(CHART, values_of("realistic", migrate={"enabled": False}))
+    assert "initContainers" not in pod_of(docs)
 
 
 # --- monitoring -------------------------------------------------------------------------------

@@ -76,6 +76,8 @@ def apply_in_python(tmp: Path) -> list[Manifest]:
         if deployment["metadata"]["labels"].get(key) == value:
             pod = deployment["spec"]["template"]["spec"]
             pod["containers"] = merge_named(pod["containers"], patch["containers"])
+            pod["initContainers"] = merge_named(pod.get("initContainers", []),
+                                                patch["initContainers"])
             pod["volumes"] = merge_named(pod.get("volumes", []), patch["volumes"])
             pod["terminationGracePeriodSeconds"] = patch["terminationGracePeriodSeconds"]
             for volume in pod["volumes"]:  # the generator's name reference
@@ -115,6 +117,10 @@ def test_the_component_adds_the_sidecar_to_labelled_deployments(how: str,
     proxy = proxy_container(pod)
     if how == "kubectl":
         assert proxy["image"].startswith("registry.example.com/platform/webhook-sidecar:")
+    # The schema step runs first, with the proxy's image, config and secrets.
+    [migrate] = pod["initContainers"]
+    assert migrate["args"] == ["migrate"]
+    assert (migrate["image"], migrate["env"]) == (proxy["image"], proxy["env"])
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert all(m["name"] in volumes for m in proxy["volumeMounts"])
     assert volumes["webhook-sidecar-config"]["configMap"]["name"] == configmap["metadata"]["name"]

@@ -244,8 +244,8 @@ sidecar.app.SHUTDOWN_OVERRUN (a test keeps the two equal). */}}
 {{- end }}
 {{- end }}
 
-{{/* The pod fields the chart's own pods share (standalone Deployment, migrate hook Job, helm
-test pod) in both modes: service account, pull secrets, pod security context. */}}
+{{/* The pod fields the chart's own pods share (standalone Deployment, helm test pod) in both
+modes: service account, pull secrets, pod security context. */}}
 {{- define "webhook-sidecar.podIdentity" -}}
 {{- with .Values.serviceAccountName }}
 serviceAccountName: {{ . }}
@@ -480,9 +480,32 @@ preStop:
 {{- end }}
 {{- end }}
 
-{{/* PUBLIC: the proxy for the pod's `initContainers:` list (only when native). */}}
+{{/* `webhook-sidecar migrate` before the proxy starts (PostgreSQL store, migrate.enabled): an
+init container of every proxy pod rather than a Helm hook, so that what it reads (the config,
+the generated and the provider Secrets) exists when it runs. docs/design.md, "The schema step
+in the chart". */}}
+{{- define "webhook-sidecar.migrateContainer" -}}
+{{- if and .Values.migrate.enabled (eq (include "webhook-sidecar.storeKind" .) "postgresql") -}}
+- name: webhook-sidecar-migrate
+  image: {{ include "webhook-sidecar.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args: ["migrate"]
+  env:
+    {{- include "webhook-sidecar.env" . | nindent 4 }}
+  volumeMounts:
+    {{- include "webhook-sidecar.volumeMounts" . | nindent 4 }}
+  resources:
+    {{- toYaml .Values.migrate.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.securityContext | nindent 4 }}
+{{- end }}
+{{- end }}
+
+{{/* PUBLIC: the pod's `initContainers:` list: the migrate step (PostgreSQL), then the proxy
+when native. */}}
 {{- define "webhook-sidecar.initContainers" -}}
+{{- include "webhook-sidecar.migrateContainer" . }}
 {{- if .Values.sidecar.native }}
-{{- include "webhook-sidecar.container" . }}
+{{ include "webhook-sidecar.container" . }}
 {{- end }}
 {{- end }}
