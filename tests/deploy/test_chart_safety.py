@@ -244,8 +244,8 @@ POD_IDENTITY = {
 
 
 def test_the_standalone_pod_uses_the_pod_identity() -> None:
-    docs = render(CHART, values_of("standalone", store={"existingSecret": {"name": "db", "key": "url"}},
-                                   **POD_IDENTITY))
+    store = {"existingSecret": {"name": "db", "key": "url"}}
+    docs = render(CHART, values_of("standalone", store=store, **POD_IDENTITY))
     pod = pod_of(docs)
     assert pod["imagePullSecrets"] == POD_IDENTITY["imagePullSecrets"]
     assert pod["serviceAccountName"] == "webhooks"
