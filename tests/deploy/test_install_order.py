@@ -29,8 +29,8 @@ from tests.deploy import helm_order
 from tests.deploy.chart_support import CHART, EXAMPLE, KUBE_VERSIONS, REPO, Manifest, render
 from tests.deploy.helm_order import Finding, Phase, Ref, Why
 
-# The chart as released before the migrate Job stopped being a pre-install hook: upgrades
-# start from it, and it is the chart the order check must catch.
+# The chart whose pre-install migrate hook needs the Secrets the release creates afterwards:
+# upgrades start from it, and the order check must catch it.
 PREVIOUS_CHART = "cf3e65f"
 CHART_DEFAULTS: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
 VALUES_SCHEMA = json.loads((CHART / "values.schema.json").read_text())
@@ -121,9 +121,10 @@ def is_chart_values(block: Any) -> bool:
             and set(block) <= set(CHART_DEFAULTS) | {"global"})
 
 
-def doc_values() -> list[Case]:
+def doc_values(pages: list[Path] = DOCS) -> list[Case]:
+    """The values blocks of ``pages``, each named <page>:<line>."""
     cases = []
-    for path in DOCS:
+    for path in pages:
         for line, text, marked in yaml_blocks(path):
             try:
                 block = yaml.safe_load(text)
@@ -133,7 +134,8 @@ def doc_values() -> list[Case]:
                 continue
             if marked or is_chart_values(block):
                 example = set(block) == {ALIAS}
-                cases.append(Case(f"{path.relative_to(REPO)}:{line}", block, example=example))
+                page = path.relative_to(REPO) if path.is_relative_to(REPO) else path.name
+                cases.append(Case(f"{page}:{line}", block, example=example))
     return cases
 
 
@@ -166,6 +168,26 @@ class Charts:
     chart: Path
     example: Path
 
+    def values_for(self, case: Case) -> dict[str, Any]:
+        """The case's values without the keys this chart's schema does not know (values that
+        are newer than an old chart): what a release of this chart was installed with."""
+        schema = json.loads((self.chart / "values.schema.json").read_text())
+        if case.example:
+            return {**case.values, ALIAS: known_to(schema, case.values.get(ALIAS) or {})}
+        values: dict[str, Any] = known_to(schema, case.values)
+        return values
+
+
+def known_to(schema: dict[str, Any], values: Any) -> Any:
+    """``values`` without the keys a closed object of ``schema`` (additionalProperties: false)
+    does not list, at any depth reached through ``properties``."""
+    properties = schema.get("properties")
+    if not isinstance(values, dict) or properties is None:
+        return values
+    closed = schema.get("additionalProperties") is False
+    return {key: known_to(properties.get(key, {}), value) for key, value in values.items()
+            if key in properties or not closed}
+
 
 @pytest.fixture(scope="session")
 def current(example_chart: Path) -> Charts:
@@ -193,8 +215,8 @@ def _rendered(chart: Path, values: str, kube_version: str | None) -> tuple[Manif
 
 def rendered(charts: Charts, case: Case) -> list[Manifest]:
     chart = charts.example if case.example else charts.chart
-    return copy.deepcopy(list(_rendered(chart, json.dumps(case.values, sort_keys=True),
-                                        case.kube_version)))
+    values = json.dumps(charts.values_for(case), sort_keys=True)
+    return copy.deepcopy(list(_rendered(chart, values, case.kube_version)))
 
 
 def report(findings: list[Finding]) -> str:
@@ -237,7 +259,7 @@ def test_the_previous_chart_starts_the_migrate_hook_before_the_generated_secrets
             report(findings)
 
 
-def test_the_previous_chart_fails_the_first_install_on_a_provider_secret_created_later(
+def test_the_previous_chart_fails_the_first_install_without_the_provider_secret(
         previous: Charts) -> None:
     """docs/first-deploy.md's "come back to this Secret" branch: the provider Secret does not
     exist yet, and the migrate hook is the first pod to need it."""
@@ -248,9 +270,9 @@ def test_the_previous_chart_fails_the_first_install_on_a_provider_secret_created
     findings = helm_order.install(rendered(previous, case),
                                   user_owned=case.owned() - provider_secrets)
     migrate = Ref("Job", "webhooks-webhook-sidecar-migrate")
-    for secret in provider_secrets:
-        assert Finding(Phase.PRE_INSTALL, migrate, secret, Why.NEVER_CREATED) in findings, \
-            report(findings)
+    for provider_secret in provider_secrets:
+        assert Finding(Phase.PRE_INSTALL, migrate, provider_secret,
+                       Why.NEVER_CREATED) in findings, report(findings)
 
 
 def test_the_docs_show_chart_values_that_the_schema_accepts() -> None:
@@ -260,6 +282,41 @@ def test_the_docs_show_chart_values_that_the_schema_accepts() -> None:
     for case in found:
         values = case.values[ALIAS] if case.example else case.values
         jsonschema.validate(merge(CHART_DEFAULTS, values), VALUES_SCHEMA)
+
+
+def test_values_blocks_are_told_from_other_yaml(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(textwrap.dedent(f"""\
+        ```yaml
+        providers: {{stripe: {{path: /webhooks/stripe, preset: stripe, secrets: ["${{S}}"]}}}}
+        ```
+        1. Values:
+
+           ```yaml
+           {ALIAS}:
+             mode: sidecar
+           ```
+        {MARKER}
+        ```yaml
+        metrics: {{podMonitor: {{enabled: true}}}}
+        ```
+        ```yaml
+        {{{{- $sidecar := .Subcharts.{ALIAS} }}}}
+        ```
+        """))
+    found = doc_values([page])
+    assert [(c.id, c.example) for c in found] == [("page.md:6", True), ("page.md:11", False)]
+    assert found[1].values == {"metrics": {"podMonitor": {"enabled": True}}}
+
+
+def test_the_previous_chart_gets_only_the_values_its_schema_knows() -> None:
+    schema = {"additionalProperties": False, "properties": {
+        "migrate": {"additionalProperties": False, "properties": {"enabled": {}}},
+        "providers": {"type": "object"}}}
+    values = {"migrate": {"enabled": True, "added": 1}, "added": 2,
+              "providers": {"stripe": {"path": "/s"}}}
+    assert known_to(schema, values) == {"migrate": {"enabled": True},
+                                        "providers": {"stripe": {"path": "/s"}}}
 
 
 def test_config_file_snippets_are_not_taken_for_chart_values() -> None:
@@ -424,3 +481,10 @@ def test_every_pod_reference_is_read() -> None:
     cron = {"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": spec}}}}}
     assert helm_order.pod_spec(cron) is spec
     assert helm_order.pod_spec({"kind": "Service", "spec": {}}) is None
+
+
+def test_a_hook_with_an_unknown_event_is_never_created() -> None:
+    """Helm skips it (a typo in helm.sh/hook does not fail the render)."""
+    manifests = [job("migrate", "token", hook("pre-install")),
+                 secret("token", hook("pre-instal", weight=-1))]
+    assert [f.why for f in helm_order.install(manifests)] == [Why.NEVER_CREATED]
