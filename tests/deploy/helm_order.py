@@ -176,6 +176,7 @@ def pod_refs(spec: Manifest) -> list[PodRef]:
 
 def install(manifests: Iterable[Manifest], *, user_owned: Iterable[Ref] = ()) -> list[Finding]:
     """The findings of ``helm install`` followed by ``helm test``."""
+    manifests = list(manifests)
     steps = [*_hook_steps(manifests, "pre-install", Phase.PRE_INSTALL),
              *_release_steps(manifests, Phase.RELEASE),
              *_hook_steps(manifests, "post-install", Phase.POST_INSTALL),
@@ -187,7 +188,7 @@ def upgrade(previous: Iterable[Manifest], manifests: Iterable[Manifest], *,
             user_owned: Iterable[Ref] = ()) -> list[Finding]:
     """The findings of ``helm upgrade`` from a release installed from ``previous`` (every
     step of that install done), followed by ``helm test``."""
-    previous = list(previous)
+    previous, manifests = list(previous), list(manifests)
     before = [*_hook_steps(previous, "pre-install", Phase.PREVIOUS_RELEASE),
               *_release_steps(previous, Phase.PREVIOUS_RELEASE),
               *_hook_steps(previous, "post-install", Phase.PREVIOUS_RELEASE)]
