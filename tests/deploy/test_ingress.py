@@ -29,6 +29,7 @@ from sidecar.core.errors import ConfigError
 from tests.deploy.chart_support import (
     CHART,
     KUBE_VERSIONS,
+    REPO,
     VALUES,
     Manifest,
     build_example,
@@ -343,3 +344,36 @@ def test_routed_manifests_validate_against_kubernetes_and_the_gateway_api(
     [message] = gateway_api([broken])
     assert message and "port must be integer" in message and "path/type" in message
 
+
+def test_the_claimed_minimum_kubernetes_is_the_one_tested(example_chart: Path) -> None:
+    """Chart.yaml's kubeVersion is what the chart is validated against: every rendering but the
+    native sidecar (>= 1.29, refused at render below that) is valid on the claimed minimum."""
+    minimum = claimed_minimum()
+    docs = (REPO / "docs" / "kubernetes.md").read_text(encoding="utf-8")
+    assert f"Kubernetes {minimum.rpartition('.')[0]} and later" in docs
+    renderings = [render(CHART, VALUES[name], kube_version=minimum, tests=True)
+                  for name in ("sidecar", "standalone", "realistic")]
+    renderings.append(render(example_chart, example_values(), kube_version=minimum))
+    for docs in renderings:
+        for doc in docs:
+            if doc["apiVersion"] != "monitoring.coreos.com/v1":
+                kubernetes_validate.validate(doc, minimum, strict=True)
+    report = helm.lint(CHART, routed(), strict=True, kube_version=f"v{minimum}")
+    assert report["errors"] == [] and report["messages"] == [], report
+
+
+def test_the_docs_values_render_what_the_docs_say() -> None:
+    """The values shown in docs/kubernetes.md, "Reaching the proxy from outside", render."""
+    docs = (REPO / "docs" / "kubernetes.md").read_text(encoding="utf-8")
+    section = docs.split("\n## Reaching the proxy from outside\n", 1)[1].split("\n## ", 1)[0]
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", section, re.S)
+              if "{{" not in b]
+    shown = {key: block for block in blocks for key in ("ingress", "httpRoute") if key in block}
+    assert set(shown) == {"ingress", "httpRoute"}
+    for key, block in shown.items():
+        rendered = render(CHART, values_of("realistic", **block))
+        assert len(kinds(rendered, "Ingress" if key == "ingress" else "HTTPRoute")) == 1
+        assert config_of(rendered)["trusted_proxies"] == block["trustedProxies"]
+    network_policy = next(b for b in blocks if "networkPolicy" in b)
+    policy = one(render(CHART, values_of("realistic", **network_policy)), "NetworkPolicy")
+    assert network_policy["networkPolicy"]["webhookFrom"][0] in policy["spec"]["ingress"][0]["from"]
