@@ -177,6 +177,16 @@ def test_the_httproute_matches_exactly_the_providers_paths_and_targets_the_webho
     assert route["metadata"]["labels"]["app.kubernetes.io/instance"] == "shop"
 
 
+def test_a_path_gateway_api_refuses_is_refused_for_the_httproute_only() -> None:
+    values = routed()
+    values["providers"]["stripe"]["path"] = "/webhooks/stripe live"
+    with pytest.raises(REFUSED) as info:
+        render(CHART, values)
+    assert "cannot be an HTTPRoute path" in str(info.value)
+    values["httpRoute"]["enabled"] = False
+    assert len(kinds(render(CHART, values), "Ingress")) == 1
+
+
 def test_the_httproute_needs_a_parent_gateway() -> None:
     with pytest.raises(REFUSED) as info:
         render(CHART, routed(httpRoute={"enabled": True}))
@@ -195,18 +205,30 @@ def test_sidecar_mode_refuses_a_route_and_says_where_to_put_it(route: str) -> No
     assert "webhook-sidecar.providerPaths" in message
 
 
-def test_the_provider_paths_template_serves_an_app_charts_own_ingress(tmp_path: Path) -> None:
-    """In sidecar mode the app chart routes its own Service; the PUBLIC template gives it the
-    paths the config serves, from the dependency's context as the other named templates."""
+def test_the_docs_sidecar_ingress_routes_the_apps_service_to_the_proxy(tmp_path: Path) -> None:
+    """In sidecar mode the app chart routes its own Service. The snippet in docs/kubernetes.md,
+    put into the example app chart's Ingress, lists the paths the config serves (the PUBLIC
+    template "webhook-sidecar.providerPaths") and reaches the proxy's webhook port."""
+    docs_text = (REPO / "docs" / "kubernetes.md").read_text(encoding="utf-8")
+    [snippet] = [b for b in re.findall(r"```yaml\n(.*?)```", docs_text, re.S)
+                 if "webhook-sidecar.providerPaths" in b]
     chart = build_example(tmp_path)
-    (chart / "templates" / "paths.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: paths}\ndata:\n"
-        "  paths: {{ include \"webhook-sidecar.providerPaths\" .Subcharts.webhookSidecar"
-        " | quote }}\n")
+    (chart / "templates" / "ingress.yaml").write_text(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: orders}\n"
+        "spec:\n  rules:\n  - http:\n" + snippet)
     docs = render(chart, example_values())
-    listed = json.loads(one(docs, "ConfigMap", "paths")["data"]["paths"])
-    assert {p["path"] for p in listed} == provider_paths(docs)
-    assert [p["provider"] for p in listed] == sorted(config_of(docs)["providers"])
+    ingress = one(docs, "Ingress")
+    kubernetes_validate.validate(ingress, KUBE_VERSIONS[-1], strict=True)
+    [rule] = ingress["spec"]["rules"]
+    assert {e["path"] for e in rule["http"]["paths"]} == provider_paths(docs)
+    service = one(docs, "Service", "-orders")
+    pod = pod_of(docs)
+    for entry in rule["http"]["paths"]:
+        backend = entry["backend"]["service"]
+        assert backend["name"] == service["metadata"]["name"]
+        port = next(p for p in service["spec"]["ports"] if p["name"] == backend["port"]["name"])
+        assert named_port(proxy_container(pod), port["targetPort"]) == port_of(
+            config_of(docs)["listen"])
 
 
 @pytest.mark.parametrize(("path", "reason"), [
