@@ -196,6 +196,12 @@ sqlite
 {{- $_ := set $config "admin_token" "${WEBHOOK_SIDECAR_ADMIN_TOKEN}" }}
 {{- end }}
 {{- $_ := set $config "providers" $providers }}
+{{- if $v.trustedProxies }}
+{{- if hasKey $config "trusted_proxies" }}
+{{- fail "trustedProxies and config.trusted_proxies both set: keep one (they are the same setting)" }}
+{{- end }}
+{{- $_ := set $config "trusted_proxies" $v.trustedProxies }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 
