@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import yaml
 
+from tests.deploy import helm_order
 from tests.deploy.chart_support import CHART, SIGNING_SECRET, Manifest, kinds, one, render
 from tests.support import REPO
 
@@ -62,28 +63,38 @@ def image_of(values: dict[str, Any]) -> str:
     return f"{values['image']['repository']}:{values['image']['tag']}"
 
 
-class Pod(Protocol):
-    """Runs the rendered pod's containers: ``config`` is the rendered config file (with the
-    secret files its providers read beside it, under ``secrets``), ``env`` the pod's env."""
+@dataclass
+class PodFiles:
+    """What the rendered pod gives its containers."""
 
-    async def build(self, argv: list[str], cwd: Path) -> None: ...
-    async def migrate(self, config: Path, secrets: Path, env: dict[str, str]) -> None: ...
-    async def start(self, config: Path, secrets: Path, env: dict[str, str]) -> tuple[str, str]:
+    spec: Manifest                     # the Deployment's pod spec
+    config: Path                       # the config file, as the ConfigMap mounts it
+    secrets: Path                      # a folder per Secret, as the pod mounts them
+    env: dict[str, str]                # the env it sets from Secrets
+
+
+class Pod(Protocol):
+    """Runs the rendered pod's containers (from a checkout, or the image)."""
+
+    async def build(self, command: str, cwd: Path) -> None:
+        """Run the page's ``docker build`` command in ``cwd``, or stand for it."""
+        ...
+    async def migrate(self, files: PodFiles) -> None: ...
+    async def start(self, files: PodFiles) -> tuple[str, str]:
         """The proxy's webhook and admin addresses (host:port, on loopback)."""
         ...
-    async def cli(self, argv: list[str], config: Path, secrets: Path,
-                  env: dict[str, str]) -> str: ...
+    async def cli(self, argv: list[str], files: PodFiles) -> str: ...
     async def stop(self) -> None: ...
 
 
-async def shell(command: str, cwd: Path) -> str:
+async def shell(command: str, cwd: Path, timeout: float = 120) -> str:
     """``command`` run by bash in ``cwd``, with this checkout's ``webhook-sidecar`` on PATH."""
     path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
     proc = await asyncio.create_subprocess_exec(
         "bash", "-c", f"set -o pipefail; {command}", cwd=cwd,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PATH": path})
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode == 0, (command, out.decode(), err.decode())
     return out.decode()
 
@@ -136,8 +147,7 @@ class Cluster:
     docs: list[Manifest] = field(default_factory=list)
     addresses: dict[str, str] = field(default_factory=dict)  # port name -> host:port
     forwards: dict[str, str] = field(default_factory=dict)   # 127.0.0.1:8080 -> the proxy's
-    config: Path = Path()
-    env: dict[str, str] = field(default_factory=dict)
+    files: PodFiles | None = None
     outputs: list[str] = field(default_factory=list)
 
     def fill(self, command: str) -> str:
@@ -153,7 +163,7 @@ class Cluster:
             match argv:
                 case ["docker", "build", *_]:
                     assert image_of(the_values()) in argv, argv
-                    await self.pod.build(argv, REPO)
+                    await self.pod.build(command, REPO)
                 case ["docker", "push", image]:
                     assert image == image_of(the_values())  # no registry here
                 case ["stripe", "webhook_endpoints", *_]:
@@ -172,8 +182,8 @@ class Cluster:
                 case ["kubectl", "exec", target, "--", "webhook-sidecar", *rest]:
                     assert target.removeprefix("deploy/") == one(self.docs, "Deployment")[
                         "metadata"]["name"], target
-                    self.outputs.append(await self.pod.cli(rest, self.config, self.tmp / "secrets",
-                                                           self.env))
+                    assert self.files is not None
+                    self.outputs.append(await self.pod.cli(rest, self.files))
                 case ["echo" | "webhook-sidecar" | "curl", *_]:
                     self.outputs.append(await shell(command, self.tmp))
                 case _:
@@ -190,7 +200,10 @@ class Cluster:
         assert chart == RELEASE_CHART
         self.release = release
         self.docs = render(CHART, the_values(), name=release, tests=True)
-        check_install_order(self.docs, user_secrets=set(self.secrets))
+        # Helm's order, with exactly the Secrets the page made so far as the user's own.
+        findings = helm_order.install(self.docs, user_owned={
+            helm_order.Ref("Secret", name) for name in self.secrets})
+        assert not findings, "\n".join(map(str, findings))
         await self.start_pod()
 
     def helm_test(self, release: str) -> None:
@@ -217,20 +230,22 @@ class Cluster:
         for provider in config["providers"].values():
             for ref in provider["secrets"]:
                 self.mount(pod, ref["file"])
-        self.config = self.tmp / "config" / "config.yaml"
-        self.config.parent.mkdir()
-        self.config.write_text(yaml.safe_dump(config))
+        path = self.tmp / "config" / "config.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(yaml.safe_dump(config))
         made = {"token": secrets.token_hex(16), "secret": SIGNING_SECRET}  # as the chart makes
         [migrate] = pod["initContainers"]
         assert migrate["args"] == ["migrate"]
+        env: dict[str, str] = {}
         for var in migrate["env"]:
             if "valueFrom" in var:
                 ref = var["valueFrom"]["secretKeyRef"]
                 value = (self.secrets[ref["name"]][ref["key"]] if ref["name"] in self.secrets
                          else made[ref["key"]])
-                self.env[var["name"]] = self.database_url(value)
-        await self.pod.migrate(self.config, self.tmp / "secrets", self.env)
-        listen, admin = await self.pod.start(self.config, self.tmp / "secrets", self.env)
+                env[var["name"]] = self.database_url(value)
+        self.files = PodFiles(pod, path, self.tmp / "secrets", env)
+        await self.pod.migrate(self.files)
+        listen, admin = await self.pod.start(self.files)
         self.addresses = {"webhooks": listen, "webhook-admin": admin}
 
     def mount(self, pod: Manifest, file: str) -> None:
@@ -251,18 +266,3 @@ class Cluster:
         for page_name, ours in self.database.items():
             value = value.replace(page_name, ours)
         return value
-
-
-def check_install_order(docs: list[Manifest], user_secrets: set[str]) -> None:
-    """Every Secret a pod refers to exists when Helm starts it: the user's (created above)
-    or one the chart renders as a release resource before the pod's own."""
-    rendered = {d["metadata"]["name"] for d in kinds(docs, "Secret")}
-    hooks = [d for d in docs if "helm.sh/hook" in d["metadata"].get("annotations", {})
-             and d["metadata"]["annotations"]["helm.sh/hook"] != "test"]
-    assert not hooks, "a pre-install hook starts before the release's Secrets exist"
-    for doc in kinds(docs, "Deployment"):
-        pod = doc["spec"]["template"]["spec"]
-        text = yaml.safe_dump(pod)
-        for name in re.findall(r"secretName: (\S+)", text) + re.findall(
-                r"secretKeyRef:\n\s+key: \S+\n\s+name: (\S+)", text):
-            assert name in rendered | user_secrets, name

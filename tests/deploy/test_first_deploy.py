@@ -10,7 +10,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,13 @@ import yaml
 
 from tests.acceptance.conftest import run_cli
 from tests.deploy.chart_support import CHART, one, render
-from tests.deploy.first_deploy import Cluster, commands, role_and_database, the_values
+from tests.deploy.first_deploy import (
+    Cluster,
+    PodFiles,
+    commands,
+    role_and_database,
+    the_values,
+)
 from tests.pgserver import PgServer
 from tests.support import REPO, ProxyProcess, StubApp
 
@@ -33,40 +39,37 @@ class LocalPod:
     under the test's directory, and the proxy listens on loopback ports of its choice."""
 
     proxy: ProxyProcess | None = None
-    local: dict[Path, Path] = field(default_factory=dict)
 
-    async def build(self, argv: list[str], cwd: Path) -> None:
+    async def build(self, command: str, cwd: Path) -> None:
         pass  # no image here: the checkout is what it would contain
 
-    def localised(self, config: Path, secrets: Path) -> Path:
-        if config not in self.local:
-            data: dict[str, Any] = yaml.safe_load(config.read_text())
-            data["listen"] = data["admin_listen"] = "127.0.0.1:0"
-            for provider in data["providers"].values():
-                for ref in provider["secrets"]:
-                    ref["file"] = ref["file"].replace(SECRETS_DIR, str(secrets))
-            self.local[config] = config.with_name("local.yaml")
-            self.local[config].write_text(yaml.safe_dump(data))
-        return self.local[config]
+    def localised(self, files: PodFiles) -> Path:
+        data: dict[str, Any] = yaml.safe_load(files.config.read_text())
+        data["listen"] = data["admin_listen"] = "127.0.0.1:0"
+        for provider in data["providers"].values():
+            for ref in provider["secrets"]:
+                ref["file"] = ref["file"].replace(SECRETS_DIR, str(files.secrets))
+        path = files.config.with_name("local.yaml")
+        path.write_text(yaml.safe_dump(data))
+        return path
 
-    async def migrate(self, config: Path, secrets: Path, env: dict[str, str]) -> None:
-        await self.cli(["migrate"], config, secrets, env)
+    async def migrate(self, files: PodFiles) -> None:
+        await self.cli(["migrate"], files)
 
-    async def start(self, config: Path, secrets: Path, env: dict[str, str]) -> tuple[str, str]:
-        self.proxy = await ProxyProcess(self.localised(config, secrets), env=env).start()
+    async def start(self, files: PodFiles) -> tuple[str, str]:
+        self.proxy = await ProxyProcess(self.localised(files), env=files.env).start()
         return self.proxy.listen, self.proxy.admin
 
-    async def cli(self, argv: list[str], config: Path, secrets: Path,
-                  env: dict[str, str]) -> str:
-        path = str(self.localised(config, secrets))
-        code, out, err = await run_cli(*argv, env={**os.environ, **env,
-                                                   "WEBHOOK_SIDECAR_CONFIG": path})
+    async def cli(self, argv: list[str], files: PodFiles) -> str:
+        env = {**os.environ, **files.env, "WEBHOOK_SIDECAR_CONFIG": str(self.localised(files))}
+        code, out, err = await run_cli(*argv, env=env)
         assert code == 0, (argv, out, err)
         return out
 
     async def stop(self) -> None:
         if self.proxy is not None:
             await self.proxy.terminate()
+            self.proxy = None
 
 
 @pytest.mark.postgres
@@ -86,7 +89,8 @@ async def test_the_page_followed_literally_delivers_once(pg_server: PgServer,
             metrics = cluster.outputs[-1]
             assert 'result="new"' in metrics and 'result="duplicate"' in metrics, metrics
             # As the role of step 2: no superuser, the tables in its own schema.
-            conn = await asyncpg.connect(cluster.env["WEBHOOK_SIDECAR_STORE_URL"])
+            assert cluster.files is not None
+            conn = await asyncpg.connect(cluster.files.env["WEBHOOK_SIDECAR_STORE_URL"])
             try:
                 assert not await conn.fetchval(
                     "SELECT rolsuper OR rolcreatedb OR rolcreaterole FROM pg_roles "
