@@ -59,8 +59,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def default_config() -> str | None:
-    """Where a subcommand reads its config when ``--config`` is not given: ``$WEBHOOK_SIDECAR_CONFIG``
-    (so inside the pod, where the chart sets it, no subcommand needs the flag)."""
+    """The config file of a subcommand run without ``--config``: ``$WEBHOOK_SIDECAR_CONFIG``
+    (inside the pod the chart sets it, so no subcommand needs the flag there)."""
     return os.environ.get(CONFIG_ENV) or None
 
 
