@@ -124,12 +124,13 @@ def private_network() -> bool:
 
 
 def run(page_blocks: list[Block], cwd: Path, *, timeout: float = 300,
-        env: dict[str, str] | None = None,
+        env: dict[str, str] | None = None, unset: tuple[str, ...] = (),
         isolated: bool = False) -> subprocess.CompletedProcess[str]:
     """Runs the blocks in ``cwd`` with the test interpreter's `bin` on PATH (so the bare
-    `webhook-sidecar` of a page is the one under test); ``isolated``: in a network namespace of
-    its own (see ``private_network``). The whole shell is stopped at ``timeout``."""
-    environment = {**os.environ, **(env or {})}
+    `webhook-sidecar` of a page is the one under test), without the variables in ``unset`` (the
+    page must set them itself); ``isolated``: in a network namespace of its own (see
+    ``private_network``). The whole shell is stopped at ``timeout``."""
+    environment = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment['PATH']}"
     environment["DOCS_PYTHON"] = sys.executable
     text = script(page_blocks)

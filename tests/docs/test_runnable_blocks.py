@@ -53,7 +53,9 @@ def test_the_local_development_blocks_run(tmp_path: Path) -> None:
     if not isolated:
         busy = [port for port in (8080, 9090) if not _free(port)]
         assert not busy, f"ports {busy} are taken here: the page's proxy cannot start"
-    done = blocks.run(found, tmp_path, timeout=90, isolated=isolated)
+    # The page must export every secret its config reads before checking or starting it.
+    done = blocks.run(found, tmp_path, timeout=90, isolated=isolated, unset=(
+        "WEBHOOK_SIDECAR_SIGNING_SECRET", "STRIPE_WEBHOOK_SECRET", "GITHUB_WEBHOOK_SECRET"))
     assert done.returncode == 0, done.stdout[-4000:]
     assert "listening" in done.stdout, done.stdout[-4000:]
 
