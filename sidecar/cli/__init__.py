@@ -58,6 +58,12 @@ def _main(argv: Sequence[str] | None) -> int:
         return 130
 
 
+def default_config() -> str | None:
+    """The config file of a subcommand run without ``--config``: ``$WEBHOOK_SIDECAR_CONFIG``
+    (inside the pod the chart sets it, so no subcommand needs the flag there)."""
+    return os.environ.get(CONFIG_ENV) or None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="webhook-sidecar",
@@ -67,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     def with_config(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", "-c", default=os.environ.get(CONFIG_ENV),
+        p.add_argument("--config", "-c", default=default_config(),
                        help=f"YAML config file (default: ${CONFIG_ENV})")
 
     run = sub.add_parser("run", help="run the proxy")

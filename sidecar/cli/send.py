@@ -3,8 +3,9 @@ N times one after another (redeliveries of one event), or N times at once — pr
 response. Used to try a deployment, and to watch the dedupe work: every copy carries the same
 event id, so the app behind the proxy should see it once.
 
-The scheme comes from a config file (``--config FILE --provider KEY``: signature block, event
-id and first secret as the proxy would use them) or from a preset (``--preset NAME --secret
+The scheme comes from a config file (``--config FILE --provider KEY``, the file defaulting to
+``$WEBHOOK_SIDECAR_CONFIG`` like every subcommand's: signature block, event id and first secret
+as the proxy would use them) or from a preset (``--preset NAME --secret
 S``). Public-key schemes (Discord, SendGrid, Standard Webhooks ``v1a``) verify with a public
 key, so signing needs the private key: pass it with ``--secret`` (Discord: hex 32-byte seed;
 SendGrid: base64 DER PKCS#8; Standard Webhooks: ``whsk_`` + base64 seed).
@@ -35,6 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from sidecar.cli import CONFIG_ENV, default_config
 from sidecar.cli.samples import Sample, find_sample, samples_of
 from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.errors import ConfigError, EventIdError
@@ -94,7 +96,8 @@ class Outcome:
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("scheme (one of)")
-    source.add_argument("--config", "-c", help="YAML config file of the proxy")
+    source.add_argument("--config", "-c", help="YAML config file of the proxy (default, "
+                        f"without --preset: ${CONFIG_ENV})")
     source.add_argument("--provider", help="provider key in --config")
     source.add_argument("--preset", help=f"preset name: {', '.join(preset_names())}")
     parser.add_argument("--secret", help="signing secret (with --preset; or, with --config, a "
@@ -375,6 +378,9 @@ def _payload(args: argparse.Namespace, scheme: Scheme) -> tuple[bytes, Sample | 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when every response was 2xx, 1 otherwise (2 for a usage/config error, raised as
     ``ConfigError`` to the CLI)."""
+    if args.config is None and args.preset is None:
+        # Like every subcommand; but only here, so that --preset still works where it is set.
+        args.config = default_config()
     if args.list_samples is not None:
         for line in list_samples(_preset_named(args)):
             print(line)

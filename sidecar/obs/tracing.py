@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 ENDPOINT_VARIABLES: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 DEFAULT_SERVICE_NAME: Final = "webhook-sidecar"
-INSTALL_HINT: Final = "pip install 'webhook-sidecar[otel]'"
+# From source until a release is on PyPI; the PyPI form is printed too, marked as such.
+INSTALL_HINT: Final = ("install the otel extra: pip install '.[otel]' in a source checkout "
+                       "(pip install 'webhook-sidecar[otel]' once released; not yet)")
 
 
 def tracing_wanted(config: TracingConfig, environ: Mapping[str, str] = os.environ) -> bool:

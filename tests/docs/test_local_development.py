@@ -1,5 +1,7 @@
-"""docs/local-development.md: its config passes `check-config` with the secrets it exports,
-and every forwarding command targets a path the config serves, on the port it listens on."""
+"""docs/local-development.md: its config (Stripe alone, then with the GitHub block the page adds
+under `providers:`) passes `check-config` with the secrets the page exports, and every
+forwarding command targets a path the config serves, on the port it listens on. The page's
+runnable blocks, run in order, are in test_runnable_blocks."""
 
 from __future__ import annotations
 
@@ -19,17 +21,21 @@ DOC = REPO / "docs" / "local-development.md"
 
 def test_the_config_checks_and_the_tools_target_its_paths(tmp_path: Path) -> None:
     text = DOC.read_text(encoding="utf-8")
-    [config_text] = re.findall(r"^```yaml\n(.*?)^```$", text, re.M | re.S)
-    config_file = tmp_path / "config.local.yaml"
-    config_file.write_text(config_text)
+    stripe_alone, github_block = re.findall(r"^```yaml\n(.*?)^```$", text, re.M | re.S)
+    config_text = stripe_alone + github_block  # the GitHub block goes under `providers:`
     env = {**os.environ,
            "WEBHOOK_SIDECAR_SIGNING_SECRET": "whsec_" + base64.b64encode(os.urandom(32)).decode(),
-           "STRIPE_WEBHOOK_SECRET": "whsec_from_stripe_listen",
-           "GITHUB_WEBHOOK_SECRET": "0123456789abcdef0123"}
-    done = subprocess.run([sys.executable, "-m", "sidecar", "check-config", "--config",
-                           str(config_file)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+           "STRIPE_WEBHOOK_SECRET": "whsec_from_stripe_listen"}
+    env.pop("GITHUB_WEBHOOK_SECRET", None)
+    # Stripe alone needs no GitHub secret; with GitHub added, its secret.
+    for config, extra in ((stripe_alone, {}),
+                          (config_text, {"GITHUB_WEBHOOK_SECRET": "0123456789abcdef0123"})):
+        config_file = tmp_path / "config.local.yaml"
+        config_file.write_text(config)
+        done = subprocess.run([sys.executable, "-m", "sidecar", "check-config", "--config",
+                               str(config_file)], cwd=REPO, env={**env, **extra},
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
 
     config = yaml.safe_load(config_text)
     port = config["listen"].rsplit(":", 1)[1]
