@@ -11,7 +11,15 @@ import pytest
 import yaml
 
 from sidecar.config.schema.chart import CHART_OWNED
-from tests.deploy.chart_support import CHART, REPO, Manifest, kinds, notes, render, values_of
+from tests.deploy.chart_support import (
+    CHART,
+    REPO,
+    example_values,
+    kinds,
+    notes,
+    render,
+    values_of,
+)
 
 DOCS = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md", CHART / "README.md"]
 KUBERNETES = REPO / "docs" / "kubernetes.md"
@@ -45,26 +53,25 @@ def test_the_keys_the_chart_owns_are_listed_whole() -> None:
     assert set(CHART_OWNED) <= named, set(CHART_OWNED) - named
 
 
-def rendered_names() -> dict[str, set[str]]:
+@pytest.fixture(scope="module")
+def rendered_names(example_chart: Path) -> dict[str, set[str]]:
     """Deployment and Service names of the releases the docs install: the first-deploy values
     as `webhooks`, the example app chart as `orders`."""
-    docs: list[Manifest] = render(CHART, first_deploy_values(), name="webhooks")
-    example = REPO / "helm" / "examples" / "app-with-sidecar" / "templates" / "deployment.yaml"
-    deployment = re.search(r"^  name: (.*)$", example.read_text(), re.M)
-    assert deployment
-    return {
-        "deploy": {d["metadata"]["name"] for d in kinds(docs, "Deployment")}
-        | {deployment.group(1).replace("{{ .Release.Name }}", "orders")},
-        "svc": {d["metadata"]["name"] for d in kinds(docs, "Service")},
-    }
+    docs = [*render(CHART, first_deploy_values(), name="webhooks"),
+            *render(example_chart, example_values(), name="orders")]
+    return {"deploy": {d["metadata"]["name"] for d in kinds(docs, "Deployment")},
+            "svc": {d["metadata"]["name"] for d in kinds(docs, "Service")}}
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
-def test_kubectl_names_objects_the_documented_releases_render(path: Path) -> None:
-    names = rendered_names()
-    for kind, name in re.findall(r"\b(deploy|svc)/([a-z0-9][a-z0-9-]*)", text(path)):
-        if name.startswith("webhooks-") or name.startswith("orders"):
-            assert name in names[kind], (path.name, f"{kind}/{name}", sorted(names[kind]))
+def test_kubectl_names_objects_the_documented_releases_render(
+        path: Path, rendered_names: dict[str, set[str]]) -> None:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if "kubectl" not in line:
+            continue
+        for kind, name in re.findall(r"\b(deploy|deployment|svc)/([a-z0-9][a-z0-9.-]*)", line):
+            kind = "deploy" if kind == "deployment" else kind
+            assert name in rendered_names[kind], (path.name, line, sorted(rendered_names[kind]))
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
