@@ -224,10 +224,11 @@ async def test_a_provider_upstream_down_at_start_up_is_accepted_and_reached_late
         assert world.dep.stub.seen == []
 
 
-def check_config_file(tmp_path: Path, config: dict[str, Any]) -> str:
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return str(path)
+def check_config_file(tmp_path: Path, config: dict[str, Any]) -> tuple[str, str]:
+    """The config written as YAML: its path and its text."""
+    path, text = tmp_path / "config.yaml", yaml.safe_dump(config, sort_keys=False)
+    path.write_text(text)
+    return str(path), text
 
 
 async def test_check_config_lists_the_providers_of_each_upstream(tmp_path: Path) -> None:
@@ -243,7 +244,7 @@ async def test_check_config_lists_the_providers_of_each_upstream(tmp_path: Path)
         },
     }
     code, out, err = await run_cli("check-config", "--config",
-                                   check_config_file(tmp_path, config))
+                                   check_config_file(tmp_path, config)[0])
     assert code == 0, err
     assert "upstream http://orders:8000: stripe, shopify\n" in out
     assert "upstream http://default:3000: github\n" in out
@@ -257,11 +258,11 @@ async def test_a_provider_with_no_upstream_at_all_is_named_with_its_line(
                    "upstream": {"url": "http://orders:8000"}},
         "github": {"path": "/g", "preset": "github", **secret},
     }}
-    path = check_config_file(tmp_path, config)
+    path, text = check_config_file(tmp_path, config)
     code, out, err = await run_cli("check-config", "--config", path)
     assert code != 0, out
     # The line of the provider's key: it has no upstream block to point at.
-    line = Path(path).read_text().splitlines().index("  github:") + 1
+    line = text.splitlines().index("  github:") + 1
     assert re.search(rf"^{re.escape(path)}:{line}:\d+: providers\.github\.upstream\.url: is "
                      r"required: this provider has no upstream", err, re.MULTILINE), err
     assert "stripe" not in err

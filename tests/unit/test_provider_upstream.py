@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from sidecar.config.keyring import Keyring
 from sidecar.config.loader import Secrets, parse_config
 from sidecar.config.model import Config, UpstreamConfig
 from sidecar.config.problems import ConfigProblems
 from sidecar.forwarding.upstream import Upstreams
+from sidecar.obs.metrics import Metrics
+from sidecar.ops.maintenance import Maintenance
+from sidecar.runtime.testing import MemoryStore
 
 TOP_SIGNING = "whsec_" + base64.b64encode(bytes(range(32))).decode()
 OWN_SIGNING = "whsec_" + base64.b64encode(bytes(range(32, 64))).decode()
@@ -179,3 +183,21 @@ def test_metrics_and_logs_name_an_upstream_by_its_origin(url: str, origin: str) 
 def test_output_never_shows_the_credentials_in_an_upstream_url() -> None:
     shown = UpstreamConfig("https://user:pw@app/x", 1.0, 1.0, 1, 1.0, 1, ()).redacted_url
     assert shown == "https://***@app/x"
+
+
+def test_a_reload_of_a_providers_own_signing_secrets_is_counted_under_their_key_path(
+        tmp_path: Path) -> None:
+    secret = tmp_path / "own.secret"
+    secret.write_text(OWN_SIGNING)
+    loaded = load(config({"url": "http://app"},
+                         stripe={"signing_secrets": [{"file": str(secret)}]}))
+    metrics = Metrics(CollectorRegistry())
+    upkeep = Maintenance(loaded, MemoryStore(), metrics, Keyring(loaded.providers))
+    own = "providers.stripe.upstream.signing_secrets"
+    secret.write_text(TOP_SIGNING)
+    assert upkeep.reload_secrets() == (own,)
+    secret.write_text("not a whsec secret")
+    assert upkeep.reload_secrets() == ()
+    reloads = metrics.registry.get_sample_value
+    assert reloads("webhook_secret_reloads_total", {"provider": own, "result": "applied"}) == 1
+    assert reloads("webhook_secret_reloads_total", {"provider": own, "result": "error"}) == 1
