@@ -14,6 +14,7 @@ import pytest
 
 from sidecar.config.loader import parse_config
 from sidecar.config.schema import SCHEMA_FILE
+from sidecar.core.errors import ConfigError
 from tests.deploy.chart_support import (
     CHART,
     REPO,
@@ -60,3 +61,51 @@ def test_a_wrong_provider_upstream_is_refused_when_rendering() -> None:
     with pytest.raises((helm.HelmValuesError, helm.HelmRenderError)) as info:
         render(CHART, two_apps(url="ftp://repos"))
     assert "/providers/github/upstream/url" in str(info.value)
+
+
+def _stripe_and_github(top: dict[str, Any] | None, **upstreams: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {"providers": {
+        "stripe": {"path": "/s", "preset": "stripe", "secrets": ["whsec_x"]},
+        "github": {"path": "/g", "preset": "github", "secrets": ["x"]},
+    }}
+    if top is not None:
+        config["upstream"] = top
+    for key, block in upstreams.items():
+        config["providers"][key]["upstream"] = block
+    return config
+
+
+def _schema_accepts(config: dict[str, Any]) -> bool:
+    schema = json.loads((REPO / SCHEMA_FILE).read_text())
+    return jsonschema.Draft202012Validator(schema).is_valid(config)
+
+
+def _loader_accepts(config: dict[str, Any]) -> bool:
+    try:
+        parse_config(config, env={})
+    except ConfigError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("config", "schema", "loader"), [
+    pytest.param(_stripe_and_github(None, stripe={"url": "http://o"}, github={"url": "http://r"}),
+                 True, True, id="every-provider-its-own-no-top-level"),
+    pytest.param(_stripe_and_github({"url": "http://a"}, github={"timeout": "5s"}),
+                 True, True, id="top-level-url-one-key-overridden"),
+    pytest.param(_stripe_and_github(None, stripe={"url": "http://o"}),
+                 False, False, id="a-provider-without-any-url"),
+    pytest.param(_stripe_and_github({"timeout": "5s"}, stripe={"url": "http://o"},
+                                    github={"timeout": "3s"}),
+                 False, False, id="top-level-block-without-url"),
+    pytest.param(_stripe_and_github({"url": "http://a"}, github={"url": None}),
+                 True, True, id="null-url-inherits"),
+    pytest.param(_stripe_and_github({"url": "http://a"}, github={"max_connections": 0}),
+                 False, False, id="bad-value-in-a-providers-upstream"),
+    # Loader only: the lease against the provider's own timeout.
+    pytest.param(_stripe_and_github({"url": "http://a"}, github={"timeout": "90s"}),
+                 True, False, id="own-timeout-over-the-lease"),
+])
+def test_the_schema_and_the_loader_agree_on_provider_upstreams(
+        config: dict[str, Any], schema: bool, loader: bool) -> None:
+    assert (_schema_accepts(config), _loader_accepts(config)) == (schema, loader)
