@@ -191,9 +191,20 @@ def _check_config(args: argparse.Namespace) -> int:
               f"lease={format_duration(p.lease)}  "
               f"inflight_wait={format_duration(p.inflight_wait)}  "
               f"retention={format_duration(p.retention)}")
+    for url, keys in _providers_by_upstream(config).items():
+        print(f"upstream {url}: {', '.join(keys)}")
     for warning in config.warnings:
         print(f"warning: {warning}")
     return 0
+
+
+def _providers_by_upstream(config: Config) -> dict[str, list[str]]:
+    """The providers sharing each upstream URL (credentials in it redacted), in the order
+    the providers are written."""
+    shared: dict[str, list[str]] = {}
+    for p in config.providers:
+        shared.setdefault(p.upstream.redacted_url, []).append(p.key)
+    return shared
 
 
 def _print_problems(error: ConfigError, source: str | None) -> None:

@@ -23,6 +23,8 @@ and the loader fills every field.
 Besides ``setting``, a class body may hold:
 
 - ``nested(Model)``: a key whose value is the block of another ``block`` class;
+- ``inheriting(Model, "path", doc)``: the same block with every key optional, a key left out
+  taking its value from the block read at ``path`` (a provider's ``upstream``);
 - ``_name = group(doc)``: a mapping ``name`` without a model of its own, whose keys fill fields
   of this one, declared with ``key="name.key"`` (``log.level`` fills ``Config.log_level``);
 - ``_name = fieldless(kind, doc)``: a key ``name`` read and checked whose value fills no field;
@@ -81,13 +83,15 @@ class Block:
     """A mapping with a fixed set of keys (unknown keys are errors). ``model``: the frozen
     dataclass its values fill; ``None`` for a ``group``, whose values fill fields of the
     enclosing block's model. ``nullable``: an empty ``key:`` means "all defaults". ``extra``:
-    JSON Schema for rules between its keys."""
+    JSON Schema for rules between its keys. ``inherits``: the key path of a block of the same
+    model whose values fill the keys left out here (``inheriting``)."""
 
     doc: str
     keys: Mapping[str, Setting]
     model: type | None = None
     nullable: bool = False
     extra: JSON = field(default_factory=dict)
+    inherits: str | None = None  # a key left out takes its value from the block at this path
 
     @property
     def names(self) -> frozenset[str]:
@@ -156,6 +160,18 @@ def nested(model: type[T], *, required: bool = False) -> T:
     return cast(T, field(metadata={_METADATA: on_field}))
 
 
+def inheriting(model: type[T], inherits: str, doc: str) -> T:
+    """The key a field is filled from, whose value is ``model``'s block of keys, each optional:
+    the model is the block read at ``inherits`` (a key path read before this one) with the keys
+    given here replacing its own."""
+    declared = block_of(model)
+    keys = {name: replace(key, default=NO_DEFAULT, required=False)
+            for name, key in declared.keys.items()}
+    inherited = replace(declared, doc=doc, keys=keys, nullable=True, extra={},
+                        inherits=inherits)
+    return cast(T, field(metadata={_METADATA: _OnField(Setting(Nested(inherited), doc), None)}))
+
+
 def fieldless(kind: Kind[Any], doc: str, *, yaml_default: object = NO_DEFAULT) -> Setting:
     """A key read and checked whose value fills no field (the loader may use it otherwise);
     declared as ``_name = fieldless(…)`` for the key ``name``."""
@@ -179,7 +195,8 @@ def block_of(model: type) -> Block:
         raise TypeError(f"{model.__name__} is not declared with @block") from None
 
 
-@dataclass_transform(frozen_default=True, field_specifiers=(setting, nested, field))
+@dataclass_transform(frozen_default=True,
+                     field_specifiers=(setting, nested, inheriting, field))
 def block(doc: str, *, nullable: bool = False,
              extra: JSON | None = None) -> Callable[[Model], Model]:
     """A frozen dataclass whose fields declare the keys of a mapping (``doc`` describes it;

@@ -32,30 +32,41 @@ def read_secret_file(file: Path, path: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Reload:
-    changed: tuple[str, ...]  # provider keys (or SIGNING) whose keys were replaced
+    changed: tuple[str, ...]  # provider keys (or signing-secret key paths) whose keys changed
     errors: tuple[str, ...]  # problems that left a provider's keys as they were
 
 
 class Keyring:
-    """Every provider's verification keys, and the keys that sign forwards to the app."""
+    """Every provider's verification keys, and the keys that sign forwards to the app: the
+    top-level upstream's (``signing``), or a provider's own where its upstream names other
+    secrets."""
 
     def __init__(self, providers: Sequence[ProviderConfig],
                  signing: Sequence[SecretRef] = ()) -> None:
         self._providers = {p.key: p for p in providers}
         self._keys = {p.key: p.key_bytes for p in providers}
-        self._signing = tuple(signing)
-        self._signing_keys = tuple(s.key for s in self._signing)
+        # Forward-signing secrets by the key path that names them; each provider's set.
+        self._signing = {SIGNING: tuple(signing)}
+        self._signing_of: dict[str, str] = {}
+        for p in providers:
+            own = tuple(p.upstream.signing_secrets)
+            name = SIGNING if own == self._signing[SIGNING] else _own_signing(p.key)
+            self._signing.setdefault(name, own)
+            self._signing_of[p.key] = name
+        self._signing_keys = {name: tuple(s.key for s in refs)
+                              for name, refs in self._signing.items()}
 
     def key_bytes(self, provider: str) -> tuple[bytes, ...]:
         return self._keys[provider]
 
-    def signing_keys(self) -> tuple[bytes, ...]:
-        """The keys every forward is signed with (none: forwards are not signed)."""
-        return self._signing_keys
+    def signing_keys(self, provider: str | None = None) -> tuple[bytes, ...]:
+        """The keys a forward of ``provider`` is signed with (none: not signed); without one,
+        the top-level upstream's."""
+        return self._signing_keys[self._signing_of.get(provider or "", SIGNING)]
 
     @property
     def watches_files(self) -> bool:
-        return any(s.file for s in self._signing) or any(
+        return any(s.file for refs in self._signing.values() for s in refs) or any(
             s.file for p in self._providers.values() for s in p.secrets)
 
     def reload(self) -> Reload:
@@ -75,16 +86,17 @@ class Keyring:
             if fresh != self._keys[key]:
                 self._keys[key] = fresh
                 changed.append(key)
-        if any(s.file for s in self._signing):
+        for name, refs in self._signing.items():
+            if not any(s.file for s in refs):
+                continue
             try:
-                signing = tuple(_read_signing(s, f"{SIGNING}[{i}]")
-                                for i, s in enumerate(self._signing))
+                signing = tuple(_read_signing(s, f"{name}[{i}]") for i, s in enumerate(refs))
             except ConfigError as exc:
                 errors.append(str(exc))
             else:
-                if signing != self._signing_keys:
-                    self._signing_keys = signing
-                    changed.append(SIGNING)
+                if signing != self._signing_keys[name]:
+                    self._signing_keys[name] = signing
+                    changed.append(name)
         return Reload(tuple(changed), tuple(errors))
 
     def _read(self, provider: ProviderConfig, index: int) -> bytes:
@@ -94,6 +106,10 @@ class Keyring:
             return secret.key
         raw = read_secret_file(Path(secret.file), path)
         return decode_secret(provider.signature, raw, path)
+
+
+def _own_signing(provider: str) -> str:
+    return f"providers.{provider}.upstream.signing_secrets"
 
 
 def _read_signing(secret: SecretRef, path: str) -> bytes:

@@ -36,8 +36,9 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "admin_listen must differ from listen (unless the port is 0)",
     "store.pool_min_size must not exceed store.pool_max_size",
     "providers.<key>.path must be unique across providers",
-    "providers.<key>.lease must exceed upstream.timeout (for a batch provider, upstream.timeout "
-    "+ inflight_wait); inflight_wait must not exceed the lease; retention must exceed the lease",
+    "providers.<key>.lease must exceed the provider's upstream.timeout (its own, or the top "
+    "level's; for a batch provider, upstream.timeout + inflight_wait); inflight_wait must not "
+    "exceed the lease; retention must exceed the lease",
     "secrets: {env: NAME} must be set, {file: PATH} must be readable and not empty, and each "
     "secret must decode with the scheme's secret encoding (base64, hex, key prefixes)",
     "a block given next to a preset is merged over the preset first (an event_id with its own "
@@ -79,6 +80,7 @@ _UNREAD: Final[Mapping[Secrets, Mapping[str, object]]] = {
     Secrets.ALL: {},
     Secrets.SIGNING: {"admin_token": None, "providers.<key>.secrets": ()},
     Secrets.NONE: {"admin_token": None, "upstream.signing_secrets": (),
+                   "providers.<key>.upstream.signing_secrets": None,
                    "providers.<key>.secrets": ()},
 }
 

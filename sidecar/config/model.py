@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Final
 from urllib.parse import urlsplit
 
-from sidecar.config.declarations import block, fieldless, group, nested, setting
+from sidecar.config.declarations import block, fieldless, group, inheriting, nested, setting
 from sidecar.config.kinds import (
     Boolean,
     Choice,
@@ -106,12 +106,15 @@ class SecretRef:
         return self.source[len("file:"):] if self.source.startswith("file:") else None
 
 
-@block("The app the proxy forwards to.")
+@block("The app the proxy forwards to; a provider's own upstream block overrides it key by "
+       "key (providers.<key>.upstream).")
 class UpstreamConfig:
-    url: str = setting(UpstreamURL(), "The app, http://… or https://…; the request's path and "
-                       "query are appended.", required=True)
-    timeout: float = setting(Duration(), "Total time for the app's answer (504 past it); every "
-                             "provider's lease must exceed it.", yaml_default="10s")
+    url: str | None = setting(UpstreamURL(), "The app, http://… or https://…; the request's "
+                              "path and query are appended. Needed unless every provider sets "
+                              "its own (providers.<key>.upstream.url).", nullable=True)
+    timeout: float = setting(Duration(), "Total time for the app's answer (504 past it); the "
+                             "lease of each provider using it must exceed it.",
+                             yaml_default="10s")
     connect_timeout: float = setting(Duration(), "Time to connect to the app.",
                                      yaml_default="2s")
     max_connections: int = setting(Integer(1), "Connection pool to the app.", yaml_default=100)
@@ -129,6 +132,35 @@ class UpstreamConfig:
         "each a string, {env: NAME} or {file: PATH} holding a whsec_ secret (base64 of at "
         "least 24 random bytes); every one signs (rotation). Empty: forwards are not signed.",
         yaml_default=[])
+
+    @property
+    def origin(self) -> str:
+        """``scheme://host:port`` of the app, never a path or credentials: how metrics and logs
+        name the upstream a delivery went to (empty while the URL is unset)."""
+        if self.url is None:
+            return ""
+        parts = urlsplit(self.url)
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        host = parts.hostname or ""
+        if ":" in host:  # IPv6
+            host = f"[{host}]"
+        return f"{parts.scheme.lower()}://{host}:{port}"
+
+    @property
+    def redacted_url(self) -> str:
+        """``url`` with any credentials in it replaced by ``***``, for output."""
+        parts = urlsplit(self.target)
+        if parts.username is None and parts.password is None:
+            return self.target
+        return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+
+    @property
+    def target(self) -> str:
+        """The URL forwards go to; only a provider's upstream is sure to have one (the loader
+        refuses a provider without)."""
+        if self.url is None:
+            raise ValueError("upstream.url is not set")
+        return self.url
 
 
 @block("PostgreSQL: the event, attempt and nonce tables range-partitioned by time, so that "
@@ -291,8 +323,12 @@ class ProviderConfig:
     secrets: tuple[SecretRef, ...] = setting(Custom("list", ref("secrets")), "A list; each a "
                                              "string, {env: NAME} or {file: PATH}; all are "
                                              "accepted at once (rotation).", required=True)
+    upstream: UpstreamConfig = inheriting(
+        UpstreamConfig, "upstream", "The app this provider's deliveries go to (forwards, queue "
+        "deliveries, take-overs, re-drives): the top-level upstream with each key given here "
+        "replacing its own; keys left out are the top level's.")
     lease: float = setting(Duration(), "How long an attempt owns the event; must exceed "
-                           "upstream.timeout.", yaml_default="60s")
+                           "the provider's upstream.timeout.", yaml_default="60s")
     inflight_wait: float = setting(Duration(), "How long a duplicate waits for the in-flight "
                                    "outcome before 409 (presets vary); at most the lease.",
                                    yaml_default="5s")
@@ -408,7 +444,13 @@ class TracingConfig:
 PROVIDER_KEY_PATTERN: Final = "^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
-@block("webhook-sidecar configuration.")
+# upstream.url is needed unless every provider has its own.
+_UPSTREAM_URL: Final = {"required": ["upstream"], "properties": {"upstream": {
+    "type": "object", "required": ["url"], "properties": {"url": {"type": "string"}}}}}
+
+
+@block("webhook-sidecar configuration.", extra={"anyOf": [
+    _UPSTREAM_URL, {"properties": {"providers": {"additionalProperties": _UPSTREAM_URL}}}]})
 class Config:
     listen: Address = setting(HostPort(), "Provider-facing listener: provider routes only.",
                               yaml_default="0.0.0.0:8080")
@@ -423,7 +465,7 @@ class Config:
     # Each provider's default; the property max_body_bytes below is their largest.
     _max_body_bytes = fieldless(Size(), "Larger bodies get 413 (per-provider override).",
                                 yaml_default="1MiB")
-    upstream: UpstreamConfig = nested(UpstreamConfig, required=True)
+    upstream: UpstreamConfig = nested(UpstreamConfig)
     store: StoreConfig = nested(StoreConfig)
     _log = group("Logging.", nullable=True)
     log_level: LogLevel = setting(Choice(LogLevel), "Lowest level logged.", yaml_default="info",

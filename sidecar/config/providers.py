@@ -72,14 +72,16 @@ def _provider_or_none(key: object, raw: object, path: str, routes: dict[str, str
 
 
 def _warn_retention(provider: ProviderConfig, path: str, load: Load) -> None:
-    timeout, deadline = load.known("upstream.timeout"), load.known("store.statement_timeout")
-    if (provider.mode is Mode.QUEUE and timeout is not None and deadline is not None
+    timeout, deadline = provider.upstream.timeout, load.known("store.statement_timeout")
+    own = f"{path}.upstream.timeout"
+    key = own if load.known(own) is not None else "upstream.timeout"
+    if (provider.mode is Mode.QUEUE and deadline is not None
             and provider.lease < timeout + deadline):
         load.warnings.append(
-            f"{path}.lease ({format_duration(provider.lease)}) is shorter than upstream.timeout "
+            f"{path}.lease ({format_duration(provider.lease)}) is shorter than {key} "
             f"+ store.statement_timeout ({format_duration(timeout + deadline)}): in queue mode "
             "a take's lease starts before its answer arrives, so a slow store leaves a forward "
-            "less than upstream.timeout before another worker may take the event again "
+            f"less than {key} before another worker may take the event again "
             "(attempt + 1)")
     if provider.mode is Mode.QUEUE and provider.retention < provider.queue.max_age:
         load.warnings.append(

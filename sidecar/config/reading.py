@@ -9,7 +9,7 @@ steps, the environment and what was read so far.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -119,7 +119,10 @@ def _value(key: Setting, data: Mapping[str, Any], name: str, where: str, rule: s
         inner = read_block(nested, data.get(name), where, rule, load)
         if not inner.complete:
             raise Unusable(where)
-        return build(nested, inner)
+        built = (build(nested, inner) if nested.inherits is None
+                 else _inherited(nested, inner, where, load))
+        step = load.steps.get(rule)
+        return built if step is None else step(built, where, values, load)
     if name in data:
         raw_value = data[name]
         if raw_value is None and key.nullable:
@@ -137,6 +140,18 @@ def _value(key: Setting, data: Mapping[str, Any], name: str, where: str, rule: s
     value = key.kind.parse(raw_value, where)
     step = load.steps.get(rule)
     return value if step is None else step(value, where, values, load)
+
+
+def _inherited(block: Block, values: Values, where: str, load: Load) -> Any:
+    """The model read at ``block.inherits`` with the keys ``values`` sets (not ``None``)
+    replacing its own."""
+    assert block.inherits is not None
+    base = load.read.get(block.inherits)
+    if base is None or base is FAILED:  # its problem is reported already
+        raise Unusable(where)
+    given = {key.fills: dict.get(values, name) for name, key in block.keys.items()
+             if key.fills is not None and dict.get(values, name) is not None}
+    return replace(base, **given)
 
 
 def build(block: Block, values: Mapping[str, Any]) -> Any:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sidecar.config.hints import fix
-from sidecar.config.model import Mode, ResultCommit
+from sidecar.config.model import Mode, ResultCommit, UpstreamConfig
 from sidecar.config.providers import read_providers
 from sidecar.config.reading import Load, Step, Values, sibling
 from sidecar.config.secret_sources import provider_secrets, signing_secrets
@@ -89,14 +89,34 @@ def _event_id(raw: object, path: str, values: Values, load: Load) -> Any:
     return parse_event_id_spec(raw, path)
 
 
+def _provider_upstream(upstream: UpstreamConfig, path: str, values: Values,
+                       load: Load) -> UpstreamConfig:
+    if upstream.url is None:
+        raise ConfigError(f"{path}.url", "is required: this provider has no upstream (neither "
+                          "its own upstream.url nor a top-level upstream.url); set one of them")
+    return upstream
+
+
+def upstream_timeout(path: str, values: Values, load: Load) -> tuple[float | None, str, str]:
+    """The timeout of the upstream of the provider whose key ``path`` is, the key path that sets
+    it (the provider's own upstream.timeout, or the top level's) and that key's rule; ``None``
+    if it could not be read."""
+    own = f"{path.rpartition('.')[0]}.upstream.timeout"
+    upstream = values.known("upstream")
+    timeout = upstream.timeout if isinstance(upstream, UpstreamConfig) else None
+    if load.known(own) is not None:
+        return timeout, own, "providers.<key>.upstream.timeout"
+    return timeout, "upstream.timeout", "upstream.timeout"
+
+
 def _lease(lease: float, path: str, values: Values, load: Load) -> float:
-    timeout = load.known("upstream.timeout")
+    timeout, key, rule = upstream_timeout(path, values, load)
     if timeout is not None and lease <= timeout:
-        raise ConfigError(path, f"must exceed upstream.timeout ({format_duration(timeout)}; "
+        raise ConfigError(path, f"must exceed {key} ({format_duration(timeout)}; "
                           f"the lease is {format_duration(lease)}), or a slow but live first "
                           "attempt would be taken over" + fix(
                               ("raise", path, "providers.<key>.lease"),
-                              ("lower", "upstream.timeout", "upstream.timeout"),
+                              ("lower", key, rule),
                               preset=values.get("preset")))
     return lease
 
@@ -111,17 +131,18 @@ def _inflight_wait(wait: float, path: str, values: Values, load: Load) -> float:
                           f"{format_duration(lease)})" + fix(
                               ("lower", path, "providers.<key>.inflight_wait"),
                               ("raise", lease_path, "providers.<key>.lease"), preset=preset))
-    timeout, event_id = load.known("upstream.timeout"), values.known("event_id")
+    (timeout, key, rule), event_id = (upstream_timeout(path, values, load),
+                                      values.known("event_id"))
     if timeout is not None and event_id is not None and event_id.is_batch and (
             lease <= timeout + wait):
-        raise ConfigError(lease_path, f"must exceed upstream.timeout + inflight_wait "
+        raise ConfigError(lease_path, f"must exceed {key} + inflight_wait "
                           f"({format_duration(timeout)} + {format_duration(wait)} = "
                           f"{format_duration(timeout + wait)}; the lease is "
                           f"{format_duration(lease)}) for a batch provider: an item's lease "
                           "runs while the delivery waits for its other items" + fix(
                               ("raise", lease_path, "providers.<key>.lease"),
                               ("lower", path, "providers.<key>.inflight_wait"),
-                              ("lower", "upstream.timeout", "upstream.timeout"), preset=preset))
+                              ("lower", key, rule), preset=preset))
     return wait
 
 
@@ -178,6 +199,8 @@ STEPS: Final[dict[str, Step]] = {
     "providers.<key>.signature": _signature,
     "providers.<key>.event_id": _event_id,
     "providers.<key>.secrets": provider_secrets,
+    "providers.<key>.upstream": _provider_upstream,
+    "providers.<key>.upstream.signing_secrets": signing_secrets,
     "providers.<key>.lease": _lease,
     "providers.<key>.inflight_wait": _inflight_wait,
     "providers.<key>.retention": _retention,
@@ -191,4 +214,5 @@ STEPS: Final[dict[str, Step]] = {
 # Keys whose step interpolates their values itself: the provider blocks (each read by
 # ``read_providers``), and the secrets, item by item (so an empty one can name its variable).
 OWN_INTERPOLATION: Final = frozenset({"providers", "upstream.signing_secrets",
-                                      "providers.<key>.secrets"})
+                                      "providers.<key>.secrets",
+                                      "providers.<key>.upstream.signing_secrets"})

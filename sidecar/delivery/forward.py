@@ -254,7 +254,7 @@ class ForwardMode:
         done = await self._forwarder.forward(
             provider, [(o.item.event_id, o.attempt) for o in ours],
             StoredRequest(inbound.method, inbound.path, app_headers, body_bytes))
-        _note(delivery.trace, done)
+        _note(delivery.trace, done, provider.upstream.origin)
         if done.response is None:
             return no_answer(done.result.outcome)
         if done.result.state is EventState.DONE and done.recorded is Recorded.FAILED:
@@ -296,9 +296,10 @@ class ForwardMode:
                 raise outcome
 
 
-def _note(trace: Trace, done: Forwarded) -> None:
-    """What the forward tells the delivery's log line."""
+def _note(trace: Trace, done: Forwarded, upstream: str) -> None:
+    """What the forward tells the delivery's log line (``upstream``: the app's origin)."""
     trace.attempt = done.attempt
+    trace.fields["upstream"] = upstream
     trace.fields["app_status_class"] = status_class(done.response)
     trace.fields["upstream_ms"] = round(done.result.latency_ms, 2)
     if done.upstream_error:

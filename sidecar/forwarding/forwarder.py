@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -64,21 +64,30 @@ class Sender(Protocol):
                    body: bytes) -> RecordedResponse: ...
 
 
+def _unsigned(provider: str) -> Sequence[bytes]:
+    return ()
+
+
 class Forwarder:
-    def __init__(self, store: EventStore, upstream: Sender, metrics: Metrics,
-                 pending: set[asyncio.Task[bool]], *,
-                 signing_keys: Callable[[], Sequence[bytes]] = tuple,
-                 clock: Callable[[], float] = time.time, tracer: Tracer = NO_TRACER,
-                 app_url: str = "") -> None:
+    """``upstream``: the client to the app, or one per provider key (``Upstreams``: each
+    provider's deliveries go to its own upstream). ``signing_keys``: a provider's current
+    forward-signing keys (file secrets are re-read)."""
+
+    def __init__(self, store: EventStore, upstream: Sender | Mapping[str, Sender],
+                 metrics: Metrics, pending: set[asyncio.Task[bool]], *,
+                 signing_keys: Callable[[str], Sequence[bytes]] = _unsigned,
+                 clock: Callable[[], float] = time.time, tracer: Tracer = NO_TRACER) -> None:
         self._store = store
         self._upstream = upstream
         self._metrics = metrics
         self._pending = pending  # result writes in progress, awaited on shutdown
-        self._signing_keys = signing_keys  # current keys (file secrets are re-read)
+        self._signing_keys = signing_keys
         self._clock = clock
         self._tracer = tracer
-        self._app = _app_attributes(app_url)  # what every forward span says of the app
-        self._app_url = _redacted(app_url).rstrip("/")  # url.full never shows a password
+
+    def _sender(self, provider: str) -> Sender:
+        upstream = self._upstream
+        return upstream[provider] if isinstance(upstream, Mapping) else upstream
 
     async def forward(self, provider: ProviderConfig, rows: Sequence[tuple[str, int]],
                       request: StoredRequest) -> Forwarded:
@@ -118,7 +127,7 @@ class Forwarder:
         else:
             added[IDEMPOTENCY_HEADER] = f"{provider.key}:{ids[0]}"
             added[EVENT_HEADER] = ids[0]
-        keys = self._signing_keys()
+        keys = self._signing_keys(provider.key)
         if keys:
             # Signed at each forward, so a re-drive hours later still verifies; replaces any
             # webhook-* headers of a Standard Webhooks provider, in every spelling (the app
@@ -127,10 +136,12 @@ class Forwarder:
                                            self._clock()))
         if not self._tracer.enabled:
             return await self._exchange(provider, request, added)
-        # url.full: the app's URL and the path; never the query, which may carry a token.
+        # url.full: the app's URL and the path; never the query, which may carry a token,
+        # nor a password in the app's URL.
+        app_url = provider.upstream.url or ""
         with self._tracer.span("forward", SpanKind.CLIENT, {
-                **self._app, "http.request.method": request.method,
-                "url.full": self._app_url + request.path.partition("?")[0],
+                **_app_attributes(app_url), "http.request.method": request.method,
+                "url.full": _redacted(app_url).rstrip("/") + request.path.partition("?")[0],
                 "webhook.provider": provider.key, "webhook.attempt": attempt}) as span:
             # The app's trace continues from this span; an inbound traceparent is replaced
             # (forwardable_headers drops inbound headers the proxy sets).
@@ -144,11 +155,13 @@ class Forwarder:
         started = time.monotonic()
         response: RecordedResponse | None = None
         error: str | None = None
+        origin = provider.upstream.origin  # the metrics' upstream label
         try:
-            with self._metrics.forwards_in_flight.labels(provider.key).track_inprogress():
+            with self._metrics.forwards_in_flight.labels(provider.key,
+                                                         origin).track_inprogress():
                 headers = forwardable_headers(request.headers, added)
                 phases.mark("forward_prepare")
-                response = await self._upstream.send(
+                response = await self._sender(provider.key).send(
                     request.method, request.path, headers, request.body)
             outcome = Outcome.RESPONSE
         except UpstreamError as exc:
@@ -156,9 +169,9 @@ class Forwarder:
             error = exc.detail or exc.outcome.value
         elapsed = time.monotonic() - started
         phases.mark("forward")
-        self._metrics.upstream_latency.labels(provider.key).observe(elapsed)
+        self._metrics.upstream_latency.labels(provider.key, origin).observe(elapsed)
         result = result_of(outcome, response, elapsed * 1000, provider.final_statuses)
-        self._metrics.app_answers.labels(provider.key, status_class(response)).inc()
+        self._metrics.app_answers.labels(provider.key, origin, status_class(response)).inc()
         return Sent(result, response, error)
 
     def record_attributes(self, operation: str) -> Attributes:

@@ -209,13 +209,14 @@ class QueueWorker:
         self._pace(ends)
         written = await self._settle(work, ends, lease_ends - LEASE_MARGIN)
         outcome = ended(ends) if written else "superseded"
-        self._metrics.queue_attempts.labels(self.provider, outcome).inc()
+        origin = provider.upstream.origin
+        self._metrics.queue_attempts.labels(self.provider, origin, outcome).inc()
         if written and ends.state is EventState.DEAD:
             self._metrics.dead_lettered.labels(self.provider).inc()
         fields: dict[str, object] = {
             "provider": self.provider, "event_id": work.event_id, "attempt": work.attempt,
             "result": outcome, "app_status_class": status_class(sent.response),
-            "upstream_ms": round(sent.result.latency_ms, 2)}
+            "upstream": origin, "upstream_ms": round(sent.result.latency_ms, 2)}
         if error is not None:
             fields["upstream_error"] = error
         if ends.retry_in is not None and ends.reached:

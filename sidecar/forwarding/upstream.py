@@ -1,13 +1,15 @@
 """The upstream adapter: forwards one delivery to the app with aiohttp's client and returns its
-answer as a plain value, translating client errors into ``UpstreamError``."""
+answer as a plain value, translating client errors into ``UpstreamError``. ``Upstreams``: one
+client per distinct upstream the providers use, by provider key."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Mapping, Sequence
 
 import aiohttp
 
-from sidecar.config.model import UpstreamConfig
+from sidecar.config.model import ProviderConfig, UpstreamConfig
 from sidecar.core.body import read_bounded
 from sidecar.core.errors import UpstreamError
 from sidecar.core.events import Outcome, RecordedResponse
@@ -19,6 +21,7 @@ class Upstream:
 
     def __init__(self, config: UpstreamConfig) -> None:
         self._config = config
+        self._url = config.target
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -46,7 +49,7 @@ class Upstream:
         """One HTTP request to the app; its answer, or ``UpstreamError``. Records nothing."""
         if self._session is None:
             raise RuntimeError("Upstream.start() was not awaited")
-        url = self._config.url + path_qs
+        url = self._url + path_qs
         limit = self._config.max_response_bytes
         try:
             async with self._session.request(
@@ -67,3 +70,32 @@ class Upstream:
         except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as exc:
             raise UpstreamError(Outcome.DISCONNECTED, type(exc).__name__) from exc
 
+
+
+class Upstreams(Mapping[str, Upstream]):
+    """The client to each provider's upstream, by provider key: providers whose upstream blocks
+    are equal share one client (one connection pool). Nothing connects before the first
+    forward, so an app that starts after the proxy is fine."""
+
+    def __init__(self, providers: Sequence[ProviderConfig]) -> None:
+        shared: dict[UpstreamConfig, Upstream] = {}
+        self._by_provider = {p.key: shared.setdefault(p.upstream, Upstream(p.upstream))
+                             for p in providers}
+        self._clients = list(shared.values())
+
+    def __getitem__(self, provider: str) -> Upstream:
+        return self._by_provider[provider]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_provider)
+
+    def __len__(self) -> int:
+        return len(self._by_provider)
+
+    async def start(self) -> None:
+        for client in self._clients:
+            await client.start()
+
+    async def close(self) -> None:
+        for client in self._clients:
+            await client.close()

@@ -67,12 +67,14 @@ class Metrics:
             "as the single-row statement (none of their kind was waiting with them).",
             ["verb"], registry=self.registry)
         self.app_answers = Counter(
-            "webhook_app_answers", "Forwards by provider and the app's status class (2xx, 3xx, "
-            "4xx, 5xx, or none: timeout, refused, disconnected).", ["provider", "status_class"],
+            "webhook_app_answers", "Forwards by provider, upstream (the app's "
+            "scheme://host:port) and the app's status class (2xx, 3xx, 4xx, 5xx, or none: "
+            "timeout, refused, disconnected).", ["provider", "upstream", "status_class"],
             registry=self.registry)
         self.upstream_latency = Histogram(
-            "webhook_upstream_latency_seconds", "Time the app took to answer a forward.",
-            ["provider"], buckets=LATENCY_BUCKETS, registry=self.registry)
+            "webhook_upstream_latency_seconds", "Time the app took to answer a forward, by "
+            "provider and upstream (scheme://host:port).",
+            ["provider", "upstream"], buckets=LATENCY_BUCKETS, registry=self.registry)
         self.claim_latency = Histogram(
             "webhook_claim_latency_seconds", "Time to claim an event id in the store.",
             ["provider"], buckets=LATENCY_BUCKETS, registry=self.registry)
@@ -136,12 +138,14 @@ class Metrics:
             "as webhook_queue_depth.", ["provider"], registry=self.registry,
             multiprocess_mode="mostrecent")
         self.queue_attempts = Counter(
-            "webhook_queue_attempts", "Tries of queued events by provider and how they ended "
-            "(done, retry, dead, unreachable: the app could not be connected to, superseded: "
-            "a newer take won).", ["provider", "result"], registry=self.registry)
+            "webhook_queue_attempts", "Tries of queued events by provider, upstream "
+            "(scheme://host:port) and how they ended (done, retry, dead, unreachable: the app "
+            "could not be connected to, superseded: a newer take won).",
+            ["provider", "upstream", "result"], registry=self.registry)
         self.forwards_in_flight = Gauge(
             "webhook_forwards_in_flight", "Forwards to the app waiting for its answer now, per "
-            "provider (this replica's processes).", ["provider"], registry=self.registry,
+            "provider and upstream (this replica's processes).", ["provider", "upstream"],
+            registry=self.registry,
             multiprocess_mode="livesum")
         self.dead_lettered = Counter(
             "webhook_dead_lettered", "Queued events that ran out of attempts or age and are "

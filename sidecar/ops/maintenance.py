@@ -159,8 +159,11 @@ class Maintenance:
             self._metrics.secret_reloads.labels(provider, "applied").inc()
             log.info("secrets_reloaded", provider=provider)
         for error in result.errors:
-            provider = (error.split(".")[1] if error.startswith("providers.")
-                        else SIGNING if error.startswith(SIGNING) else "")
+            # As ``changed`` names them: a provider key, or the key path of forward-signing
+            # secrets (the top level's, or a provider upstream's own).
+            where = error.partition("[")[0]
+            provider = (where if where.endswith(SIGNING)
+                        else error.split(".")[1] if error.startswith("providers.") else "")
             self._metrics.secret_reloads.labels(provider, "error").inc()
             log.error("secrets_reload_failed", error=error)
         return result.changed

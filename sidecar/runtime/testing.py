@@ -97,13 +97,14 @@ def inbound(body: bytes, headers: Mapping[str, str] | Iterable[tuple[str, str]],
 
 
 def pipeline_for(config: Config, *, store: Store | None = None,
-                 upstream: FakeUpstream | None = None,
+                 upstream: FakeUpstream | Mapping[str, FakeUpstream] | None = None,
                  clock: Callable[[], float] = time.time,
                  metrics: Metrics | None = None,
                  owner: str = "test") -> Pipeline:
     """The delivery pipeline wired as in production (``config.trusted_proxies`` included),
-    with test doubles by default. ``clock`` is the one clock of the test: signatures, the
-    in-memory store and the memory of known answers (``answer_cache``) all read it."""
+    with test doubles by default (``upstream``: one app, or one per provider key). ``clock``
+    is the one clock of the test: signatures, the in-memory store and the memory of known
+    answers (``answer_cache``) all read it."""
     metrics = metrics or Metrics()
     store = store or MemoryStore(clock=clock)
     keyring = Keyring(config.providers, config.upstream.signing_secrets)

@@ -11,7 +11,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -27,7 +27,7 @@ from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
 from sidecar.forwarding.forwarder import Forwarder, Sender
 from sidecar.forwarding.queueworker import QueueWorkers
-from sidecar.forwarding.upstream import Upstream
+from sidecar.forwarding.upstream import Upstreams
 from sidecar.http.admin import admin_routes
 from sidecar.http.appkeys import (
     CONFIG,
@@ -153,14 +153,15 @@ def partition_keeper(config: StoreConfig) -> PartitionKeeper | None:
                            ahead=config.partitioning.ahead)
 
 
-def build_forwarder(store: EventStore, upstream: Sender, metrics: Metrics,
-                    pending: set[asyncio.Task[bool]], keyring: Keyring, *,
-                    clock: Callable[[], float] = time.time, tracer: Tracer = NO_TRACER,
-                    app_url: str = "") -> Forwarder:
-    """The forwarder: sends one attempt to the app (signed with the keyring's forward keys)
-    and records its result on the row; result writes it starts are kept in ``pending``."""
+def build_forwarder(store: EventStore, upstream: Sender | Mapping[str, Sender],
+                    metrics: Metrics, pending: set[asyncio.Task[bool]], keyring: Keyring, *,
+                    clock: Callable[[], float] = time.time,
+                    tracer: Tracer = NO_TRACER) -> Forwarder:
+    """The forwarder: sends one attempt to the app (``upstream``, or each provider's own by
+    key), signed with the keyring's forward keys of its provider, and records its result on
+    the row; result writes it starts are kept in ``pending``."""
     return Forwarder(store, upstream, metrics, pending, signing_keys=keyring.signing_keys,
-                     clock=clock, tracer=tracer, app_url=app_url)
+                     clock=clock, tracer=tracer)
 
 
 def build_pipeline(config: Config, store: DeliveryStore, forwarder: Forwarder,
@@ -179,9 +180,9 @@ def build_pipeline(config: Config, store: DeliveryStore, forwarder: Forwarder,
 
 @contextlib.asynccontextmanager
 async def operator_forwarder(config: Config, store: EventStore) -> AsyncIterator[Forwarder]:
-    """A forwarder for an operator's re-drive (``events redrive``): its own client to the app,
-    closed when the block ends."""
-    upstream = Upstream(config.upstream)
+    """A forwarder for an operator's re-drive (``events redrive``): its own clients to each
+    provider's upstream, closed when the block ends."""
+    upstream = Upstreams(config.providers)
     await upstream.start()
     try:
         yield build_forwarder(store, upstream, Metrics(), set(),
@@ -203,7 +204,7 @@ def build_apps(
     config: Config,
     *,
     store: Store | None = None,
-    upstream: Upstream | None = None,
+    upstream: Upstreams | None = None,
     clock: Callable[[], float] | None = None,
     metrics: Metrics | None = None,
     store_upkeep: bool = True,
@@ -225,7 +226,7 @@ def build_apps(
     proxy = web.Application(client_max_size=config.max_body_bytes + 1,
                             middlewares=[tracked, unrouted])
     shutdown = Shutdown()
-    upstream = upstream or Upstream(config.upstream)
+    upstream = upstream or Upstreams(config.providers)
     keyring = Keyring(config.providers, config.upstream.signing_secrets)
     owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
     pending: set[asyncio.Task[bool]] = set()
@@ -245,8 +246,7 @@ def build_apps(
         app[STORE] = opened
         await upstream.start()
         forwarder = build_forwarder(opened, upstream, metrics, pending, keyring,
-                                    clock=clock or time.time, tracer=tracer,
-                                    app_url=config.upstream.url)
+                                    clock=clock or time.time, tracer=tracer)
         app[FORWARDER] = forwarder
         queue = QueueWorkers(config.providers, opened, forwarder, metrics, owner, pending,
                              notify=config.store.notify, clock=clock or time.time,

@@ -75,7 +75,8 @@ async def test_metrics_count_each_result_exactly(deployment: Deployment) -> None
     assert counts == {"new": 3, "duplicate": 2, "invalid_signature": 1, "bad_request": 1,
                       "upstream_error": 1, "takeover": 1, "in_flight": 1}
     samples = await metric_samples(client, proc.admin_url)
-    assert samples[("webhook_upstream_latency_seconds_count", (("provider", "stripe"),))] == 5
+    labels = (("provider", "stripe"), ("upstream", deployment.stub.url))
+    assert samples[("webhook_upstream_latency_seconds_count", labels)] == 5
 
 
 async def test_provider_listener_serves_no_admin_routes(deployment: Deployment) -> None:

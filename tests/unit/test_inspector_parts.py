@@ -140,8 +140,8 @@ def test_rates_are_totals_since_start_until_a_minute_of_samples_exists() -> None
     clock.now = WINDOW * 2  # two minutes later
     metrics.events.labels("stripe", "new").inc(10)
     metrics.events.labels("stripe", "duplicate").inc(6)
-    metrics.app_answers.labels("stripe", "5xx").inc(2)
-    metrics.app_answers.labels("stripe", "2xx").inc(8)
+    metrics.app_answers.labels("stripe", "http://app:80", "5xx").inc(2)
+    metrics.app_answers.labels("stripe", "http://app:80", "2xx").inc(8)
     later = history.rates()
     assert later.per_minute
     assert later.counts["stripe"] == Counts(deliveries=8.0, duplicates=3.0, non_2xx=1.0)

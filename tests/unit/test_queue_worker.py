@@ -259,7 +259,8 @@ async def test_an_unreachable_app_costs_no_attempt_and_pauses_the_provider() -> 
         firsts.setdefault(request.headers["X-Webhook-Sidecar-Event-Id"],
                           request.headers["X-Webhook-Sidecar-Attempt"])
     assert set(firsts.values()) == {"1"}
-    assert q.metrics.queue_attempts.labels("stripe", "unreachable")._value.get() >= 4
+    assert q.metrics.queue_attempts.labels("stripe", "http://127.0.0.1:9",
+                                                  "unreachable")._value.get() >= 4
 
 
 async def test_events_of_one_order_key_go_one_at_a_time_in_order() -> None:

@@ -77,7 +77,9 @@ def _user_keys(block: Block, path: str = "") -> Block:
 
 def _config() -> JSON:
     owned = ", ".join(CHART_OWNED[:-1]) + " and " + CHART_OWNED[-1]
-    return {**block_schema(_user_keys(TOP)), "description": (
+    # Without the top level's rules between keys: they are about upstream.url and the
+    # providers, which the chart owns.
+    return {**block_schema(replace(_user_keys(TOP), extra={})), "description": (
         f"More config file keys merged into the rendered file (the chart owns {owned}). The "
         "rendered file is checked by the proxy at start-up and by the migrate hook.")}
 

@@ -38,7 +38,9 @@ def reference_markdown() -> str:
             full = f"{prefix}.{name}" if prefix else name
             required = " (required)" if key.required else ""
             doc, label = (text.replace("|", "\\|") for text in (key.doc, key.label))
-            lines.append(f"| `{full}`{required} | {label} | {_cell(key.default)} | {doc} |")
+            default = (f"as `{block.inherits}.{name}`" if block.inherits is not None
+                       else _cell(key.default))
+            lines.append(f"| `{full}`{required} | {label} | {default} | {doc} |")
         lines.append("")
     lines += ["#### Checked by the loader only", "",
               "The schema accepts these; `check-config` and the proxy reject them:", ""]
