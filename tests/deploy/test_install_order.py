@@ -178,15 +178,29 @@ class Charts:
         return values
 
 
-def known_to(schema: dict[str, Any], values: Any) -> Any:
+def known_to(schema: dict[str, Any], values: Any, root: dict[str, Any] | None = None) -> Any:
     """``values`` without the keys a closed object of ``schema`` (additionalProperties: false)
-    does not list, at any depth reached through ``properties``."""
-    properties = schema.get("properties")
-    if not isinstance(values, dict) or properties is None:
+    does not list, at any depth reached through ``properties``, ``additionalProperties`` and
+    local ``$ref``s."""
+    root = schema if root is None else root
+    while "$ref" in schema:  # "#/definitions/provider" and the like
+        target: Any = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        schema = target
+    properties = schema.get("properties", {})
+    extra = schema.get("additionalProperties")
+    if not isinstance(values, dict) or not (properties or isinstance(extra, dict)):
         return values
-    closed = schema.get("additionalProperties") is False
-    return {key: known_to(properties.get(key, {}), value) for key, value in values.items()
-            if key in properties or not closed}
+    kept = {}
+    for key, value in values.items():
+        if key in properties:
+            kept[key] = known_to(properties[key], value, root)
+        elif isinstance(extra, dict):
+            kept[key] = known_to(extra, value, root)
+        elif extra is not False:
+            kept[key] = value
+    return kept
 
 
 @pytest.fixture(scope="session")

@@ -109,3 +109,18 @@ def _loader_accepts(config: dict[str, Any]) -> bool:
 def test_the_schema_and_the_loader_agree_on_provider_upstreams(
         config: dict[str, Any], schema: bool, loader: bool) -> None:
     assert (_schema_accepts(config), _loader_accepts(config)) == (schema, loader)
+
+
+def test_standalone_needs_no_upstream_url_when_every_provider_has_its_own(tmp_path: Path) -> None:
+    values = two_apps()
+    values["standalone"]["upstreamUrl"] = ""
+    with pytest.raises((helm.HelmValuesError, helm.HelmRenderError)):
+        render(CHART, values)  # stripe has no app of its own
+    values["providers"]["stripe"]["upstream"] = {"url": "http://orders.shop.svc:8080"}
+    docs = render(CHART, values)
+    config = config_of(docs)
+    assert "url" not in config["upstream"] and config["upstream"]["signing_secrets"]
+    data, env = materialise(config, pod_of(docs), tmp_path)
+    parsed = parse_config(data, env=env, base_dir=tmp_path)
+    assert {p.key: p.upstream.url for p in parsed.providers} == {
+        "github": REPOS, "stripe": "http://orders.shop.svc:8080"}

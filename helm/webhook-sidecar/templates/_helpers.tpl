@@ -120,9 +120,19 @@ sqlite
 {{- end }}
 {{- end }}
 
+{{/* The top-level upstream URL. Standalone: standalone.upstreamUrl, which may stay empty only
+when every provider names its own app (providers.<key>.upstream.url). */}}
 {{- define "webhook-sidecar.upstreamUrl" -}}
 {{- if eq .Values.mode "standalone" -}}
-{{- required "standalone.upstreamUrl is required in standalone mode" .Values.standalone.upstreamUrl }}
+{{- $everyOwn := true }}
+{{- range $key, $provider := .Values.providers }}
+{{- if not (and (kindIs "map" $provider.upstream) $provider.upstream.url) }}{{ $everyOwn = false }}{{ end }}
+{{- end }}
+{{- if $everyOwn }}
+{{- .Values.standalone.upstreamUrl }}
+{{- else }}
+{{- required "standalone.upstreamUrl is required in standalone mode (or an upstream.url for every provider)" .Values.standalone.upstreamUrl }}
+{{- end }}
 {{- else -}}
 {{- printf "http://127.0.0.1:%d" (int .Values.sidecar.appPort) }}
 {{- end }}
@@ -157,7 +167,9 @@ sqlite
 {{- $v := .Values }}
 {{- $config := deepCopy ($v.config | default dict) }}
 {{- $upstream := deepCopy (get $config "upstream" | default dict) }}
-{{- $_ := set $upstream "url" (include "webhook-sidecar.upstreamUrl" .) }}
+{{- with include "webhook-sidecar.upstreamUrl" . }}
+{{- $_ := set $upstream "url" . }}
+{{- end }}
 {{- if include "webhook-sidecar.forwardSigningRef" . }}
 {{- $_ := set $upstream "signing_secrets" (list "${WEBHOOK_SIDECAR_SIGNING_SECRET}") }}
 {{- end }}
