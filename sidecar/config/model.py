@@ -165,7 +165,7 @@ class UpstreamConfig:
 
 @block("PostgreSQL: the event, attempt and nonce tables range-partitioned by time, so that "
        "retention drops whole partitions instead of deleting rows one by one (see "
-       "docs/design.md, Partitioned retention). Set before `webhook-sidecar migrate` on a new "
+       "docs/operations.md, Partitioned retention). Set before `webhook-sidecar migrate` on a new "
        "database; an existing one is moved with `webhook-sidecar store partition`.",
        nullable=True)
 class PartitioningConfig:

@@ -14,9 +14,6 @@ from tests.support import REPO
 INTERNAL = re.compile(r"this session|helpers'|helper's|\bissue [0-9]+\b|\bp[0-9]{2}-[a-z]+",
                       re.I)
 PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]
-# Owned by the design page's own rewrite; drop from here once its soak remark names the
-# benchmarks section rather than the work item.
-NOT_YET = {"docs/design.md"}
 
 
 def internal_words(text: str) -> list[str]:
@@ -24,10 +21,7 @@ def internal_words(text: str) -> list[str]:
             if INTERNAL.search(line)]
 
 
-@pytest.mark.parametrize("page", [
-    pytest.param(p, marks=pytest.mark.xfail(reason="not yet reworded", strict=False))
-    if p.relative_to(REPO).as_posix() in NOT_YET else p
-    for p in PAGES], ids=lambda p: p.relative_to(REPO).as_posix())
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_no_internal_work_names(page: Path) -> None:
     assert internal_words(page.read_text(encoding="utf-8")) == []
 
