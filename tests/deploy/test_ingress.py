@@ -11,13 +11,11 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
@@ -46,6 +44,7 @@ from tests.deploy.chart_support import (
     render,
     values_of,
 )
+from tests.npm_packages import node_with
 
 REFUSED = (helm.HelmValuesError, helm.HelmRenderError)
 GATEWAY_API_DIR = Path(__file__).resolve().parent / "gateway_api"
@@ -309,32 +308,11 @@ def test_the_notes_print_each_providers_external_url() -> None:
 Validator = Callable[[list[Manifest]], list[str | None]]
 
 
-def _unavailable(reason: str) -> NoReturn:
-    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-        pytest.fail(f"{reason}; CI=true requires the Gateway API schema check")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def gateway_api() -> Validator:
     """Validates Gateway API objects with the package pinned in tests/deploy/gateway_api/
     (installed there once with ``npm ci``, bounded)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        _unavailable("node and npm are needed for the Gateway API schemas")
-    marker = GATEWAY_API_DIR / "node_modules" / ".package-lock.json"
-    lock = GATEWAY_API_DIR / "package-lock.json"
-    if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
-        try:
-            done = subprocess.run(
-                [npm, "ci", "--prefix", str(GATEWAY_API_DIR), "--no-audit", "--no-fund",
-                 "--ignore-scripts", "--loglevel=error"],
-                capture_output=True, text=True, timeout=100, check=False)
-        except subprocess.TimeoutExpired:
-            _unavailable("npm ci --prefix tests/deploy/gateway_api timed out")
-        if done.returncode != 0:
-            _unavailable("npm ci --prefix tests/deploy/gateway_api failed: "
-                         f"{done.stderr.strip()[-500:]}")
+    node = node_with(GATEWAY_API_DIR)
 
     def validate(manifests: list[Manifest]) -> list[str | None]:
         done = subprocess.run([node, str(GATEWAY_API_DIR / "validate.mjs")],

