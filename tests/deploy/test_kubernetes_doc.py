@@ -93,3 +93,12 @@ def test_the_notes_warn_that_the_default_image_is_not_released() -> None:
     assert warning in notes(CHART, values_of("standalone"))
     own = values_of("standalone", image={"repository": "registry.example.com/webhook-sidecar"})
     assert warning not in notes(CHART, own)
+
+
+def test_without_a_token_the_admin_port_is_described_as_it_is() -> None:
+    """A port-forward arrives as loopback and is served; `events` reads the database and never
+    goes through the admin API: neither is "the only way"."""
+    said = notes(CHART, values_of("standalone", adminToken={"generate": False}))
+    assert "port-forward to the admin port" in said and "reads the database" in said
+    for path in (CHART / "values.yaml", CHART / "templates" / "NOTES.txt"):
+        assert not re.search(r"only `?kubectl exec", text(path)), path.name
