@@ -10,6 +10,7 @@ The choices are ``StrEnum``s: they compare equal to their YAML text
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
@@ -106,6 +107,17 @@ class SecretRef:
         return self.source[len("file:"):] if self.source.startswith("file:") else None
 
 
+@functools.lru_cache(maxsize=64)
+def _origin(url: str) -> str:
+    """``scheme://host:port`` of ``url`` (read on every forward: computed once per URL)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    return f"{parts.scheme.lower()}://{host}:{port}"
+
+
 @block("The app the proxy forwards to; a provider's own upstream block overrides it key by "
        "key (providers.<key>.upstream).")
 class UpstreamConfig:
@@ -137,14 +149,7 @@ class UpstreamConfig:
     def origin(self) -> str:
         """``scheme://host:port`` of the app, never a path or credentials: how metrics and logs
         name the upstream a delivery went to (empty while the URL is unset)."""
-        if self.url is None:
-            return ""
-        parts = urlsplit(self.url)
-        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
-        host = parts.hostname or ""
-        if ":" in host:  # IPv6
-            host = f"[{host}]"
-        return f"{parts.scheme.lower()}://{host}:{port}"
+        return "" if self.url is None else _origin(self.url)
 
     @property
     def redacted_url(self) -> str:
