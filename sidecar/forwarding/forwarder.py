@@ -6,6 +6,7 @@ Shared by the delivery pipeline and by operators re-driving a stored event.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -213,6 +214,7 @@ class Forwarder:
             self._store, provider, event_id, attempt, until)
 
 
+@functools.lru_cache(maxsize=64)  # per span: once per upstream URL (the result is not mutated)
 def _app_attributes(app_url: str) -> dict[str, str | int]:
     """The app's address as forward spans name it: ``server.address``, ``server.port``."""
     if not app_url:
@@ -222,6 +224,7 @@ def _app_attributes(app_url: str) -> dict[str, str | int]:
     return {"server.address": parts.hostname or "", "server.port": port}
 
 
+@functools.lru_cache(maxsize=64)
 def _redacted(url: str) -> str:
     """``url`` with any credentials in it replaced, as the HTTP semantic conventions ask of
     ``url.full`` (``REDACTED:REDACTED@``): an upstream URL may carry Basic auth."""
