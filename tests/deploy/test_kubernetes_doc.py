@@ -21,7 +21,8 @@ from tests.deploy.chart_support import (
     values_of,
 )
 
-DOCS = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md", CHART / "README.md"]
+DOCS = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md", CHART / "README.md",
+        REPO / "helm" / "README.md", REPO / "kustomize" / "webhook-sidecar-component" / "README.md"]
 KUBERNETES = REPO / "docs" / "kubernetes.md"
 NUMBERS = {"nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14}
 
