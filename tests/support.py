@@ -206,7 +206,9 @@ class ProxyProcess:
         if self.open_files is not None:  # the shell execs the proxy: same pid, lower limit
             command = ["sh", "-c", f'ulimit -n {self.open_files} && exec "$@"', "sh", *command]
         self.proc = await asyncio.create_subprocess_exec(
-            *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            # stdout: nothing reads it, and an unread pipe's transport outlives the process
+            # (a ResourceWarning whenever the garbage collector gets to it).
+            *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             cwd=str(REPO), env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             executable=sys.executable if self.argv0 and self.open_files is None else None,
         )
