@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import os
 import socket
@@ -15,8 +16,12 @@ from sidecar.config.loader import Secrets
 from sidecar.config.model import Config
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import OperationError
+from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
+from sidecar.ops.listing import MAX_PAGE_LIMIT, PAGE_LIMIT, STATES, STATUS_CLASSES
 from sidecar.runtime.wiring import open_store, operator_forwarder
+
+log = get_logger("sidecar.cli")
 
 
 def configure_parser(parser: argparse.ArgumentParser,
@@ -25,16 +30,16 @@ def configure_parser(parser: argparse.ArgumentParser,
     listing = sub.add_parser("list", help="list events, newest first")
     with_config(listing)
     listing.add_argument("--provider")
-    listing.add_argument("--state", choices=operations.STATES)
+    listing.add_argument("--state", choices=STATES)
     listing.add_argument("--older-than", help="minimum age, e.g. 10m")
     listing.add_argument("--since", help="received at or after (ISO-8601 or epoch seconds)")
     listing.add_argument("--until", help="received before (ISO-8601 or epoch seconds)")
     listing.add_argument("--id-prefix", help="event ids starting with this")
-    listing.add_argument("--status", choices=operations.STATUS_CLASSES,
+    listing.add_argument("--status", choices=STATUS_CLASSES,
                          help="the app's last status class (none: no answer recorded)")
     listing.add_argument("--cursor", help="the next page: the cursor the previous page printed")
-    listing.add_argument("--limit", type=int, default=operations.PAGE_LIMIT,
-                         help=f"rows per page, at most {operations.MAX_PAGE_LIMIT}")
+    listing.add_argument("--limit", type=int, default=PAGE_LIMIT,
+                         help=f"rows per page, at most {MAX_PAGE_LIMIT}")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     for name, text in (("show", "show one event"),
                        ("release", "release a failed event, or a processing one whose lease "
@@ -109,6 +114,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
                 print(f"next page: --cursor {page['next']}", file=sys.stderr)
         elif command == "show":
             shown = await operations.show(store, args.provider, args.event_id)
+            _log_read(args.provider, args.event_id, shown)
             print(json.dumps(shown, indent=2) if args.json else _show_text(shown))
         elif command == "release":
             row = await operations.release(store, args.provider, args.event_id,
@@ -126,6 +132,21 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     finally:
         await store.close()
     return 0
+
+
+def _log_read(provider: str, event_id: str, shown: dict[str, Any]) -> None:
+    """A stored payload read is logged as the inspector and the admin API log theirs (the CLI
+    logs at warning and above only: this is one of its few lines)."""
+    log.warning("cli_read", provider=provider, event_id=event_id,
+                payload_stored=shown["payload_stored"], user=_user(), host=socket.gethostname(),
+                pid=os.getpid())
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container's)
+        return str(os.getuid())
 
 
 def _redrive_usage(args: argparse.Namespace) -> str | None:

@@ -6,9 +6,17 @@ only when nothing says another host is behind the peer: a peer in ``trusted_prox
 request carrying a forwarding header (a reverse proxy on this host or in this pod), needs the
 token. And since a browser on the operator's machine is on loopback too (``kubectl
 port-forward``), any website it visits could drive the listener through it: by DNS rebinding
-(a name of the attacker's resolving to 127.0.0.1, so the page reads answers as its own) or by a
-cross-site form POST. ``browser_refusal`` refuses both; curl and the CLI send neither an
-``Origin`` nor a foreign ``Host``, so they are not affected."""
+(a name of the attacker's resolving to 127.0.0.1, so the page reads answers as its own), by a
+cross-site form POST, or, without a token, by cross-site GETs (an ``<img>`` pointing at a
+listing whose filter makes the store walk far back, fired dozens of times).
+``browser_refusal`` refuses all three; curl and the CLI send neither an ``Origin``, a
+``Sec-Fetch-Site`` nor a foreign ``Host``, so they are not affected; typed URLs and bookmarks
+send ``Sec-Fetch-Site: none``, the inspector's own links ``same-origin``.
+
+Not covered, knowingly: ``/healthz``, ``/readyz``, ``/metrics`` and ``/admin/openapi.json``
+answer any ``Host`` and any site (probes and Prometheus send neither header), so a rebinding page
+can read ``/metrics`` through an operator's port-forward, token or not: provider names, volumes,
+queue depths, partition bounds. Low sensitivity, and no secret or payload is in it."""
 
 from __future__ import annotations
 
@@ -89,8 +97,10 @@ def browser_refusal(request: web.Request, *, token_configured: bool,
                     admin_host: str) -> Refusal | None:
     """Refuses what only another website's page makes an operator's browser send: without a
     token, a ``Host`` that is not an IP literal, ``localhost`` or ``admin_host`` (DNS
-    rebinding); always, a POST that ``Sec-Fetch-Site`` or ``Origin`` says came from another
-    site. None: go on."""
+    rebinding), and any request that ``Sec-Fetch-Site`` or ``Origin`` says came from another
+    site; with one, such a POST (a cross-site GET carries no session cookie, which is
+    ``SameSite=Strict``, nor a bearer token, so links from chat or alerts still lead to the
+    login). None: go on."""
     host = request.headers.get("Host")
     if not token_configured and not host_allowed(host, admin_host):
         return Refusal("host_not_allowed",
@@ -98,9 +108,12 @@ def browser_refusal(request: web.Request, *, token_configured: bool,
                        "address, localhost or admin_listen's host is answered (a website's own "
                        "name pointed at this host must not reach it). Use one of those, or set "
                        "admin_token.")
-    if request.method == "POST" and cross_site(request.headers, host):
-        return Refusal("cross_site",
-                       "Refused: this POST came from another website's page. Nothing was done.")
+    if (request.method == "POST" or not token_configured) and cross_site(request.headers, host):
+        if request.method == "POST":
+            return Refusal("cross_site", "Refused: this POST came from another website's "
+                                         "page. Nothing was done.")
+        return Refusal("cross_site", "Refused: another website's page asked for this. Type "
+                                     "the address, or follow the inspector's own links.")
     return None
 
 
@@ -164,3 +177,10 @@ def fingerprint(token: str | None) -> str:
     if token is None:
         return LOOPBACK
     return hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def client_gone(request: web.Request) -> bool:
+    """The client closed its connection (an abandoned page or image request): what it waits
+    for need not be done."""
+    transport = request.transport
+    return transport is None or transport.is_closing()

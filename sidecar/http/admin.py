@@ -11,11 +11,12 @@ from aiohttp import web
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, OperationError, StoreError
-from sidecar.http.access import browser_refusal, fingerprint, from_loopback, presents
+from sidecar.http.access import browser_refusal, client_gone, fingerprint, from_loopback, presents
 from sidecar.http.appkeys import CONFIG, FORWARDER, GROUP, METRICS, OWNER, STORE
 from sidecar.http.openapi import description
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
+from sidecar.ops import listing
 
 log = get_logger("sidecar.admin")
 
@@ -38,12 +39,12 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         return web.json_response({"status": "ok", **(group.details() if group else {})})
 
     async def readyz(_: web.Request) -> web.Response:
+        if STORE not in proxy_app:  # the proxy app opens its store as it starts
+            return web.json_response({"status": "starting"}, status=503)
         try:
             await proxy_app[STORE].ping()
         except StoreError as exc:
             return web.json_response({"status": "unavailable", "store": str(exc)}, status=503)
-        except KeyError:
-            return web.json_response({"status": "starting"}, status=503)
         return web.json_response({"status": "ready"})
 
     async def metrics(_: web.Request) -> web.Response:
@@ -93,16 +94,25 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
                     log.warning("admin_token_without_scheme", path=request.path,
                                 message="send 'Authorization: Bearer <token>': the token "
                                         "without a scheme is deprecated")
+            if STORE not in proxy_app:
+                return web.json_response({"error": "the proxy is starting"}, status=503,
+                                         headers={"Retry-After": "1"})
             try:
                 response = web.json_response(await handler(request))
             except OperationError as exc:
-                response = web.json_response({"error": str(exc)}, status=exc.status)
+                response = web.json_response({"error": str(exc)}, status=exc.status,
+                                             headers=listing.answer_headers(exc))
             except StoreError as exc:
                 response = web.json_response({"error": f"store unavailable: {exc}"},
                                              status=503, headers={"Retry-After": "5"})
             if request.method == "POST":  # who changed what: each action is attributable
                 log.info("admin_action", path=request.path, status=response.status,
                          token=fingerprint(token), peer=request.remote)
+            elif "event_id" in request.match_info:  # who read a stored payload (personal data)
+                log.info("admin_read", path=request.path, status=response.status,
+                         provider=request.match_info["provider"],
+                         event_id=request.match_info["event_id"], token=fingerprint(token),
+                         peer=request.remote)
             return response
 
         return run
@@ -111,7 +121,8 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         # Every configured provider unless one is named: the listing walks each one's index.
         providers = [p.key for p in proxy_app[CONFIG].providers]
         return await operations.list_page(
-            proxy_app[STORE], operations.query_from(request.query, providers))
+            proxy_app[STORE], operations.query_from(request.query, providers),
+            gone=lambda: client_gone(request))
 
     async def show(request: web.Request) -> Any:
         return await operations.show(proxy_app[STORE], *_key(request))

@@ -4,33 +4,22 @@ stuck or failed event, re-drive a failed event from its stored payload, and re-q
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import math
-import time
-import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from sidecar.config.model import Config, Mode, ProviderConfig
 from sidecar.core.batch import filtered_body
-from sidecar.core.durations import parse_duration
-from sidecar.core.errors import ConfigError, OperationError
+from sidecar.core.errors import OperationError
 from sidecar.core.eventid import batch_items
-from sidecar.core.events import (
-    Attempt,
-    EventQuery,
-    EventRow,
-    EventState,
-    PageKey,
-    QueueEntry,
-    StatusClass,
-    StoredRequest,
-)
+from sidecar.core.events import Attempt, EventQuery, EventRow, EventState, QueueEntry, StoredRequest
 from sidecar.core.ports import OperatorStore
 from sidecar.forwarding.forwarder import Forwarder
+from sidecar.ops import listing
+from sidecar.ops.listing import has_nul
+from sidecar.ops.listing import query_from as query_from  # where it was first
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +43,8 @@ class Requeued:
                 "count": len(self.event_ids)}
 
 
-Choice = TypeVar("Choice", EventState, StatusClass)
-
 # Dead events re-queued by one bulk re-drive unless told otherwise.
 REDRIVE_LIMIT = 1000
-
-# Listed by the CLI and named in errors; the store accepts each ``EventState``.
-STATES = tuple(state.value for state in EventState)
 
 
 def describe(row: EventRow, *, with_body: bool = False) -> dict[str, Any]:
@@ -156,132 +140,23 @@ def describe_request(payload: StoredRequest) -> dict[str, Any]:
     }
 
 
-# The listing's page size: by default (as before paging), and at most.
-PAGE_LIMIT = 100
-MAX_PAGE_LIMIT = 500
-
-STATUS_CLASSES = tuple(c.value for c in StatusClass)
-
-# The instants the listing accepts, epoch seconds [first, last): the years 0001…9999, which
-# ISO-8601 can write and both databases represent. PostgreSQL refuses a timestamp beyond its
-# range (year 294276) with an error, which must not reach the operator as "store unavailable".
-EARLIEST = datetime(1, 1, 1, tzinfo=UTC).timestamp()
-LATEST = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC).timestamp()
-
-
-def query_from(params: Mapping[str, str], providers: Sequence[str], *,
-               now: float | None = None) -> EventQuery:
-    """The listing's query from request parameters (the admin API's query string, the CLI's
-    options): ``provider``, ``state``, ``since`` and ``until`` (ISO-8601, or epoch seconds;
-    ``since`` inclusive, ``until`` exclusive), ``id_prefix``, ``status`` (2xx…5xx, or none: no
-    answer recorded), ``cursor`` (a page's ``next``), ``limit`` (1…500). ``older_than`` (a
-    duration, from before these) still works: received before ``now`` minus it (this
-    process's clock). ``providers``: every configured one, listed when no ``provider`` is given.
-    Raises ``OperationError(400)`` naming what is wrong."""
-    provider = params.get("provider") or None
-    state = _choice(params, "state", EventState, STATES)
-    status = _choice(params, "status", StatusClass, STATUS_CLASSES)
-    since = _time(params, "since")
-    until = _time(params, "until")
-    if params.get("older_than"):
-        try:
-            older = parse_duration(params["older_than"], "older_than")
-        except ConfigError as exc:
-            raise OperationError(400, "older_than must be a duration (600, 10m, 2h)") from exc
-        # No row was received before the epoch: a cutoff past year 1 lists what year 1 does.
-        cutoff = max((time.time() if now is None else now) - older, EARLIEST)
-        until = cutoff if until is None else min(until, cutoff)
-    try:
-        # An empty field (an HTML form's) means "not given", as for every other parameter.
-        limit = int(params.get("limit") or PAGE_LIMIT)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= MAX_PAGE_LIMIT:
-        raise OperationError(400, f"limit must be a whole number from 1 to {MAX_PAGE_LIMIT}")
-    after = None
-    if params.get("cursor"):
-        try:
-            after = PageKey.decode(params["cursor"])
-        except ValueError as exc:
-            raise OperationError(400, "cursor is not one this listing gave (pass a page's "
-                                      "'next' as it is)") from exc
-        if (not EARLIEST * 1e6 <= after.received_us <= LATEST * 1e6
-                or _nul(after.provider) or _nul(after.event_id)):
-            raise OperationError(400, "cursor is not one this listing gave (pass a page's "
-                                      "'next' as it is)")
-    id_prefix = params.get("id_prefix") or None
-    for name, text in (("provider", provider), ("id_prefix", id_prefix)):
-        if _nul(text):
-            raise OperationError(400, f"{name} must not contain a NUL character")
-    return EventQuery(
-        providers=(provider,) if provider else tuple(sorted(set(providers))),
-        state=state, received_after=since, received_before=until,
-        id_prefix=id_prefix, status_class=status, after=after, limit=limit)
-
-
-# Listing pages running at once on one store; the others wait their turn. A page whose filter
-# few rows pass walks far back (seconds, up to the store's statement_timeout, at 10^7 rows) on
-# a connection of the pool the deliveries use: a burst of such pages (an inspector refreshed,
-# a script) must not take every connection.
-CONCURRENT_LISTINGS = 2
-_listings: weakref.WeakKeyDictionary[OperatorStore, asyncio.Semaphore] = \
-    weakref.WeakKeyDictionary()
-
-
-async def list_page(store: OperatorStore, query: EventQuery) -> dict[str, Any]:
+async def list_page(store: OperatorStore, query: EventQuery, *,
+                    gone: Callable[[], bool] | None = None) -> dict[str, Any]:
     """One page of events newest first: ``{"events": [describe(row)…], "next": cursor}``, the
     cursor to ask for the next (older) page with, or None at the end. At most
-    ``CONCURRENT_LISTINGS`` pages are read from one store at a time (the rest wait, each
-    within the store's deadline once it runs)."""
-    turn = _listings.setdefault(store, asyncio.Semaphore(CONCURRENT_LISTINGS))
-    async with turn:
+    ``CONCURRENT_LISTINGS`` pages are read from one store at a time; up to
+    ``WAITING_LISTINGS`` more wait their turn (each within the store's deadline once it runs),
+    and further ones are refused (``listing.ListingsBusy``). ``gone``: whether the client has
+    left, looked at while waiting (``listing.ClientGone``)."""
+    async with listing.turn(store, gone):
         page = await store.list_page(query)
     return {"events": [describe(row) for row in page.rows],
             "next": page.next.encode() if page.next is not None else None}
 
 
-def _choice(params: Mapping[str, str], name: str, kind: Callable[[str], Choice],
-            allowed: Sequence[str]) -> Choice | None:
-    value = params.get(name)
-    if not value:
-        return None
-    try:
-        return kind(value)
-    except ValueError as exc:
-        raise OperationError(400, f"{name} must be one of {', '.join(allowed)}") from exc
-
-
-def _time(params: Mapping[str, str], name: str) -> float | None:
-    """An instant as epoch seconds, from epoch seconds or ISO-8601 (UTC unless it says)."""
-    value = params.get(name)
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
-            raise OperationError(400, f"{name} must be ISO-8601 (2026-11-30T13:56:01Z) or "
-                                      "epoch seconds") from None
-        seconds = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
-    if not math.isfinite(seconds):
-        raise OperationError(400, f"{name} must be a finite time")
-    if not EARLIEST <= seconds <= LATEST:
-        raise OperationError(400, f"{name} must be from 0001-01-01 to 9999-12-31 (epoch "
-                                  f"seconds {EARLIEST:.0f} to {LATEST:.0f})")
-    return seconds
-
-
-def _nul(text: str | None) -> bool:
-    """Whether ``text`` holds a NUL: no stored provider or event id has one (intake refuses
-    control characters in event ids), and PostgreSQL refuses it in any text value."""
-    return text is not None and "\x00" in text
-
-
 def _require_key(provider: str, event_id: str) -> None:
     """A key naming no event any store can hold is answered 404 before the store is asked."""
-    if _nul(provider) or _nul(event_id):
+    if has_nul(provider) or has_nul(event_id):
         raise OperationError(404, f"no event {provider!r}:{event_id!r}")
 
 

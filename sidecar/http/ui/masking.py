@@ -1,6 +1,11 @@
 """What the inspector never shows: signature values, credentials and cookies, in stored request
 headers, the request's query string, recorded response headers and JSON bodies (Mailgun signs in
-the body). Names stay visible; only values are masked."""
+the body). Names stay visible; only values are masked.
+
+Masking keeps secrets off screens and screenshots; it is not access control. Whoever may see
+the inspector holds the admin token (or a shell on the host), and the admin API gives that same
+person every stored request as received (``GET /admin/events/{provider}/{event_id}``): so
+reads of stored payloads are logged, in both places, like actions."""
 
 from __future__ import annotations
 
@@ -21,8 +26,14 @@ _GENERIC_NAMES = frozenset({
     "authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key",
     "x-auth-token", "x-access-token", "x-csrf-token", "x-gitlab-token", "x-webhook-token",
 })
-_FRAGMENTS = re.compile(r"signature|hmac|secret|password|passwd|token|api[-_]?key|credential",
+_FRAGMENTS = re.compile(r"signature|hmac|secret|password|passwd|token|api[-_]?key|credential"
+                        # "key" or "sig" as one part of a longer name: Ocp-Apim-Subscription-Key,
+                        # private_key, webhook_key, Paypal-Transmission-Sig (alone, they are
+                        # masked in query strings only: a JSON "key" is often an issue's name).
+                        r"|[-_.](?:key|sig)(?:$|[-_.])|^(?:key|sig)[-_.]",
                         re.IGNORECASE)
+# Names the fragments match that identify rather than authenticate: shown.
+_SHOWN = re.compile(r"^(?:x-)?idempotency[-_]", re.IGNORECASE)
 # Query parameters carry credentials under shorter names too (?key=…, ?sig=…, ?code=… in an
 # OAuth redirect, ?auth=…, ?pass=…): these, as well as every name above.
 _QUERY_NAMES = frozenset({"key", "sig", "sign", "code", "pass", "pwd", "auth", "apikey", "jwt",
@@ -43,7 +54,8 @@ class Masker:
 
     def sensitive(self, name: str) -> bool:
         lowered = name.lower()
-        return lowered in self._names or _FRAGMENTS.search(lowered) is not None
+        return lowered in self._names or (_FRAGMENTS.search(lowered) is not None
+                                          and _SHOWN.search(lowered) is None)
 
     def headers(self, pairs: Iterable[Iterable[str]]) -> list[tuple[str, str]]:
         """Header pairs with sensitive values replaced by ``MASK``."""

@@ -16,27 +16,29 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
-import jinja2
 from aiohttp import web
 
 from sidecar.config.model import Config, Mode
 from sidecar.core.errors import OperationError, StoreError
 from sidecar.core.events import QueueStats
 from sidecar.core.ports import AdminStore
-from sidecar.http.access import browser_refusal
+from sidecar.http.access import browser_refusal, client_gone
 from sidecar.http.appkeys import CONFIG, FORWARDER, METRICS, OWNER, STORE
 from sidecar.http.ui.auth import CSRF_FIELD, Gate, Operator, end_session
+from sidecar.http.ui.eventview import request_view, response_view
 from sidecar.http.ui.masking import Masker
 from sidecar.http.ui.overview import Cached, CounterHistory
+from sidecar.http.ui.paths import PREFIX, event_key, event_path, form_action, local
+from sidecar.http.ui.templating import environment, notice
 from sidecar.http.ui.timeline import timeline
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
+from sidecar.ops import listing
 
 log = get_logger("sidecar.ui")
 
-PREFIX = "/ui/"
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; form-action 'self'; "
                                "frame-ancestors 'none'; base-uri 'none'",
@@ -52,37 +54,7 @@ ASSETS = {"inspector.css": "text/css", "favicon.svg": "image/svg+xml"}
 STATES = ("processing", "done", "failed", "queued", "dead")
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "none")
 
-# What an action's redirect may announce: fixed texts, chosen by a code in the query string.
-NOTICES = {
-    "requeued": "Re-queued: the delivery workers take it now.",
-    "forwarded": "Re-driven: forwarded to the app again (see the new attempt below).",
-    "released": "Released: the next redelivery from the provider takes it over.",
-    "bulk": "Dead events re-queued: {count}.",
-    "logged_out": "Logged out.",
-}
-
 Page = Callable[[web.Request, Operator], Awaitable[web.StreamResponse]]
-
-
-def _templates() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("sidecar.http.ui", "templates"),
-                             autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
-    env.filters["urlpart"] = lambda value: quote(str(value), safe="")
-    env.filters["ms"] = lambda value: "—" if value is None else f"{float(value):,.1f} ms"
-    env.filters["ago"] = _ago
-    return env
-
-
-def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    seconds = float(seconds)
-    sign = "in " if seconds < 0 else ""
-    left = abs(seconds)
-    text = (f"{left:.0f} s" if left < 120 else f"{left / 60:.0f} min" if left < 7200
-            else f"{left / 3600:.1f} h")
-    return f"{sign}{text}" if sign else f"{text} ago"
 
 
 class Inspector:
@@ -96,7 +68,7 @@ class Inspector:
         self._providers = tuple(provider.key for provider in config.providers)
         self._gate = Gate(config.admin_token, trusted=config.trusted_proxies)
         self._masker = Masker(config)
-        self._env = _templates()
+        self._env = environment()
         folder = resources.files("sidecar.http.ui").joinpath("static")
         self._assets = {name: (folder.joinpath(name).read_bytes(), kind)
                         for name, kind in ASSETS.items()}
@@ -139,12 +111,8 @@ class Inspector:
             assert operator is not None
             return self._gate.csrf(operator, action)
 
-        notice = NOTICES.get(request.query.get("notice", ""))
-        if notice is not None:
-            count = request.query.get("count", "")
-            notice = notice.format(count=int(count) if count.isdigit() else "?")
         html = self._env.get_template(template).render(
-            operator=operator, csrf=csrf, csrf_field=CSRF_FIELD, notice=notice,
+            operator=operator, csrf=csrf, csrf_field=CSRF_FIELD, notice=notice(request.query),
             logout=self._gate.needs_login and operator is not None, **values)
         return web.Response(text=html, status=status, content_type="text/html",
                             charset="utf-8")
@@ -213,7 +181,7 @@ class Inspector:
                 return operator
             form = await request.post()
             given = form.get(CSRF_FIELD)
-            if not self._gate.csrf_valid(operator, _form_action(request),
+            if not self._gate.csrf_valid(operator, form_action(request),
                                          given if isinstance(given, str) else None):
                 log.warning("ui_csrf_refused", path=request.path, token=operator.fingerprint,
                             peer=operator.peer, present=given is not None)
@@ -228,18 +196,28 @@ class Inspector:
 
     async def _served(self, handler: Page, request: web.Request,
                       operator: Operator) -> web.StreamResponse:
+        """``handler``'s answer; what it could not do as a page saying why. A bug is a 500
+        page and an ``ui_failed`` line with its traceback, never passed off as something
+        else."""
+        if STORE not in self._proxy:  # the proxy app opens its store as it starts
+            return self._problem(request, 503, "Starting", "The proxy is starting: reload in "
+                                 "a moment.", operator, headers={"Retry-After": "1"})
         try:
             return await handler(request, operator)
+        except web.HTTPException:
+            raise  # a redirect
         except OperationError as exc:
-            return self._problem(request, exc.status, "Not done" if request.method == "POST"
-                                 else "Not found" if exc.status == 404 else "Bad request",
-                                 str(exc), operator)
+            return self._problem(request, exc.status, _title(request, exc.status), str(exc),
+                                 operator, headers=listing.answer_headers(exc))
         except StoreError as exc:
             return self._problem(request, 503, "Store unavailable", str(exc), operator,
                                  headers={"Retry-After": "5"})
-        except KeyError:  # the proxy app has not opened its store yet
-            return self._problem(request, 503, "Starting", "The proxy is starting: reload in "
-                                 "a moment.", operator, headers={"Retry-After": "1"})
+        except Exception:
+            log.exception("ui_failed", path=request.path, token=operator.fingerprint,
+                          peer=operator.peer)
+            return self._problem(request, 500, "Something went wrong",
+                                 "This page failed; the proxy's log has the details "
+                                 "(ui_failed).", operator)
 
     def _logged(self, action: str, request: web.Request, operator: Operator,
                 **fields: Any) -> None:
@@ -265,7 +243,8 @@ class Inspector:
         """Newest first, filtered, one page at a time (keyset: ``cursor`` is the previous
         page's last row)."""
         query = operations.query_from(request.query, self._providers)
-        page = await operations.list_page(self._store(), query)
+        page = await operations.list_page(self._store(), query,
+                                          gone=lambda: client_gone(request))
         filters = {name: request.query.get(name, "")
                    for name in ("provider", "state", "since", "until", "id_prefix", "status",
                                 "limit")}
@@ -276,22 +255,27 @@ class Inspector:
         return self._render(request, "events.html", operator=operator, events=page["events"],
                             filters=filters, providers=self._providers, states=STATES,
                             status_classes=STATUS_CLASSES, older=older,
-                            paged="cursor" in request.query)
+                            paged="cursor" in request.query,
+                            default_limit=listing.PAGE_LIMIT)
 
     async def event(self, request: web.Request, operator: Operator) -> web.StreamResponse:
-        provider, event_id = _key(request)
+        provider, event_id = event_key(request)
         data = await operations.show(self._store(), provider, event_id)
+        # Reading a stored payload (personal data, signatures) is logged like an action.
+        log.info("ui_read", path=request.path, provider=provider, event_id=event_id,
+                 payload_stored=data["payload_stored"], token=operator.fingerprint,
+                 peer=operator.peer)
         config = self._config.provider(provider)
         queue_mode = config is not None and config.mode is Mode.QUEUE
         state = data["state"]
         return self._render(
             request, "event.html", operator=operator, event=data, timeline=timeline(data),
-            request_view=self._request_view(data.get("request")),
-            response_view=self._response_view(data),
+            request_view=request_view(self._masker, data.get("request")),
+            response_view=response_view(self._masker, data),
             can_redrive=(state == "dead" and queue_mode) or state == "failed"
             or (state == "processing" and not data["lease_live"] and not queue_mode),
             can_release=state == "failed" and data["queue"] is None,
-            base=_event_path(provider, event_id))
+            base=event_path(provider, event_id))
 
     async def overview(self, request: web.Request, operator: Operator) -> web.StreamResponse:
         stuck, queues = await asyncio.gather(self._stuck.get(), self._queues.get())
@@ -317,7 +301,7 @@ class Inspector:
         if not self._gate.needs_login:
             raise web.HTTPSeeOther(PREFIX, headers=SECURITY_HEADERS)
         return _secured(self._render(request, "login.html", error=None,
-                                     next=_local(request.query.get("next"))))
+                                     next=local(request.query.get("next"))))
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         """The token, presented once: answered with a session cookie derived from it."""
@@ -327,7 +311,7 @@ class Inspector:
         if foreign is not None:
             return _secured(foreign)
         form = await request.post()
-        token, target = form.get("token"), _local(_text(form.get("next")))
+        token, target = form.get("token"), local(_text(form.get("next")))
         if not isinstance(token, str) or not self._gate.token_matches(token):
             log.warning("ui_login_refused", peer=request.remote)
             return _secured(self._render(request, "login.html", status=401, next=target,
@@ -346,7 +330,7 @@ class Inspector:
     # --- actions ---------------------------------------------------------------------------
 
     async def redrive(self, request: web.Request, operator: Operator) -> web.StreamResponse:
-        provider, event_id = _key(request)
+        provider, event_id = event_key(request)
         try:
             result = await operations.redrive(
                 self._config, self._store(), self._proxy[FORWARDER], self._proxy[OWNER],
@@ -363,10 +347,10 @@ class Inspector:
             self._logged("redrive", request, operator, provider=provider, event_id=event_id,
                          result="forwarded", attempt=result.attempt, state=result.state)
             notice = "forwarded"
-        raise web.HTTPSeeOther(_event_path(provider, event_id) + f"?notice={notice}")
+        raise web.HTTPSeeOther(event_path(provider, event_id) + f"?notice={notice}")
 
     async def release(self, request: web.Request, operator: Operator) -> web.StreamResponse:
-        provider, event_id = _key(request)
+        provider, event_id = event_key(request)
         try:
             await operations.release(self._store(), provider, event_id)
         except OperationError as exc:
@@ -374,7 +358,7 @@ class Inspector:
                          refused=str(exc))
             raise
         self._logged("release", request, operator, provider=provider, event_id=event_id)
-        raise web.HTTPSeeOther(_event_path(provider, event_id) + "?notice=released")
+        raise web.HTTPSeeOther(event_path(provider, event_id) + "?notice=released")
 
     async def redrive_dead(self, request: web.Request,
                            operator: Operator) -> web.StreamResponse:
@@ -389,35 +373,6 @@ class Inspector:
                      count=len(result.event_ids))
         raise web.HTTPSeeOther(PREFIX + "overview?" + urlencode(
             {"notice": "bulk", "count": len(result.event_ids)}))
-
-    # --- what an event page shows ------------------------------------------------------------
-
-    def _request_view(self, stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        """The stored request with its secrets masked: a JSON body pretty-printed, any other
-        body only by its size and content type (it may be a form with credentials in it)."""
-        if stored is None:
-            return None
-        headers = self._masker.headers(stored["headers"])
-        content_type = next((value for name, value in headers
-                             if name.lower() == "content-type"), None)
-        text = stored["body_text"]
-        pretty = self._masker.json_text(text) if text is not None else None
-        size = (len(text.encode("utf-8", "surrogateescape")) if text is not None
-                else len(stored["body_base64"] or "") * 3 // 4)
-        return {"method": stored["method"], "path": self._masker.path(stored["path"]),
-                "headers": headers,
-                "json": pretty, "size": size, "content_type": content_type}
-
-    def _response_view(self, event: Mapping[str, Any]) -> dict[str, Any] | None:
-        if event.get("response_status") is None:
-            return None
-        headers = self._masker.headers(event.get("response_headers") or [])
-        text = event.get("response_body_text")
-        pretty = self._masker.json_text(text) if text else None
-        return {"status": event["response_status"], "headers": headers, "json": pretty,
-                "text": text if pretty is None else None,
-                "size": len(text.encode("utf-8", "surrogateescape")) if text else
-                len(event.get("response_body_base64") or "") * 3 // 4}
 
 
 def install(admin: web.Application, proxy_app: web.Application) -> None:
@@ -448,34 +403,11 @@ def _all_secured(
     return run
 
 
-def _form_action(request: web.Request) -> str:
-    """The path the form behind this POST posts to, spelt as the pages spell it (each part
-    ``quote(…, safe='')``, like ``_event_path``), whatever spelling the browser sent: the CSRF
-    token is bound to this one spelling on both sides. ``request.path`` would be the decoded
-    path, which differs for an id with ':', a space, '%' or non-ASCII."""
-    resource = request.match_info.route.resource
-    if resource is None:
-        return request.path
-    parts = {name: quote(value, safe="") for name, value in request.match_info.items()}
-    return resource.canonical.format(**parts)
-
-
-def _key(request: web.Request) -> tuple[str, str]:
-    return request.match_info["provider"], request.match_info["event_id"]
-
-
-def _event_path(provider: str, event_id: str) -> str:
-    return f"{PREFIX}events/{quote(provider, safe='')}/{quote(event_id, safe='')}"
+def _title(request: web.Request, status: int) -> str:
+    if request.method == "POST":
+        return "Not done"
+    return {404: "Not found", 429: "Busy"}.get(status, "Bad request")
 
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _local(target: str | None) -> str:
-    """Where a login goes back to: an inspector path on this listener, never another site
-    (``//host`` or ``/ui/../`` tricks included)."""
-    if target is None or not target.startswith(PREFIX) or "//" in target or "\\" in target \
-            or ".." in target:
-        return PREFIX
-    return target
