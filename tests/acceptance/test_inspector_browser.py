@@ -1,7 +1,8 @@
 """The events inspector in a real browser (headless Debian chromium, driven by Playwright)
 against a real proxy process on PostgreSQL: log in, list, filter, open a dead event, re-drive
 it and see its new attempt; no console error on any page; a POST without its CSRF token
-refused. Screenshots of the pages go to a temporary folder, or to the folder named by
+refused; and, without a token, its own links served while another site's images are refused.
+Screenshots of the pages go to a temporary folder, or to the folder named by
 SIDECAR_SCREENSHOTS: `SIDECAR_SCREENSHOTS=docs/images scripts/test
 tests/acceptance/test_inspector_browser.py` refreshes the ones docs/ and the README show."""
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.acceptance.conftest import Deployment
+from tests.acceptance.conftest import Deployment, deploy
 from tests.support import GITHUB_SECRET, post, stripe_event, stripe_headers
 
 TOKEN = "browser-admin-token-0123456789"
@@ -153,3 +154,63 @@ async def dead_other(dep: Deployment) -> bool:
 
 async def _ok(_: Any) -> web.StreamResponse:
     return web.json_response({"ok": True})
+
+
+async def test_without_a_token_the_inspectors_own_links_work_and_another_sites_images_do_not(
+    chromium: str, tmp_path: Path,
+) -> None:
+    """Tokenless (loopback) inspector: typed addresses (Sec-Fetch-Site: none) and the pages'
+    own links (same-origin) are served; a page on another origin whose images point at a
+    listing and an event page makes the browser send requests that are refused."""
+    from playwright.async_api import async_playwright
+
+    async with deploy("sqlite", tmp_path, None) as dep:
+        dep.stub.behaviour = failing
+        await dep.start(1)
+        assert dep.client is not None
+        body = stripe_event("evt_tokenless")
+        status, _, _ = await post(dep.client, dep.url(0, "/webhooks/stripe"), body,
+                                  stripe_headers(body))
+        assert status == 500
+        admin = dep.procs[0].admin_url
+        targets = [admin + "/admin/events?status=5xx&limit=500",
+                   admin + "/ui/?state=failed&status=5xx", admin + "/ui/events/stripe/evt_x"]
+        images = "".join(f'<img src="{target}" alt="">' for target in targets)
+
+        async def elsewhere_page(_: web.Request) -> web.Response:
+            return web.Response(text=f"<!doctype html><title>elsewhere</title>{images}",
+                                content_type="text/html")
+
+        foreign = web.Application()
+        foreign.router.add_get("/", elsewhere_page)
+        runner = web.AppRunner(foreign)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        elsewhere = f"http://127.0.0.1:{runner.addresses[0][1]}/"
+        try:
+            async with async_playwright() as playwright:
+                browser = await playwright.chromium.launch(executable_path=chromium,
+                                                           args=["--no-sandbox"], headless=True)
+                page = await browser.new_page(viewport=VIEWPORT)
+                answer = await page.goto(admin + "/ui/")
+                assert answer is not None and answer.status == 200
+                await page.get_by_role("link", name="evt_tokenless").click()
+                await page.wait_for_url("**/ui/events/stripe/evt_tokenless")
+                assert "Attempt 1" in await page.inner_text("main")
+                await page.get_by_role("link", name="Overview").click()
+                await page.wait_for_url("**/ui/overview")
+                assert await page.get_by_role("rowheader", name="stripe").count() == 1
+
+                await page.goto(elsewhere, wait_until="load")
+                await browser.close()
+            refused = await dep.procs[0].wait_for_log("admin_refused")
+            assert refused["reason"] == "cross_site"
+            assert refused["fetch_site"] in ("cross-site", "same-site")
+            await dep.procs[0].wait_for_log("ui_refused")
+            reasons = {e["reason"] for e in dep.procs[0].logs
+                       if e.get("event") in ("ui_refused", "admin_refused")}
+            assert reasons == {"cross_site"}
+        finally:
+            await runner.cleanup()
+

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -194,3 +193,33 @@ async def test_reading_a_stored_payload_is_logged_with_who_and_which_event(
         assert reads == [("ui_read", "stripe", "evt_read", fingerprint, "127.0.0.1"),
                          ("admin_read", "stripe", "evt_read", fingerprint, "127.0.0.1")]
         assert TOKEN not in json.dumps(logs, default=str)
+
+
+# --- another site's page ---------------------------------------------------------------------
+
+async def test_without_a_token_another_sites_page_cannot_make_the_browser_list(
+    sqlite_store: Store,
+) -> None:
+    async with inspector(sqlite_store) as ui:
+        assert await raw_delivery(ui, stripe_event("evt_site")) == 200
+        paths = ("/ui/", "/ui/?state=failed&status=5xx", "/ui/overview",
+                 "/ui/events/stripe/evt_site", "/admin/events?status=5xx&limit=500",
+                 "/admin/events/stripe/evt_site")
+        with structlog.testing.capture_logs() as logs:
+            for path in paths:
+                for site in ("cross-site", "same-site"):
+                    status, text, _ = await ui.page(path, headers={"Sec-Fetch-Site": site})
+                    assert status == 403 and "another website" in text, (path, site)
+        refused = [e for e in logs if e["event"] in ("ui_refused", "admin_refused")]
+        assert {e["reason"] for e in refused} == {"cross_site"}
+        assert len(refused) == 2 * len(paths)
+        # Typed or bookmarked (none), the inspector's own links (same-origin), curl (neither).
+        for path in paths:
+            for headers in ({"Sec-Fetch-Site": "none"}, {"Sec-Fetch-Site": "same-origin"}, {}):
+                status, text, _ = await ui.page(path, headers=headers)
+                assert status == 200, (path, headers, text[:200])
+    async with inspector(sqlite_store, admin_token=TOKEN) as ui:
+        # With a token, a link from elsewhere (chat, an alert) leads to the login.
+        status, _, resp = await ui.page("/ui/events/stripe/evt_site",
+                                        headers={"Sec-Fetch-Site": "cross-site"})
+        assert status == 303 and resp.headers["Location"].startswith("/ui/login")

@@ -1,11 +1,13 @@
 """What the admin listener refuses from a browser another website drives (``sidecar.http.access``):
 a ``Host`` that is not this listener's (DNS rebinding, without a token) and a POST another site's
-page made. Pure rules over header values; the listener's answers are in
-tests/integration/test_inspector.py."""
+page made (without a token, any request it made). Pure rules over header values; the listener's
+answers are in tests/integration/test_inspector.py and test_inspector_answers.py."""
 
 from __future__ import annotations
 
-from sidecar.http.access import cross_site, host_allowed
+from aiohttp.test_utils import make_mocked_request
+
+from sidecar.http.access import browser_refusal, cross_site, host_allowed
 
 
 def test_only_an_address_localhost_or_the_listen_host_is_this_listeners_host() -> None:
@@ -35,3 +37,28 @@ def test_a_post_from_another_sites_page_is_told_by_fetch_metadata_or_origin() ->
     assert not cross_site({"Origin": "https://admin.example"}, "admin.example:443")
     assert not cross_site({"Origin": "http://admin.example:80"}, "admin.example")
     assert cross_site({"Origin": "http://admin.example"}, None)
+
+
+def test_without_a_token_any_request_from_another_sites_page_is_refused() -> None:
+    """An <img> or a link on another site drives a GET (a listing that walks far back) as well
+    as a form drives a POST. Typed URLs and bookmarks say ``none``, the inspector's own links
+    ``same-origin``; curl sends neither header. With a token, a cross-site GET carries neither
+    the SameSite=Strict cookie nor a bearer token, so only POSTs need refusing there."""
+    def refusal(method: str, path: str, headers: dict[str, str], *, token: bool) -> str | None:
+        request = make_mocked_request(method, path, headers={"Host": "127.0.0.1:9090",
+                                                             **headers})
+        found = browser_refusal(request, token_configured=token, admin_host="127.0.0.1")
+        return None if found is None else found.reason
+
+    for path in ("/admin/events?status=5xx&limit=500", "/ui/?state=failed", "/ui/overview",
+                 "/admin/events/stripe/evt_1"):
+        for method in ("GET", "HEAD"):
+            for foreign in ({"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+                            {"Origin": "https://evil.example"}, {"Origin": "null"}):
+                assert refusal(method, path, foreign, token=False) == "cross_site", foreign
+                assert refusal(method, path, foreign, token=True) is None, foreign
+            for own in ({}, {"Sec-Fetch-Site": "none"}, {"Sec-Fetch-Site": "same-origin"},
+                        {"Origin": "http://127.0.0.1:9090"}):
+                assert refusal(method, path, own, token=False) is None, own
+        assert refusal("POST", path, {"Sec-Fetch-Site": "cross-site"}, token=True) == \
+            "cross_site"
