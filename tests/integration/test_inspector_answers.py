@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -21,9 +22,11 @@ from aiohttp import web
 from sidecar.config.loader import parse_config
 from sidecar.core.ports import Store
 from sidecar.http.ui import views
+from sidecar.ops import listing
 from sidecar.runtime.serve import start, stop
+from tests.acceptance.conftest import run_cli
 from tests.integration.test_inspector import TOKEN, Inspected, csrf_of, failing
-from tests.support import StubApp, base_config, stripe_event, stripe_headers
+from tests.support import StubApp, base_config, stripe_event, stripe_headers, write_config
 
 STRIPE = "/webhooks/stripe"
 
@@ -223,3 +226,26 @@ async def test_without_a_token_another_sites_page_cannot_make_the_browser_list(
         status, _, resp = await ui.page("/ui/events/stripe/evt_site",
                                         headers={"Sec-Fetch-Site": "cross-site"})
         assert status == 303 and resp.headers["Location"].startswith("/ui/login")
+
+
+async def test_the_cli_logs_reading_a_stored_payload_too(sqlite_store: Store,
+                                                         tmp_path: Path) -> None:
+    async with inspector(sqlite_store) as ui:
+        assert await raw_delivery(ui, stripe_event("evt_cli_read")) == 200
+        config = base_config(ui.stub.url, f"sqlite:///{tmp_path / 'events.db'}")
+        code, out, err = await run_cli("events", "show", "stripe", "evt_cli_read", "--json",
+                                       "--config", str(write_config(tmp_path, config)))
+    assert code == 0, err
+    assert json.loads(out)["event_id"] == "evt_cli_read"
+    [line] = [json.loads(text) for text in err.splitlines() if '"cli_read"' in text]
+    assert (line["provider"], line["event_id"], line["payload_stored"]) == (
+        "stripe", "evt_cli_read", True)
+    assert line["user"] and line["host"] and line["pid"] > 0
+
+
+async def test_the_page_size_placeholder_is_the_servers_default(sqlite_store: Store) -> None:
+    async with inspector(sqlite_store) as ui:
+        status, html, _ = await ui.page("/ui/")
+        assert status == 200
+        assert f'name="limit" value="" inputmode="numeric" size="4" ' \
+               f'placeholder="{listing.PAGE_LIMIT}"' in html

@@ -8,8 +8,10 @@ from typing import Any
 
 from sidecar.config.loader import parse_config
 from sidecar.http.ui.auth import SESSION_SECONDS, Gate, Operator
+from sidecar.http.ui.eventview import request_view, response_view
 from sidecar.http.ui.masking import MASK, Masker
 from sidecar.http.ui.overview import WINDOW, CounterHistory, Counts
+from sidecar.http.ui.templating import printable
 from sidecar.http.ui.timeline import IN_FLIGHT, NO_RESULT, timeline
 from sidecar.obs.metrics import Metrics
 from tests.support import base_config
@@ -102,6 +104,49 @@ def test_query_values_under_sensitive_names_are_masked_the_names_kept() -> None:
     assert shown == (f"/webhooks/x?token={MASK}&page=2&api_key={MASK}&Sig={MASK}&code={MASK}"
                      f"&auth={MASK}&pass={MASK}&x%2Dsignature={MASK}&flag&note=a=b")
     assert masker.path("/webhooks/x") == "/webhooks/x"
+
+
+def test_names_with_key_or_sig_as_a_part_are_masked_identifiers_shown() -> None:
+    masker = Masker(parse_config(base_config("http://127.0.0.1:9", "sqlite:///unused.db"),
+                                 env={}))
+    for name in ("Ocp-Apim-Subscription-Key", "Paypal-Transmission-Sig", "X-Private-Key",
+                 "sig-v2", "key.id"):
+        assert masker.sensitive(name), name
+    for name in ("Idempotency-Key", "X-Idempotency-Key", "Paypal-Transmission-Id",
+                 "Paypal-Cert-Url", "Keep-Alive", "X-Monkey", "Content-Type", "key", "sig"):
+        assert not masker.sensitive(name), name
+    shown = masker.path("/webhooks/x?private_key=P&webhook_key=W&key=K&monkey=M")
+    assert shown == f"/webhooks/x?private_key={MASK}&webhook_key={MASK}&key={MASK}&monkey=M"
+    pretty = masker.json_text('{"private_key": "P", "webhook_key": "W", "key": "ISSUE-1",'
+                              ' "idempotency_key": "I"}')
+    assert pretty is not None and json.loads(pretty) == {
+        "private_key": MASK, "webhook_key": MASK, "key": "ISSUE-1", "idempotency_key": "I"}
+
+
+def test_a_stored_body_that_is_not_json_is_described_never_shown() -> None:
+    """Request and response alike: a form or text body may hold credentials under names
+    masking cannot see."""
+    masker = Masker(parse_config(base_config("http://127.0.0.1:9", "sqlite:///unused.db"),
+                                 env={}))
+    form = {"method": "POST", "path": "/webhooks/x", "body_text": "password=hunter2",
+            "body_base64": None, "headers": [["Content-Type", "application/x-www-form-urlencoded"]]}
+    seen = request_view(masker, form)
+    assert seen is not None and seen["json"] is None and seen["size"] == 16
+    assert seen["content_type"] == "application/x-www-form-urlencoded"
+    answer = {"response_status": 500, "response_headers": [["Content-Type", "text/plain"]],
+              "response_body_text": "token=abc", "response_body_base64": "dG9rZW49YWJj"}
+    seen = response_view(masker, answer)
+    assert seen is not None and seen["json"] is None and "hunter2" not in str(seen)
+    assert seen["size"] == 9 and seen["content_type"] == "text/plain"
+    assert "token=abc" not in str(seen)
+    binary = {**answer, "response_body_text": None, "response_body_base64": "/w=="}
+    assert (response_view(masker, binary) or {})["size"] == 1
+
+
+def test_undecodable_bytes_are_shown_escaped() -> None:
+    assert printable("caf\udce9") == "caf\\xe9"
+    assert printable("\ud800 ok \U0001f600") == "\\ud800 ok \U0001f600"
+    assert printable("plain é") == "plain é"
 
 
 def event(state: str, attempt: int, attempts: list[dict[str, Any]], *,
