@@ -31,6 +31,7 @@ from sidecar.http.ui.eventview import request_view, response_view
 from sidecar.http.ui.masking import Masker
 from sidecar.http.ui.overview import Cached, CounterHistory
 from sidecar.http.ui.paths import PREFIX, event_key, event_path, form_action, local
+from sidecar.http.ui.security import SECURITY_HEADERS, all_secured, secured
 from sidecar.http.ui.templating import environment, notice
 from sidecar.http.ui.timeline import timeline
 from sidecar.obs.logs import get_logger
@@ -39,20 +40,7 @@ from sidecar.ops import listing
 
 log = get_logger("sidecar.ui")
 
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; form-action 'self'; "
-                               "frame-ancestors 'none'; base-uri 'none'",
-    "X-Frame-Options": "DENY",
-    # Not no-referrer: with it a browser sends "Origin: null" on the page's own form POSTs,
-    # which access.browser_refusal must refuse (a sandboxed page sends that too). same-origin
-    # still keeps the inspector's URLs (event ids) from every other site.
-    "Referrer-Policy": "same-origin",
-    "X-Content-Type-Options": "nosniff",
-    "Cache-Control": "no-store",
-}
 ASSETS = {"inspector.css": "text/css", "favicon.svg": "image/svg+xml"}
-STATES = ("processing", "done", "failed", "queued", "dead")
-STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "none")
 
 Page = Callable[[web.Request, Operator], Awaitable[web.StreamResponse]]
 
@@ -161,7 +149,7 @@ class Inspector:
         return operator if operator is not None else self._refused(request)
 
     def _page(self, handler: Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        @_all_secured
+        @all_secured
         async def run(request: web.Request) -> web.StreamResponse:
             operator = self._admitted(request)
             if isinstance(operator, web.StreamResponse):
@@ -174,7 +162,7 @@ class Inspector:
         """A POST: the operator let in, then the form's CSRF token checked, before anything
         is done."""
 
-        @_all_secured
+        @all_secured
         async def run(request: web.Request) -> web.StreamResponse:
             operator = self._admitted(request)
             if isinstance(operator, web.StreamResponse):
@@ -253,8 +241,8 @@ class Inspector:
             kept = {name: value for name, value in filters.items() if value}
             older = PREFIX + "?" + urlencode({**kept, "cursor": page["next"]})
         return self._render(request, "events.html", operator=operator, events=page["events"],
-                            filters=filters, providers=self._providers, states=STATES,
-                            status_classes=STATUS_CLASSES, older=older,
+                            filters=filters, providers=self._providers, states=listing.STATES,
+                            status_classes=listing.STATUS_CLASSES, older=older,
                             paged="cursor" in request.query,
                             default_limit=listing.PAGE_LIMIT)
 
@@ -300,7 +288,7 @@ class Inspector:
     async def login_form(self, request: web.Request) -> web.StreamResponse:
         if not self._gate.needs_login:
             raise web.HTTPSeeOther(PREFIX, headers=SECURITY_HEADERS)
-        return _secured(self._render(request, "login.html", error=None,
+        return secured(self._render(request, "login.html", error=None,
                                      next=local(request.query.get("next"))))
 
     async def login(self, request: web.Request) -> web.StreamResponse:
@@ -309,12 +297,12 @@ class Inspector:
             raise web.HTTPSeeOther(PREFIX, headers=SECURITY_HEADERS)
         foreign = self._foreign(request)
         if foreign is not None:
-            return _secured(foreign)
+            return secured(foreign)
         form = await request.post()
         token, target = form.get("token"), local(_text(form.get("next")))
         if not isinstance(token, str) or not self._gate.token_matches(token):
             log.warning("ui_login_refused", peer=request.remote)
-            return _secured(self._render(request, "login.html", status=401, next=target,
+            return secured(self._render(request, "login.html", status=401, next=target,
                                          error="That is not the admin token."))
         log.info("ui_login", token=self._gate.fingerprint, peer=request.remote)
         response = web.HTTPSeeOther(target, headers=SECURITY_HEADERS)
@@ -380,27 +368,6 @@ def install(admin: web.Application, proxy_app: web.Application) -> None:
     inspector = Inspector(proxy_app)
     admin.add_routes(inspector.routes())
     admin.cleanup_ctx.append(inspector.sampling)
-
-
-def _secured(response: web.StreamResponse) -> web.StreamResponse:
-    response.headers.update(SECURITY_HEADERS)
-    return response
-
-
-def _all_secured(
-    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """``handler``'s answers with the security headers, the redirects and errors it raises
-    (``web.HTTPException``) included."""
-
-    async def run(request: web.Request) -> web.StreamResponse:
-        try:
-            return _secured(await handler(request))
-        except web.HTTPException as exc:
-            exc.headers.update(SECURITY_HEADERS)
-            raise
-
-    return run
 
 
 def _title(request: web.Request, status: int) -> str:
