@@ -114,8 +114,10 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
                 print(f"next page: --cursor {page['next']}", file=sys.stderr)
         elif command == "show":
             shown = await operations.show(store, args.provider, args.event_id)
-            _log_read(args.provider, args.event_id, shown)
             print(json.dumps(shown, indent=2) if args.json else _show_text(shown))
+            # Logged once the payload is out: a reader gone already (a closed pipe) saw nothing.
+            sys.stdout.flush()
+            _log_read(args.provider, args.event_id, shown)
         elif command == "release":
             row = await operations.release(store, args.provider, args.event_id,
                                            force=args.force)
