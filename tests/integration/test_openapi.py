@@ -41,6 +41,7 @@ from sidecar.core.events import (
 )
 from sidecar.core.workergroup import GroupHealth
 from sidecar.http.openapi import description
+from sidecar.ops import listing
 from sidecar.runtime.serve import Running, start, stop
 from sidecar.runtime.wiring import build_apps
 from sidecar.store.sqlite import SQLiteStore
@@ -345,6 +346,27 @@ async def trouble(admin: Admin, store: SQLiteStore, base: str, outside: str) -> 
         assert (await admin.call("get", probe, headers={}, base=base)).status == 503
 
 
+async def busy(admin: Admin, store: SQLiteStore) -> None:
+    """Every listing turn taken and every waiting place filled: the next listing is 429."""
+    held = [listing.turn(store) for _ in range(listing.CONCURRENT_LISTINGS)]
+    for hold in held:
+        await hold.__aenter__()
+
+    async def wait_turn() -> None:
+        async with listing.turn(store):
+            pass
+
+    waiters = [asyncio.create_task(wait_turn()) for _ in range(listing.WAITING_LISTINGS)]
+    await asyncio.sleep(0)  # each waiter takes its place before blocking (no other await)
+    try:
+        answer = await admin.call("get", "/admin/events")
+        assert answer.status == 429, answer.body
+    finally:
+        for hold in held:
+            await hold.__aexit__(None, None, None)
+        await asyncio.gather(*waiters)
+
+
 async def test_real_answers_match_the_description_and_cover_it(
     tmp_path: Path, client: aiohttp.ClientSession
 ) -> None:
@@ -358,6 +380,7 @@ async def test_real_answers_match_the_description_and_cover_it(
     try:
         await seed(store)
         await exercise(admin)
+        await busy(admin, store)
     finally:
         await stop(running)
         await store.close()
