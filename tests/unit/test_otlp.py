@@ -33,6 +33,9 @@ class BothEncodings:
         self.encoded.append(self.encoder.encode(records))
         return self.sdk.export(records)
 
+    def stop(self) -> None:
+        self.sdk.stop()
+
     def shutdown(self) -> None:
         self.sdk.shutdown()
 
@@ -117,9 +120,9 @@ def test_the_endpoint_is_the_blocks_else_the_environments_as_the_sdk_reads_it(
     exporter.shutdown()
 
 
-def test_headers_and_timeout_come_from_the_environment_the_block_winning() -> None:
+def test_headers_and_timeout_in_milliseconds_come_from_the_environment_the_block_winning() -> None:
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "api-key=env,x-team=a%20b",
-               "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2.5", "OTEL_EXPORTER_OTLP_TIMEOUT": "9"}
+               "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2500", "OTEL_EXPORTER_OTLP_TIMEOUT": "9"}
     exporter = otlp.from_environment(otlp.Encoder({}, "", SCOPE), None, {"api-key": "block"},
                                      environ)
     assert exporter.headers == {"api-key": "block", "x-team": "a b"}
