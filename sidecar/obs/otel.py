@@ -31,16 +31,14 @@ from typing import Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBased
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from sidecar.core.tracing import Attributes, AttributeValue, Span, SpanKind
 
-_KINDS: Final = {
+KINDS: Final = {
     SpanKind.SERVER: trace.SpanKind.SERVER,
     SpanKind.CLIENT: trace.SpanKind.CLIENT,
     SpanKind.CONSUMER: trace.SpanKind.CONSUMER,
@@ -229,7 +227,7 @@ class OtelTracer:
                               self._ids.generate_span_id(), TraceFlags.SAMPLED | self._random,
                               None, 0, False, dict(attributes), links, self._limit)
         trace_id = remote.trace_id if remote is not None else self._ids.generate_trace_id()
-        sampling = self._sampler.should_sample(context, trace_id, name, _KINDS[kind],
+        sampling = self._sampler.should_sample(context, trace_id, name, KINDS[kind],
                                                attributes, links)
         flags = TraceFlags.SAMPLED if sampling.decision is Decision.RECORD_AND_SAMPLE else 0
         if remote is not None:
@@ -382,46 +380,3 @@ def error_status(record: SpanRecord) -> str | None:
     if record.error is not None:
         return f"{record.error.name}: {record.error.message}"
     return "" if "error.type" in record.attributes else None
-
-
-class SdkExport:
-    """Records to an SDK ``SpanExporter`` (any: the in-memory one in tests), as the SDK's
-    ``ReadableSpan`` objects."""
-
-    def __init__(self, exporter: SpanExporter, provider: TracerProvider) -> None:
-        self._exporter = exporter
-        self._resource = provider.resource
-        self._scope = InstrumentationScope(SCOPE)
-
-    def export(self, records: Sequence[SpanRecord]) -> bool:
-        spans = [self._readable(record) for record in records]
-        return self._exporter.export(spans) is SpanExportResult.SUCCESS
-
-    def stop(self) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def _readable(self, record: SpanRecord) -> ReadableSpan:
-        """The SDK's span for a record (in the export thread: off the delivery path)."""
-        context = SpanContext(record.trace_id, record.span_id, False, TraceFlags(record.flags),
-                              record.state)
-        parent = None
-        if record.parent:
-            parent = SpanContext(record.trace_id, record.parent, record.remote,
-                                 TraceFlags(record.flags), record.state)
-        description = error_status(record)
-        status = (Status(StatusCode.UNSET) if description is None
-                  else Status(StatusCode.ERROR, description or None))
-        events: tuple[Event, ...] = ()
-        if record.error is not None:
-            error = record.error
-            events = (Event("exception", {"exception.type": error.qualname,
-                                          "exception.message": error.message,
-                                          "exception.stacktrace": error.stack,
-                                          "exception.escaped": "False"}, record.end),)
-        return ReadableSpan(record.name, context, parent, self._resource, record.attributes,
-                            events, record.links, _KINDS[record.kind], status=status,
-                            start_time=record.start, end_time=record.end,
-                            instrumentation_scope=self._scope)

@@ -280,7 +280,8 @@ def from_environment(encoder: Encoder, endpoint: str | None, headers: Mapping[st
                      environ: Mapping[str, str] = os.environ) -> OtlpHttp:
     """The exporter the ``tracing:`` block and the standard variables ask for, as the SDK reads
     them: OTEL_EXPORTER_OTLP_[TRACES_]{ENDPOINT, HEADERS, TIMEOUT, COMPRESSION, CERTIFICATE,
-    CLIENT_CERTIFICATE, CLIENT_KEY}; the traces one first, a key of the block over both."""
+    CLIENT_CERTIFICATE, CLIENT_KEY}; the traces one first, a key of the block over both. The
+    timeout is in milliseconds, as the OTLP specification says (the Python SDK reads seconds)."""
     from opentelemetry.util.re import parse_env_headers
 
     def setting(name: str) -> str | None:
@@ -295,7 +296,7 @@ def from_environment(encoder: Encoder, endpoint: str | None, headers: Mapping[st
         url = f"{base.rstrip('/')}/v1/traces"
     sent = dict(parse_env_headers(setting("HEADERS") or "", liberal=True))
     sent.update(headers)
-    try:  # milliseconds, as the OTLP exporter specification says (the Python SDK reads seconds)
+    try:
         timeout = float(setting("TIMEOUT") or 10000) / 1000
     except ValueError:
         log.warning("the OTLP timeout is not a number of milliseconds: 10000 (10 s) it is")

@@ -86,7 +86,8 @@ def build_tracer(config: TracingConfig, metrics: Metrics, *, db_system: str,
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
 
-        from sidecar.obs.otel import SCOPE, OtelTracer, RecordExporter, SdkExport, SpanQueue
+        from sidecar.obs.otel import SCOPE, OtelTracer, RecordExporter, SpanQueue
+        from sidecar.obs.sdkexport import SdkExport
         if exporter is None:
             from sidecar.obs import otlp
     except ImportError as exc:

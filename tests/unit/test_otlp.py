@@ -16,7 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from sidecar.core.tracing import SpanKind
 from sidecar.obs import otel, otlp
-from sidecar.obs.otel import SCOPE, OtelTracer, SdkExport, SpanQueue, SpanRecord
+from sidecar.obs.otel import SCOPE, OtelTracer, SpanQueue, SpanRecord
+from sidecar.obs.sdkexport import SdkExport
 
 INBOUND = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
