@@ -32,10 +32,13 @@ INSTALL_HINT: Final = ("install the otel extra: pip install '.[otel]' in a sourc
 
 def tracing_wanted(config: TracingConfig, environ: Mapping[str, str] = os.environ) -> bool:
     """``tracing.enabled`` if set; else whether an OTLP endpoint is configured, here or in the
-    environment, and the SDK is not disabled (``OTEL_SDK_DISABLED=true``)."""
+    environment, and neither the SDK (``OTEL_SDK_DISABLED=true``) nor its exporter
+    (``OTEL_TRACES_EXPORTER=none``) is turned off."""
     if config.enabled is not None:
         return config.enabled
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return False
     return config.endpoint is not None or any(environ.get(name) for name in ENDPOINT_VARIABLES)
 

@@ -73,6 +73,14 @@ def test_untraced_the_variables_are_not_read(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_no_traces_exporter_turns_tracing_off_unless_the_key_turns_it_on(tmp_path: Path) -> None:
+    env = {**TRACED, "OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    assert cli("check-config", config(tmp_path), env).returncode == 0
+    result = cli("check-config", config(tmp_path, enabled=True), env)
+    assert result.returncode == EXIT_CONFIG
+    assert "$OTEL_TRACES_EXPORTER is 'none'" in result.stderr
+
+
 def test_the_variables_the_proxy_honours_pass(tmp_path: Path) -> None:
     result = cli("check-config", config(tmp_path), {
         **TRACED, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
