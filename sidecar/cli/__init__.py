@@ -16,6 +16,7 @@ from sidecar.config.problems import ConfigProblems
 from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError, SchemaError, StoreError
 from sidecar.obs.logs import configure_logging
+from sidecar.obs.tracing import check_environment
 
 CONFIG_ENV = "WEBHOOK_SIDECAR_CONFIG"
 EXIT_CONFIG = 2
@@ -138,6 +139,7 @@ def _run(args: argparse.Namespace) -> int:
     text = read_config_file(path)
     folder = Path(path).resolve().parent
     config = load_config_text(text, base_dir=folder, source=path)
+    check_environment(config.tracing)  # before a worker starts: one clear error, exit 2
     configure_logging(config.log_level, config.log_format)
     if config.workers > 1:
         from sidecar.runtime.workers import ConfigFile, supervise
@@ -181,6 +183,7 @@ def _store_partition(args: argparse.Namespace) -> int:
 def _check_config(args: argparse.Namespace) -> int:
     try:
         config = _load(args)
+        check_environment(config.tracing)  # the OTEL_* variables the tracing keys fall back to
     except ConfigError as exc:
         _print_problems(exc, args.config)
         return EXIT_CONFIG

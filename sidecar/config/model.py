@@ -440,10 +440,16 @@ class TracingConfig:
                                       nullable=True)
     sampler_arg: float | None = setting(Ratio(), "The ratio of the traceidratio samplers "
                                         "(OTEL_TRACES_SAMPLER_ARG; default 1).", nullable=True)
-    max_queue_size: int = setting(Integer(1), "Finished spans waiting for export at most; "
-                                  "past it spans are dropped and counted "
-                                  "(webhook_trace_spans_dropped_total), never waited for.",
-                                  yaml_default=2048)
+    max_queue_size: int | None = setting(Integer(1), "Finished spans waiting for export at "
+                                         "most; past it spans are dropped and counted "
+                                         "(webhook_trace_spans_dropped_total), never waited "
+                                         "for (OTEL_BSP_MAX_QUEUE_SIZE; default 2048).",
+                                         nullable=True)
+    trust_inbound: bool = setting(Boolean(), "true: a delivery from a peer in trusted_proxies "
+                                  "continues the trace its traceparent and tracestate headers "
+                                  "name (its sampling decision too). false: every delivery "
+                                  "starts a trace of its own; an ingress passes a sender's "
+                                  "headers on unless told otherwise.", yaml_default=False)
 
 
 PROVIDER_KEY_PATTERN: Final = "^[a-z0-9][a-z0-9_-]{0,62}$"

@@ -37,8 +37,9 @@ def delivery_handler(provider: ProviderConfig) -> Handler:
         tracer = request.app[TRACER]
         if not tracer.enabled:
             return await _handle(provider, request, None)
-        with tracer.server(f"{request.method} {provider.path}",
-                           _request_attributes(provider, request),
+        # The request's attributes are set inside _handle's protection: whatever a sender puts
+        # in its headers, the delivery gets its answer, its log line and its count.
+        with tracer.server(f"{request.method} {provider.path}", {},
                            _trusted_parent(request)) as span:
             return await _handle(provider, request, span)
 
@@ -51,6 +52,8 @@ async def _handle(provider: ProviderConfig, request: web.Request,
     marks = _phase_marks(request)
     answer: Answer | None = None
     try:
+        if span is not None:
+            _describe_request(span, provider, request)
         answer = await _answer(provider, request)
         phases.mark("answer")
     except Exception as exc:  # a bug in this shell (the pipeline answers its own)
@@ -107,11 +110,13 @@ def _with_phases(observe: Callable[[float], None], marks: phases.Marks,
 
 
 def _trusted_parent(request: web.Request) -> Mapping[str, str] | None:
-    """The request's headers, to continue the trace context they carry, from a trusted proxy
-    only: providers send none, and anyone else could send any (it would graft our spans onto
-    a trace of their choosing)."""
-    trusted = request.app[CONFIG].trusted_proxies
-    if not trusted:  # the usual case: no address to parse
+    """The request's headers, to continue the trace context they carry, only when
+    ``tracing.trust_inbound`` says so and from a trusted proxy: providers send none, and anyone
+    else could send any (it would graft our spans onto a trace of their choosing, or choose
+    whether they are sampled); an ingress passes a sender's on unless told otherwise."""
+    config = request.app[CONFIG]
+    trusted = config.trusted_proxies
+    if not trusted or not config.tracing.trust_inbound:  # the usual case: nothing to parse
         return None
     address = peer_address(request.remote)
     if address is not None and is_trusted(address, trusted):
@@ -119,32 +124,40 @@ def _trusted_parent(request: web.Request) -> Mapping[str, str] | None:
     return None
 
 
-def _request_attributes(provider: ProviderConfig, request: web.Request) -> dict[str, str | int]:
+def _describe_request(span: Span, provider: ProviderConfig, request: web.Request) -> None:
     """The server span's attributes known before the answer (HTTP semantic conventions; the
-    query is left out: it may carry a token)."""
+    query is left out: it may carry a token). The span makes each value valid UTF-8."""
+    set_attribute = span.set_attribute
+    set_attribute("http.request.method", request.method)
+    set_attribute("url.path", request.path)
+    set_attribute("url.scheme", request.scheme)
+    set_attribute("http.route", provider.path)
+    set_attribute("webhook.provider", provider.key)
     host, port = _server(request.scheme, request.host)
-    attributes: dict[str, str | int] = {
-        "http.request.method": request.method, "url.path": request.path,
-        "url.scheme": request.scheme, "http.route": provider.path,
-        "server.address": host, "webhook.provider": provider.key}
+    if host is not None:
+        set_attribute("server.address", host)
     if port is not None:
-        attributes["server.port"] = port
+        set_attribute("server.port", port)
     if request.remote:
-        attributes["client.address"] = request.remote
-        attributes["network.peer.address"] = request.remote
+        set_attribute("client.address", request.remote)
+        set_attribute("network.peer.address", request.remote)
     if request.content_length is not None:
-        attributes["http.request.body.size"] = request.content_length
+        set_attribute("http.request.body.size", request.content_length)
     agent = request.headers.get("User-Agent")
     if agent:
-        attributes["user_agent.original"] = agent
-    return attributes
+        set_attribute("user_agent.original", agent)
 
 
 @functools.lru_cache(maxsize=64)
-def _server(scheme: str, host: str) -> tuple[str, int | None]:
+def _server(scheme: str, host: str) -> tuple[str | None, int | None]:
     """The Host header's host and port (else the scheme's), as ``request.url`` reads them;
-    remembered, as requests name the same few, and building that URL costs more than a span."""
-    url = URL.build(scheme=scheme, authority=host)
+    (None, None) for a Host that is no authority (a port out of range or not a number).
+    Remembered, as requests name the same few, and building that URL costs more than a span;
+    a bad one too (``lru_cache`` would not remember an exception)."""
+    try:
+        url = URL.build(scheme=scheme, authority=host)
+    except ValueError:
+        return None, None
     return url.host or "", url.port
 
 

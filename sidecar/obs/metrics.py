@@ -93,8 +93,9 @@ class Metrics:
             registry=self.registry)
         self.trace_spans_dropped = Counter(
             "webhook_trace_spans_dropped", "Trace spans not exported, by reason: queue_full "
-            "(tracing.max_queue_size reached while the collector is slow or down) or "
-            "export_failed (the collector refused them or could not be reached).", ["reason"],
+            "(tracing.max_queue_size reached while the collector is slow or down), "
+            "export_failed (the collector refused them or could not be reached) or "
+            "unencodable (a span the exporter could not encode).", ["reason"],
             registry=self.registry)
         self.maintenance_errors = Counter(
             "webhook_maintenance_errors", "Maintenance runs (retention, stuck-row count) that "

@@ -31,16 +31,14 @@ from typing import Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBased
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from sidecar.core.tracing import Attributes, AttributeValue, Span, SpanKind
 
-_KINDS: Final = {
+KINDS: Final = {
     SpanKind.SERVER: trace.SpanKind.SERVER,
     SpanKind.CLIENT: trace.SpanKind.CLIENT,
     SpanKind.CONSUMER: trace.SpanKind.CONSUMER,
@@ -55,18 +53,56 @@ log = logging.getLogger("sidecar.obs.otel")
 
 Dropped = Callable[[str, int], None]  # (reason, spans)
 
+# OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT unset: a string attribute is cut to this many characters (the
+# SDK keeps any length; a sender's 8 KiB User-Agent would go out whole in every span).
+DEFAULT_VALUE_LENGTH_LIMIT: Final = 4096
+_STACK_LIMIT: Final = 32768  # characters of a formatted stack kept on a span
+
+
+def clean(value: AttributeValue, limit: int) -> AttributeValue:
+    """``value`` as a span may keep it: a string valid UTF-8 (a byte aiohttp decoded with
+    ``surrogateescape``, or any lone surrogate, becomes U+FFFD) and at most ``limit``
+    characters; other types as they are."""
+    if type(value) is not str:
+        return value
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            try:
+                raw = value.encode("utf-8", "surrogateescape")  # the bytes as received
+            except UnicodeEncodeError:
+                raw = value.encode("utf-8", "surrogatepass")
+            value = raw.decode("utf-8", "replace")
+    return value if len(value) <= limit else value[:limit]
+
+
+class ErrorNote:
+    """An exception that escaped a span, as the span keeps it: names and text only, so the
+    exception (its traceback's frames, and what they hold: a body) is freed when the span
+    ends, not when it is exported."""
+
+    __slots__ = ("message", "name", "qualname", "stack")
+
+    def __init__(self, exc: BaseException, limit: int) -> None:
+        self.name = type(exc).__name__
+        self.qualname = type(exc).__qualname__
+        self.message = str(clean(str(exc), limit))
+        self.stack = str(clean("".join(traceback.format_exception(exc)), _STACK_LIMIT))
+
 
 class SpanRecord:
     """A span while the delivery path holds it: what the export thread needs to build the SDK's
     ``ReadableSpan``, nothing validated or copied twice. ``parent``: the parent's span id, 0 for
     a root; ``remote``: that parent came from another process."""
 
-    __slots__ = ("attributes", "end", "error", "flags", "kind", "links", "name", "parent",
-                 "queue", "remote", "span_id", "start", "state", "token", "trace_id")
+    __slots__ = ("attributes", "end", "error", "flags", "kind", "limit", "links", "name",
+                 "parent", "queue", "remote", "span_id", "start", "state", "token", "trace_id")
 
     def __init__(self, name: str, kind: SpanKind, trace_id: int, span_id: int, flags: int,
                  state: TraceState | None, parent: int, remote: bool,
-                 attributes: dict[str, AttributeValue], links: Sequence[Link]) -> None:
+                 attributes: dict[str, AttributeValue], links: Sequence[Link],
+                 limit: int = DEFAULT_VALUE_LENGTH_LIMIT) -> None:
         self.name = name
         self.kind = kind
         self.trace_id = trace_id
@@ -75,11 +111,15 @@ class SpanRecord:
         self.state = state
         self.parent = parent
         self.remote = remote
+        for key, value in attributes.items():
+            if type(value) is str:
+                attributes[key] = clean(value, limit)
         self.attributes = attributes
+        self.limit = limit
         self.links = links
         self.start = time.time_ns()
         self.end = 0
-        self.error: tuple[BaseException, str] | None = None  # escaped: (exception, traceback)
+        self.error: ErrorNote | None = None  # an exception escaped it
         self.queue: SpanQueue | None = None  # where it goes when it ends: sampled only
         self.token: Token[SpanRecord | None] | None = None
 
@@ -91,7 +131,7 @@ class SpanRecord:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if isinstance(exc, Exception):  # as the SDK does: the exception on the span, an error
-            self.error = (exc, "".join(traceback.format_exception(exc)))
+            self.error = ErrorNote(exc, self.limit)
         if self.token is not None:
             _current.reset(self.token)
         self.end = time.time_ns()
@@ -99,7 +139,7 @@ class SpanRecord:
             self.queue.put(self)
 
     def set_attribute(self, key: str, value: AttributeValue) -> None:
-        self.attributes[key] = value
+        self.attributes[key] = clean(value, self.limit) if type(value) is str else value
 
     @property
     def sampled(self) -> bool:
@@ -119,8 +159,10 @@ class OtelTracer:
 
     enabled = True
 
-    def __init__(self, provider: TracerProvider, queue: SpanQueue, db_system: str) -> None:
+    def __init__(self, provider: TracerProvider, queue: SpanQueue, db_system: str, *,
+                 value_length_limit: int = DEFAULT_VALUE_LENGTH_LIMIT) -> None:
         self._provider = provider
+        self._limit = value_length_limit
         self._queue = queue
         self._sampler = provider.sampler
         # The default sampler samples every new trace as it is: no need to ask it each time.
@@ -166,7 +208,7 @@ class OtelTracer:
         # A child shares its parent's trace, sampling decision and trace state.
         return self._open(SpanRecord(name, kind, parent.trace_id, self._ids.generate_span_id(),
                                   parent.flags, parent.state, parent.span_id, False,
-                                  dict(attributes) if attributes else {}, ()))
+                                  dict(attributes) if attributes else {}, (), self._limit))
 
     def headers(self) -> dict[str, str]:
         current = _current.get()
@@ -183,9 +225,9 @@ class OtelTracer:
         if remote is None and self._always:
             return SpanRecord(name, kind, self._ids.generate_trace_id(),
                               self._ids.generate_span_id(), TraceFlags.SAMPLED | self._random,
-                              None, 0, False, dict(attributes), links)
+                              None, 0, False, dict(attributes), links, self._limit)
         trace_id = remote.trace_id if remote is not None else self._ids.generate_trace_id()
-        sampling = self._sampler.should_sample(context, trace_id, name, _KINDS[kind],
+        sampling = self._sampler.should_sample(context, trace_id, name, KINDS[kind],
                                                attributes, links)
         flags = TraceFlags.SAMPLED if sampling.decision is Decision.RECORD_AND_SAMPLE else 0
         if remote is not None:
@@ -197,7 +239,7 @@ class OtelTracer:
             recorded.update(sampling.attributes)  # what the sampler adds
         return SpanRecord(name, kind, trace_id, self._ids.generate_span_id(), flags,
                        sampling.trace_state, remote.span_id if remote is not None else 0,
-                       remote is not None, recorded, links)
+                       remote is not None, recorded, links, self._limit)
 
     def _open(self, record: SpanRecord) -> SpanRecord:
         if record.flags & TraceFlags.SAMPLED:
@@ -228,11 +270,11 @@ class OtelTracer:
                 await done
 
 
-def _env_millis(name: str, default: float) -> float:
+def _env_number(name: str, default: float) -> float:
     try:
         return float(os.environ.get(name, default))
     except ValueError:
-        log.warning("$%s is not a number of milliseconds; %s it is", name, default)
+        log.warning("$%s is not a number; %s it is", name, default)
         return default
 
 
@@ -248,10 +290,10 @@ class SpanQueue(SpanProcessor):
                  schedule_delay_millis: float | None = None) -> None:
         self._exporter = exporter
         self._max_queue_size = max_queue_size
-        self._batch = max(1, min(int(_env_millis("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)),
+        self._batch = max(1, min(int(_env_number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)),
                                  max_queue_size))
         self._delay = (schedule_delay_millis if schedule_delay_millis is not None
-                       else _env_millis("OTEL_BSP_SCHEDULE_DELAY", 5000)) / 1000
+                       else _env_number("OTEL_BSP_SCHEDULE_DELAY", 5000)) / 1000
         self._dropped = dropped
         self._queue: deque[SpanRecord] = deque()
         self._wake = threading.Event()
@@ -311,6 +353,9 @@ class SpanQueue(SpanProcessor):
         return done.wait(timeout_millis / 1000)
 
     def shutdown(self) -> None:
+        # The exporter stops retrying first: the final export tries each batch once, so a
+        # collector that is down cannot keep the thread (and the join) past shutdown's bound.
+        self._exporter.stop()
         self._stopping = True
         self._wake.set()
         self._thread.join()
@@ -323,6 +368,9 @@ class RecordExporter(Protocol):
     def export(self, records: Sequence[SpanRecord]) -> bool:
         """Whether they were taken (False, or raising: they are counted as dropped)."""
 
+    def stop(self) -> None:
+        """No more retries: each export from now on is tried once (called before the last)."""
+
     def shutdown(self) -> None: ...
 
 
@@ -330,46 +378,5 @@ def error_status(record: SpanRecord) -> str | None:
     """None: the span's status is unset; else it is an error, with this description (empty:
     none). An exception escaped it, or (the port's rule) its attributes name an error.type."""
     if record.error is not None:
-        exc = record.error[0]
-        return f"{type(exc).__name__}: {exc}"
+        return f"{record.error.name}: {record.error.message}"
     return "" if "error.type" in record.attributes else None
-
-
-class SdkExport:
-    """Records to an SDK ``SpanExporter`` (any: the in-memory one in tests), as the SDK's
-    ``ReadableSpan`` objects."""
-
-    def __init__(self, exporter: SpanExporter, provider: TracerProvider) -> None:
-        self._exporter = exporter
-        self._resource = provider.resource
-        self._scope = InstrumentationScope(SCOPE)
-
-    def export(self, records: Sequence[SpanRecord]) -> bool:
-        spans = [self._readable(record) for record in records]
-        return self._exporter.export(spans) is SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def _readable(self, record: SpanRecord) -> ReadableSpan:
-        """The SDK's span for a record (in the export thread: off the delivery path)."""
-        context = SpanContext(record.trace_id, record.span_id, False, TraceFlags(record.flags),
-                              record.state)
-        parent = None
-        if record.parent:
-            parent = SpanContext(record.trace_id, record.parent, record.remote,
-                                 TraceFlags(record.flags), record.state)
-        description = error_status(record)
-        status = (Status(StatusCode.UNSET) if description is None
-                  else Status(StatusCode.ERROR, description or None))
-        events: tuple[Event, ...] = ()
-        if record.error is not None:
-            exc, stack = record.error
-            events = (Event("exception", {"exception.type": type(exc).__qualname__,
-                                          "exception.message": str(exc),
-                                          "exception.stacktrace": stack,
-                                          "exception.escaped": "False"}, record.end),)
-        return ReadableSpan(record.name, context, parent, self._resource, record.attributes,
-                            events, record.links, _KINDS[record.kind], status=status,
-                            start_time=record.start, end_time=record.end,
-                            instrumentation_scope=self._scope)

@@ -16,7 +16,8 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from email.utils import parsedate_to_datetime
 from typing import Final
 
 import requests
@@ -68,7 +69,7 @@ def _any_value(value: object) -> bytes:
     if isinstance(value, bool):
         return b"\x10" + (b"\x01" if value else b"\x00")
     if isinstance(value, str):
-        return _field(1, value.encode())
+        return _field(1, value.encode("utf-8", "replace"))  # a lone surrogate: "?"
     if isinstance(value, int):
         return b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)  # int64: two's complement
     if isinstance(value, float):
@@ -98,7 +99,8 @@ class Encoder:
     instrumentation scope. Used by one thread (its cache is not locked)."""
 
     def __init__(self, resource: Mapping[str, object], resource_schema: str, scope: str,
-                 scope_version: str | None = None) -> None:
+                 scope_version: str | None = None, *,
+                 unencodable: Callable[[int], None] | None = None) -> None:
         scope_bytes = _field(1, scope.encode())
         if scope_version:
             scope_bytes += _field(2, scope_version.encode())
@@ -107,9 +109,20 @@ class Encoder:
         self._scope = _field(1, scope_bytes)
         self._cache: dict[tuple[str, type, object], bytes] = {}
         self._heads: dict[tuple[str, str], bytes] = {}
+        self._unencodable = unencodable
 
     def encode(self, records: Iterable[SpanRecord]) -> bytes:
-        spans = b"".join(_field(2, self._span(record)) for record in records)
+        """The request for ``records``; a span that cannot be encoded (an attribute of a type
+        OTLP has no value for) is left out, logged and counted, never its batch."""
+        encoded = []
+        for record in records:
+            try:
+                encoded.append(_field(2, self._span(record)))
+            except Exception:
+                log.exception("span %r cannot be encoded; left out", record.name)
+                if self._unencodable is not None:
+                    self._unencodable(1)
+        spans = b"".join(encoded)
         scope_spans = _field(2, self._scope + spans)
         return _field(1, self._resource + scope_spans + self._resource_schema)
 
@@ -134,7 +147,7 @@ class Encoder:
         except KeyError:
             if len(self._heads) >= _CACHED_MAX:
                 self._heads.clear()
-            head = self._heads[name, kind] = (_field(5, name.encode()) + b"\x30"
+            head = self._heads[name, kind] = (_field(5, name.encode("utf-8", "replace")) + b"\x30"
                                               + _varint(_KIND_NUMBERS[kind]))
             return head
 
@@ -142,7 +155,7 @@ class Encoder:
         parts = [b"\x0a\x10", record.trace_id.to_bytes(16, "big"),
                  b"\x12\x08", record.span_id.to_bytes(8, "big")]
         if record.state:
-            parts.append(_field(3, record.state.to_header().encode()))
+            parts.append(_field(3, record.state.to_header().encode("utf-8", "replace")))
         if record.parent:
             parts += (b"\x22\x08", record.parent.to_bytes(8, "big"))
         parts += (self._head(record.name, record.kind.value),
@@ -150,11 +163,10 @@ class Encoder:
         attribute = self._attribute
         parts += [attribute(key, value) for key, value in record.attributes.items()]
         status = error_status(record)
-        if record.error is not None:
-            exc, stack = record.error
+        if (error := record.error) is not None:
             event = (_field(2, b"exception") + _key_values(3, (
-                ("exception.type", type(exc).__qualname__), ("exception.message", str(exc)),
-                ("exception.stacktrace", stack), ("exception.escaped", "False"))))
+                ("exception.type", error.qualname), ("exception.message", error.message),
+                ("exception.stacktrace", error.stack), ("exception.escaped", "False"))))
             parts.append(_field(11, b"\x09" + _pack_fixed64(record.end) + event))
         for link in record.links:  # as the SDK's encoder writes them: no trace state
             context = link.context
@@ -166,7 +178,7 @@ class Encoder:
         if status is None:  # the usual end: an empty Status (unset), the span's flags
             parts.append(_UNSET_REMOTE if record.remote else _UNSET_LOCAL)
         else:
-            message = _field(2, status.encode()) if status else b""
+            message = _field(2, status.encode("utf-8", "replace")) if status else b""
             parts += (_field(15, message + b"\x18" + _varint(_STATUS_ERROR)),
                       _flags(record.remote))
         return b"".join(parts)
@@ -174,9 +186,12 @@ class Encoder:
 
 class OtlpHttp:
     """POSTs encoded spans to an OTLP/HTTP traces endpoint (``application/x-protobuf``), from
-    the export thread. An answer the OTLP spec calls retryable (408, 429, 502, 503, 504) or a
-    connection that failed is tried again, backing off exponentially, until ``timeout``
-    seconds from the first try have passed. ``export``: whether the collector took them."""
+    the export thread. A 2xx is taken; a redirect is not followed (it would turn the POST into a
+    GET) and fails. An answer the OTLP spec calls retryable (408, 429, 502, 503, 504), a
+    connection that failed or an answer that timed out is tried again, after the collector's
+    ``Retry-After`` (429, 503) or backing off exponentially, until ``timeout`` seconds from the
+    first try have passed; a try that hangs gets half the time left, so a retry has some.
+    After ``stop`` each export is tried once. ``export``: whether the collector took them."""
 
     def __init__(self, encoder: Encoder, endpoint: str, headers: Mapping[str, str], *,
                  timeout: float, compression: str | None = None,
@@ -207,25 +222,53 @@ class OtlpHttp:
         backoff = 1.0
         while True:
             left = deadline - time.monotonic()
+            try_for = left if self._stopped.is_set() else left / 2
+            wait: float | None = None
             try:
-                response = self._session.post(self.endpoint, data=body, timeout=max(left, 0.1))
+                response = self._session.post(self.endpoint, data=body,
+                                              timeout=max(try_for, 0.1), allow_redirects=False)
             except requests.exceptions.RequestException as exc:
-                retry, why = isinstance(exc, requests.exceptions.ConnectionError), str(exc)
+                retry = isinstance(exc, requests.exceptions.ConnectionError
+                                   | requests.exceptions.Timeout)
+                why = str(exc)
             else:
-                if response.ok:
+                if 200 <= response.status_code < 300:
                     return True
                 retry, why = response.status_code in _RETRYABLE, f"HTTP {response.status_code}"
-            wait = backoff * random.uniform(0.8, 1.2)
+                if response.status_code in (429, 503):
+                    wait = retry_after(response.headers.get("Retry-After"))
+            if wait is None:
+                wait = backoff * random.uniform(0.8, 1.2)
             if not retry or time.monotonic() + wait >= deadline or self._stopped.is_set():
                 log.warning("exporting %d spans to %s failed: %s", len(records),
                             self.endpoint, why)
                 return False
-            self._stopped.wait(wait)  # shutdown ends the wait: no retries then
+            self._stopped.wait(wait)  # stopping ends the wait: no retries then
             backoff *= 2
+
+    def stop(self) -> None:
+        self._stopped.set()
 
     def shutdown(self) -> None:
         self._stopped.set()
         self._session.close()
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (delay-seconds or an HTTP date); None when
+    absent or unreadable. The caller bounds it by its deadline."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
 
 
 def _first(environ: Mapping[str, str], *names: str) -> str | None:
@@ -237,7 +280,8 @@ def from_environment(encoder: Encoder, endpoint: str | None, headers: Mapping[st
                      environ: Mapping[str, str] = os.environ) -> OtlpHttp:
     """The exporter the ``tracing:`` block and the standard variables ask for, as the SDK reads
     them: OTEL_EXPORTER_OTLP_[TRACES_]{ENDPOINT, HEADERS, TIMEOUT, COMPRESSION, CERTIFICATE,
-    CLIENT_CERTIFICATE, CLIENT_KEY}; the traces one first, a key of the block over both."""
+    CLIENT_CERTIFICATE, CLIENT_KEY}; the traces one first, a key of the block over both. The
+    timeout is in milliseconds, as the OTLP specification says (the Python SDK reads seconds)."""
     from opentelemetry.util.re import parse_env_headers
 
     def setting(name: str) -> str | None:
@@ -253,9 +297,9 @@ def from_environment(encoder: Encoder, endpoint: str | None, headers: Mapping[st
     sent = dict(parse_env_headers(setting("HEADERS") or "", liberal=True))
     sent.update(headers)
     try:
-        timeout = float(setting("TIMEOUT") or 10)
+        timeout = float(setting("TIMEOUT") or 10000) / 1000
     except ValueError:
-        log.warning("the OTLP timeout is not a number of seconds: 10 s it is")
+        log.warning("the OTLP timeout is not a number of milliseconds: 10000 (10 s) it is")
         timeout = 10.0
     compression = (setting("COMPRESSION") or "").lower()
     cert, key = setting("CLIENT_CERTIFICATE"), setting("CLIENT_KEY")

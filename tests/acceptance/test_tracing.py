@@ -139,7 +139,7 @@ async def test_a_collector_that_hangs_or_is_down_never_delays_a_delivery(
     if collector == "down":
         await receiver.stop()  # nothing listens there any more: connections are refused
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
-           "OTEL_BSP_SCHEDULE_DELAY": "10", "OTEL_EXPORTER_OTLP_TIMEOUT": "30"}
+           "OTEL_BSP_SCHEDULE_DELAY": "10", "OTEL_EXPORTER_OTLP_TIMEOUT": "30000"}
     try:
         async with proxy(tmp_path, env, tracing={"max_queue_size": 8}) as (process, stub), \
                 aiohttp.ClientSession() as client:

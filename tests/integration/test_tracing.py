@@ -180,7 +180,7 @@ async def test_an_app_error_marks_the_forward_and_server_spans(
 async def test_an_inbound_traceparent_from_an_untrusted_peer_is_not_a_parent(
     make_proxy: Callable[..., Any],
 ) -> None:
-    running, stub, exporter, tracer = await make_proxy()
+    running, stub, exporter, tracer = await make_proxy(tracing={"trust_inbound": True})
     assert (await deliver(running, "evt_untrusted", traceparent=INBOUND)) == 200
 
     server = only(spans(exporter, tracer), "POST /webhooks/stripe")
@@ -191,10 +191,26 @@ async def test_an_inbound_traceparent_from_an_untrusted_peer_is_not_a_parent(
     assert app_trace == f"{server.context.trace_id:032x}"
 
 
-async def test_an_inbound_traceparent_from_a_trusted_proxy_is_the_parent(
+async def test_an_inbound_traceparent_from_a_trusted_proxy_is_not_a_parent_by_default(
     make_proxy: Callable[..., Any],
 ) -> None:
     running, stub, exporter, tracer = await make_proxy(trusted_proxies=["127.0.0.1/32"])
+    assert await deliver(running, "evt_trusted", traceparent=INBOUND,
+                         tracestate="vendor=opaque") == 200
+
+    server = only(spans(exporter, tracer), "POST /webhooks/stripe")
+    assert server.parent is None
+    assert server.context is not None and f"{server.context.trace_id:032x}" != INBOUND_TRACE
+    assert server.context.trace_state is None or not server.context.trace_state
+    app_trace, _ = traceparent_parts(stub.seen[0].headers["traceparent"])
+    assert app_trace == f"{server.context.trace_id:032x}"
+
+
+async def test_an_inbound_traceparent_from_a_trusted_proxy_is_the_parent_when_trusted_inbound(
+    make_proxy: Callable[..., Any],
+) -> None:
+    running, stub, exporter, tracer = await make_proxy(trusted_proxies=["127.0.0.1/32"],
+                                                       tracing={"trust_inbound": True})
     assert await deliver(running, "evt_trusted", traceparent=INBOUND,
                          tracestate="vendor=opaque") == 200
 

@@ -3,6 +3,8 @@ message the SDK's own encoder builds for the same spans: the fast path says what
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -13,8 +15,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from sidecar.core.tracing import SpanKind
-from sidecar.obs import otlp
-from sidecar.obs.otel import SCOPE, OtelTracer, SdkExport, SpanQueue, SpanRecord
+from sidecar.obs import otel, otlp
+from sidecar.obs.otel import SCOPE, OtelTracer, SpanQueue, SpanRecord
+from sidecar.obs.sdkexport import SdkExport
 
 INBOUND = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -32,6 +35,9 @@ class BothEncodings:
     def export(self, records: Sequence[SpanRecord]) -> bool:
         self.encoded.append(self.encoder.encode(records))
         return self.sdk.export(records)
+
+    def stop(self) -> None:
+        self.sdk.stop()
 
     def shutdown(self) -> None:
         self.sdk.shutdown()
@@ -117,11 +123,94 @@ def test_the_endpoint_is_the_blocks_else_the_environments_as_the_sdk_reads_it(
     exporter.shutdown()
 
 
-def test_headers_and_timeout_come_from_the_environment_the_block_winning() -> None:
+def test_headers_and_timeout_in_milliseconds_come_from_the_environment_the_block_winning() -> None:
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "api-key=env,x-team=a%20b",
-               "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2.5", "OTEL_EXPORTER_OTLP_TIMEOUT": "9"}
+               "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2500", "OTEL_EXPORTER_OTLP_TIMEOUT": "9"}
     exporter = otlp.from_environment(otlp.Encoder({}, "", SCOPE), None, {"api-key": "block"},
                                      environ)
     assert exporter.headers == {"api-key": "block", "x-team": "a b"}
     assert exporter.timeout == 2.5
     exporter.shutdown()
+
+
+class Held:
+    """What a failing step's frame holds (a request body, say): weakly referable."""
+
+    def __init__(self) -> None:
+        self.body = bytes(1024 * 1024)
+
+
+class StoreSaidNo(Exception):
+    pass
+
+
+def test_an_ended_span_keeps_no_exception_alive_before_export() -> None:
+    provider = TracerProvider(shutdown_on_exit=False)
+    both = BothEncodings(provider)
+    queue = SpanQueue(both, max_queue_size=1000, dropped=lambda reason, spans: None,
+                      schedule_delay_millis=600_000)  # exported only when flushed
+    provider.add_span_processor(queue)
+    tracer = OtelTracer(provider, queue, "sqlite")
+
+    def step(held: Held) -> None:
+        raise StoreSaidNo(f"no room for {len(held.body)} bytes")
+
+    held = Held()
+    body = weakref.ref(held)
+    try:
+        with tracer.span("record"):
+            step(held)
+    except StoreSaidNo as exc:
+        error = weakref.ref(exc)
+    del held
+    gc.collect()
+    try:
+        assert error() is None and body() is None  # the span has ended, not been exported
+        assert tracer.flush()
+        [span] = both.memory.get_finished_spans()
+        [event] = span.events
+        attributes = dict(event.attributes or {})
+        assert attributes["exception.type"] == "StoreSaidNo"
+        assert attributes["exception.message"] == "no room for 1048576 bytes"
+        assert "in step" in str(attributes["exception.stacktrace"])
+        assert span.status.description == "StoreSaidNo: no room for 1048576 bytes"
+    finally:
+        provider.shutdown()
+
+
+def test_attribute_values_are_valid_utf8_and_cut_where_they_enter_a_span(
+    traced: tuple[OtelTracer, BothEncodings],
+) -> None:
+    tracer, both = traced
+    received = b"agent \xff".decode("utf-8", "surrogateescape")  # as aiohttp decodes headers
+    with tracer.span("verify", attributes={"user_agent.original": received}) as span:
+        span.set_attribute("a", "lone \ud800 surrogate")
+        span.set_attribute("long", "x" * 10_000)
+        span.set_attribute("ascii", "as it is")
+    assert tracer.flush()
+    ours, sdk = decoded(both)
+    assert ours == sdk
+    attributes = {a.key: a.value.string_value
+                  for a in ours.resource_spans[0].scope_spans[0].spans[0].attributes}
+    assert attributes["user_agent.original"] == "agent \ufffd"
+    assert "\ufffd" in attributes["a"] and attributes["a"].startswith("lone ")
+    assert attributes["long"] == "x" * otel.DEFAULT_VALUE_LENGTH_LIMIT
+    assert attributes["ascii"] == "as it is"
+
+
+def test_a_span_that_cannot_be_encoded_is_dropped_alone_and_counted(
+    traced: tuple[OtelTracer, BothEncodings],
+) -> None:
+    tracer, _ = traced
+    counted: list[int] = []
+    encoder = otlp.Encoder({}, "", SCOPE, unencodable=counted.append)
+    records = []
+    for name in ("before", "odd", "after"):
+        with tracer.span(name) as span:
+            assert isinstance(span, SpanRecord)
+            records.append(span)
+    records[1].attributes["odd"] = object()  # type: ignore[assignment]  # as a bug could
+    message = ExportTraceServiceRequest.FromString(encoder.encode(records))
+    assert [s.name for s in message.resource_spans[0].scope_spans[0].spans] == [
+        "before", "after"]
+    assert counted == [1]
