@@ -5,6 +5,7 @@ headers a replay may repeat. Pure rules over header pairs; the client to the app
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from sidecar.core.forwarded import is_forwarding, misspelt_forwarding
 from sidecar.core.headers import cgi_name, set_by_proxy
@@ -21,6 +22,10 @@ _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "date", "se
                                "set-cookie"}
 
 
+_TRACEPARENT: Final = cgi_name("traceparent")
+_TRACESTATE: Final = cgi_name("tracestate")
+
+
 def forwardable_headers(
     headers: Iterable[tuple[str, str]], added: dict[str, str]
 ) -> list[tuple[str, str]]:
@@ -31,6 +36,9 @@ def forwardable_headers(
     ``X-Webhook-Sidecar-*``, ``Idempotency-Key``, each of ``added``, and a forwarding header
     spelt otherwise than ``core.forwarded`` sets it (``X_Forwarded_For``). A CGI/WSGI app would
     read ``Idempotency_Key`` as ``Idempotency-Key``, its value joined with ours.
+
+    A ``traceparent`` the proxy sets (its forward span, when tracing) replaces the trace
+    context: an incoming ``tracestate`` describes the replaced parent and is dropped with it.
 
     ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature`` are the proxy's only when
     forward authentication is on (they are then in ``added``); otherwise a Standard Webhooks
@@ -45,6 +53,8 @@ def forwardable_headers(
     }
     dropped = _REQUEST_DROP | named
     ours = {cgi_name(name) for name in added}
+    if _TRACEPARENT in ours:  # the proxy's span is the parent now: a state of the old one is not
+        ours.add(_TRACESTATE)
     # ``headers`` hold the forwarding headers core.forwarded chose, plainly spelt; another
     # spelling can only be in a request stored before that rule dropped it.
     kept = [(n, v) for n, v in pairs
