@@ -22,9 +22,18 @@
 -- claim_batch.sql and enqueue.sql already answer by reading the row with a new statement.
 -- Batches insert their keys in sorted order, so two batches take the locks in one order and
 -- cannot deadlock. The hash is 64 bits; two keys sharing one only wait for each other.
+-- Only READ COMMITTED gives that new snapshot: at REPEATABLE READ or SERIALIZABLE the
+-- statement's snapshot predates the wait, the first copy's row stays invisible and a second
+-- row would go in. So any other level is refused (SQLSTATE WS001), never doubled; the store
+-- runs its inserts at READ COMMITTED whatever the role's default (store/postgres/again.py).
 CREATE OR REPLACE FUNCTION webhook_event_unique() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'inserts into webhook_event must run at READ COMMITTED, not %',
+            upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'WS001';
+    END IF;
     PERFORM pg_advisory_xact_lock(
         hashtextextended('webhook_event' || chr(31) || NEW.provider || chr(31) || NEW.event_id, 0));
     IF EXISTS (SELECT 1 FROM webhook_event
@@ -42,6 +51,11 @@ $$;
 CREATE OR REPLACE FUNCTION webhook_nonce_unique() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'inserts into webhook_nonce must run at READ COMMITTED, not %',
+            upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'WS001';
+    END IF;
     PERFORM pg_advisory_xact_lock(
         hashtextextended('webhook_nonce' || chr(31) || NEW.provider || chr(31) || NEW.nonce, 0));
     IF EXISTS (SELECT 1 FROM webhook_nonce
