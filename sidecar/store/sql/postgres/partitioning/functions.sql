@@ -109,14 +109,16 @@ $$;
 --    lock any delivery waits for: no proxy reaches the table yet.
 -- 2. webhook_partition_attach_next: rows that went to the DEFAULT partition meanwhile
 --    (maintenance was down past the last partition) are moved into it, then it is attached.
---    First the DEFAULT partition is locked SHARE ROW EXCLUSIVE: writes to it wait from here
---    to the commit (reads, and so every insert's uniqueness look, go on), so no row of the
---    range can enter it between the move and the attach, which would refuse the attach
---    (23514) while deliveries of that range flow. The attach then only checks the DEFAULT
---    partition's rows (a scan: no constraint of its can prove the range empty) and does
---    catalog work: the CHECK spares it the new table's scan, the indexes their build. An
---    insert into the DEFAULT partition waits at most the caller's lock_timeout plus the move
---    of that range's rows and that scan. The move is one transaction, not batches: a row
+--    For a range deliveries may still insert into, the DEFAULT partition is locked first, so
+--    that no row of the range enters it between the move and the attach (which would refuse
+--    the attach, 23514, for as long as deliveries of that range flow). ACCESS EXCLUSIVE, the
+--    attach's own lock, at once: a weaker lock raised to it later deadlocks with an insert
+--    that has read the DEFAULT partition and waits to write to it. The attach then checks
+--    the DEFAULT partition's rows (a scan: no constraint of its can prove the range empty)
+--    and does catalog work: the CHECK spares it the new table's scan, the indexes their
+--    build. Every insert reads the DEFAULT partition (the uniqueness look), so an insert
+--    waits at most the caller's lock_timeout plus the move of that range's rows and that
+--    scan (and the caller's statement_timeout bounds those). The move is one transaction, not batches: a row
 --    moved by a committed batch would sit in a table no uniqueness look reaches until the
 --    attach, and a redelivery of its event would be claimed as new.
 --    CREATE TABLE … PARTITION OF would lock the parent ACCESS EXCLUSIVE (every delivery
@@ -174,7 +176,12 @@ BEGIN
     END IF;
     SELECT p.part INTO default_part FROM webhook_partitions(parent) AS p WHERE p.is_default;
     IF default_part IS NOT NULL THEN
-        EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', default_part);
+        IF hi > clock_timestamp() - interval '1 minute' THEN
+            -- A range deliveries may still insert into (received_at: the transaction's start;
+            -- the minute is ample for any store call): its writes wait. A past range gets no
+            -- new rows; should a very late one come in, the attach refuses, and is tried again.
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', default_part);
+        END IF;
         EXECUTE format('WITH moved AS (DELETE FROM %s WHERE %I >= $1 AND %I < $2 '
                        'RETURNING *) INSERT INTO %I SELECT * FROM moved',
                        default_part, keycol, keycol, part_name) USING lo, hi;
