@@ -4,19 +4,14 @@ made while claims of now go on, none of them waits long, and every row is in its
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 import pytest
 
-from sidecar.store.postgres import PostgresStore
+from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.postgres.partition_upkeep import PartitionKeeper
-from tests.integration.test_partitioning import (  # noqa: F401 (fixtures)
-    BODY,
-    STEP,
-    conn,
-    part_dsn,
-    store,
-)
+from sidecar.store.postgres.partitioning import partition_store
 
 pytestmark = pytest.mark.postgres
 
@@ -24,6 +19,36 @@ pytestmark = pytest.mark.postgres
 # (20 ms) and the move of the interval's rows with the attach's check of the DEFAULT partition
 # (here a few hundred rows), with room for a busy test machine.
 LONGEST_WAIT = 1.0
+
+
+STEP = 60
+BODY = bytes(32)
+
+
+@pytest.fixture
+async def part_dsn(pg_database_factory: Callable[[], Awaitable[str]]) -> str:
+    dsn = await pg_database_factory()
+    await migrate_postgres(dsn)
+    assert await partition_store(dsn, interval=STEP, ahead=2, only_if_empty=True)
+    return dsn
+
+
+@pytest.fixture
+async def conn(part_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    c = await asyncpg.connect(part_dsn)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@pytest.fixture
+async def store(part_dsn: str) -> AsyncIterator[PostgresStore]:
+    s = await PostgresStore.connect(part_dsn, min_size=2, max_size=8, partition_interval=STEP)
+    try:
+        yield s
+    finally:
+        await s.close()
 
 
 async def _fall_behind(conn: asyncpg.Connection) -> None:
@@ -41,6 +66,8 @@ async def test_the_partition_for_now_is_made_while_claims_of_now_flow(
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     waits: list[float] = []
+    target = 200  # rows of now in the DEFAULT partition, and more coming
+    reached = asyncio.Event()
 
     async def claims(n: int) -> None:
         i = 0
@@ -48,16 +75,17 @@ async def test_the_partition_for_now_is_made_while_claims_of_now_flow(
             started = loop.time()
             assert (await store.claim("stripe", f"flow_{n}_{i}", BODY, 30.0, "o")).won
             waits.append(loop.time() - started)
+            if len(waits) >= target:
+                reached.set()
             i += 1
 
     flows = [asyncio.create_task(claims(n)) for n in range(4)]
     try:
-        while len(waits) < 200:  # rows of now in the DEFAULT partition, and more coming
-            await asyncio.sleep(0.01)  # polling the flows' progress, not a delay
+        await asyncio.wait_for(reached.wait(), 30)
         made = await PartitionKeeper(part_dsn, interval=STEP, ahead=2).make_ahead()
-        count_at_make = len(waits)
-        while len(waits) < count_at_make + 100:  # the flows go on after it
-            await asyncio.sleep(0.01)
+        target = len(waits) + 100  # the flows go on after it
+        reached.clear()
+        await asyncio.wait_for(reached.wait(), 30)
     finally:
         stop.set()
         await asyncio.gather(*flows)
