@@ -74,7 +74,8 @@ async def _done_then_left_detached(store: PostgresStore, conn: asyncpg.Connectio
     died before retiring (as the retire's lock wait giving up leaves it too)."""
     assert (await store.enqueue("stripe", event_id, BODY, REQUEST)).accepted
     [work] = await store.take_queued("stripe", 1, 30.0, "w")
-    assert await store.settle_queued("stripe", event_id, work.tries, Settlement(EventState.DONE, DONE))
+    assert await store.settle_queued("stripe", event_id, work.tries,
+                                     Settlement(EventState.DONE, DONE))
     await conn.execute(
         "UPDATE webhook_event SET received_at = (SELECT lower_bound + interval '30 s' "
         "FROM webhook_partitions('webhook_event') WHERE part = $2::regclass) "
