@@ -1,9 +1,10 @@
-"""Retention's look after a detach against a queue-mode redelivery claimed in between: the
-newer copy's queue entry keeps neither the detached old row (no second row for the key) nor
-loses its entry to the old partition's drop."""
+"""Retention's looks at a partition's work: after a detach, a queue-mode redelivery claimed in
+between keeps neither the detached old row (no second row for the key) nor loses its entry to
+the old partition's drop; before it, a look too long for its bound gives take-overs back."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 
@@ -28,6 +29,7 @@ STEP = 60
 BODY = bytes(32)
 REQUEST = StoredRequest(method="POST", path="/webhooks/stripe", headers=(), body=b"{}")
 DONE = AttemptResult(EventState.DONE, Outcome.RESPONSE, RecordedResponse(200, (), b""), 1.0)
+FAILED = AttemptResult(EventState.FAILED, Outcome.RESPONSE, RecordedResponse(500, (), b""), 1.0)
 OLD = "webhook_event_old"
 
 
@@ -103,3 +105,35 @@ async def test_a_redelivery_after_the_detach_keeps_one_row_and_its_entry(
     assert await conn.fetchval("SELECT to_regclass($1)", OLD) is None
     assert await conn.fetchval(
         "SELECT count(*) FROM webhook_queue WHERE event_id = 'evt_e'") == 1
+
+
+async def test_a_look_longer_than_its_bound_keeps_the_partition_and_frees_take_overs(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """The look for work runs under the lock take-overs wait for (they answer "in flight"
+    meanwhile). A partition too large to look at within the keeper's bound (here: a look made
+    to last a minute, as the scan of a huge partition would) is kept for a later round, and
+    the lock is let go at the bound, not when the scan ends."""
+    await store.claim("stripe", "late", BODY, 30.0, "o")
+    assert await store.complete("stripe", "late", 1, FAILED)
+    await conn.execute(
+        "UPDATE webhook_event SET received_at = (SELECT lower_bound + interval '30 s' "
+        "FROM webhook_partitions('webhook_event') WHERE part = $1::regclass) "
+        "WHERE event_id = 'late'", OLD)
+    await conn.execute("""
+        ALTER FUNCTION webhook_partition_busy(regclass, regclass)
+            RENAME TO webhook_partition_busy_real;
+        CREATE FUNCTION webhook_partition_busy(part regclass, detached_from regclass DEFAULT NULL)
+        RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+        BEGIN
+            PERFORM pg_sleep(60);  -- the scan of a huge partition
+            RETURN webhook_partition_busy_real(part, detached_from);
+        END $$""")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    retired = await asyncio.wait_for(
+        PartitionKeeper(part_dsn, interval=STEP, ahead=2).retire({"stripe": 120.0}), 30)
+    assert loop.time() - started < 15  # the default bound (5 s), not the minute
+    assert (OLD, "look_timeout") in retired.kept
+    assert await asyncio.wait_for(store.take_over("stripe", "late", 30.0, "o2"), 5) == 2
+    assert await conn.fetchval(
+        "SELECT count(*) FROM webhook_event WHERE event_id = 'late'") == 1
