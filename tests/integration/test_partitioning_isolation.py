@@ -96,3 +96,30 @@ async def test_an_insert_at_repeatable_read_is_refused_not_doubled(part_dsn: str
                 "VALUES ('mailgun', 'tok', now(), $1)", BODY)
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize(("level", "wrapped"), [("read committed", 0), ("repeatable read", 20)])
+async def test_what_pinning_the_level_costs_a_claim(
+        part_dsn: str, monkeypatch: pytest.MonkeyPatch, level: str, wrapped: int) -> None:
+    """At READ COMMITTED (the default) a claim is its one statement, no transaction around it;
+    at another level each claim runs in BEGIN … COMMIT (two round trips more)."""
+    await isolated_database(part_dsn, level)
+    begins: list[str] = []
+    execute = asyncpg.Connection.execute
+
+    async def counting(self: asyncpg.Connection, query: str, *args: object,
+                       **kwargs: object) -> str:
+        if query.startswith("BEGIN"):
+            begins.append(query)
+        return await execute(self, query, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncpg.Connection, "execute", counting)
+    store = await PostgresStore.connect(part_dsn, min_size=1, max_size=1,
+                                        session_settings=False, partition_interval=STEP)
+    try:
+        for i in range(20):
+            assert (await store.claim("stripe", f"evt_{i}", BODY, 30.0, "o")).won
+    finally:
+        await store.close()
+    assert len(begins) == wrapped
+    assert all("READ COMMITTED" in b for b in begins)
