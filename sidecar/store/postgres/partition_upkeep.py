@@ -97,9 +97,15 @@ class PartitionKeeper:
                 tries = 0
                 while True:
                     try:
-                        if not await self._make_next(conn, table, column):
+                        attached = await self._make_next(conn, table, column)
+                        if attached is None:
                             break
-                        made += 1
+                        if attached:
+                            made += 1
+                            continue
+                        tries += 1  # another process's meanwhile: on to the next, boundedly
+                        if tries == MAKE_TRIES:
+                            break
                     except _BUSY:
                         tries += 1
                         if tries == MAKE_TRIES:
@@ -108,19 +114,21 @@ class PartitionKeeper:
                         await asyncio.sleep(0.05 * 2 ** tries)  # deliveries come first
         return PartitionsMade(made, tuple(busy))
 
-    async def _make_next(self, conn: asyncpg.Connection, table: str, column: str) -> bool:
-        """Make ``table``'s next partition if one is due; whether one was due."""
+    async def _make_next(self, conn: asyncpg.Connection, table: str, column: str
+                         ) -> bool | None:
+        """Make ``table``'s next partition if one is due: whether this call attached it (else
+        another process did meanwhile); None when none is due."""
         params: dict[str, object] = {"parent": table, "keycol": column,
                                      "step_seconds": self._interval, "ahead": self._ahead}
         async with self._transaction(conn, MAKE_LOCK_TIMEOUT, self._make_timeout):
             due = await rows(conn, "partitioning/prepare_next", params)
         if not due:
-            return False
+            return None
         async with self._transaction(conn, MAKE_LOCK_TIMEOUT, self._make_timeout):
-            await fetchval(conn, "partitioning/attach_next", {
+            attached: bool = await fetchval(conn, "partitioning/attach_next", {
                 "parent": table, "keycol": column, "part_name": due[0]["part_name"],
                 "lo": due[0]["lo"], "hi": due[0]["hi"]})
-        return True  # made here, or by another process meanwhile: either way, on to the next
+        return attached
 
     async def retire(self, retention: Mapping[str, float]) -> PartitionsRetired:
         """Drop the partitions whose rows are all past their provider's ``retention`` (seconds
