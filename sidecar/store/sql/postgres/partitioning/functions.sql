@@ -118,9 +118,11 @@ $$;
 --    and does catalog work: the CHECK spares it the new table's scan, the indexes their
 --    build. Every insert reads the DEFAULT partition (the uniqueness look), so an insert
 --    waits at most the caller's lock_timeout plus the move of that range's rows and that
---    scan (and the caller's statement_timeout bounds those). The move is one transaction, not batches: a row
---    moved by a committed batch would sit in a table no uniqueness look reaches until the
---    attach, and a redelivery of its event would be claimed as new.
+--    scan (which the caller's statement_timeout bounds). A past range gets no new rows, so
+--    its move takes no lock first (a very late row makes the attach refuse: tried again).
+--    The move is one transaction, not batches: a row moved by a committed batch would sit in
+--    a table no uniqueness look reaches until the attach, and a redelivery of its event would
+--    be claimed as new.
 --    CREATE TABLE … PARTITION OF would lock the parent ACCESS EXCLUSIVE (every delivery
 --    waits); ATTACH takes SHARE UPDATE EXCLUSIVE on it.
 -- One caller at a time (an advisory lock), so replicas running maintenance together make each
