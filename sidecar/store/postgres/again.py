@@ -272,15 +272,10 @@ class PinnedIsolation:
     any other level (nothing was written: the statement rolled back). Such a call is run again
     in an explicit ``BEGIN ISOLATION LEVEL READ COMMITTED`` transaction, and so is every later
     call of that statement: two round trips more (BEGIN, COMMIT) per insert, the price of a
-    role whose default is another level (docs/operations.md, "Behind pgbouncer")."""
+    role whose default is another level (docs/design.md, "Partitioned retention")."""
 
     def __init__(self) -> None:
-        self._names: set[str] = set()
-
-    @property
-    def names(self) -> frozenset[str]:
-        """The calls refused once, now run in a READ COMMITTED transaction."""
-        return frozenset(self._names)
+        self._names: set[str] = set()  # the calls refused once
 
     async def until_rows(self, conn: asyncpg.Connection, name: str,
                          statements: Sequence[tuple[str, list[object]]]
