@@ -46,7 +46,8 @@ from tests.pgserver import (
 
 # ``node_oracle``: Node.js packages as independent signers and verifiers.
 # ``chromium``: Debian's browser for the inspector's browser test.
-pytest_plugins = ["tests.node_oracle", "tests.browser"]
+# ``pgbouncer``: Debian's pgbouncer in transaction mode in front of the suite's server.
+pytest_plugins = ["tests.node_oracle", "tests.browser", "tests.pgbouncer"]
 
 
 @pytest.fixture(scope="session")

@@ -98,8 +98,9 @@ class Metrics:
             "unencodable (a span the exporter could not encode).", ["reason"],
             registry=self.registry)
         self.maintenance_errors = Counter(
-            "webhook_maintenance_errors", "Maintenance runs (retention, stuck-row count) that "
-            "failed because the store was unavailable.", registry=self.registry)
+            "webhook_maintenance_errors", "Maintenance steps (partitions, retention, stuck "
+            "rows, queue gauges) that failed, by step; the others still ran.", ["step"],
+            registry=self.registry)
         # store.partitioning (PostgreSQL): set after each maintenance round's upkeep.
         self.partitions = Gauge(
             "webhook_partitions", "Bounded partitions attached to each partitioned table; "

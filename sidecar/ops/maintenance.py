@@ -83,14 +83,22 @@ class Maintenance:
         round tries again. Row-level retention still runs (``row_retention``), for the
         providers whose retention is much shorter than the longest, and for the rows of
         partitions the drop kept back."""
+        await self.make_partitions()
+        await self.drop_partitions()
+
+    async def make_partitions(self) -> None:
         if self._partitions is None:
             return
         made = await self._partitions.make_ahead()
         if made.made:
             log.info("partitions_made", count=made.made)
-        if made.busy:  # locked through every try; ahead, so one round missed costs nothing
+        if made.busy:  # busy through every try; ahead, so one round missed costs nothing
             log.warning("partitions_not_made", tables=list(made.busy), reason="locked",
                         retry_in_s=self._config.maintenance.interval)
+
+    async def drop_partitions(self) -> None:
+        if self._partitions is None:
+            return
         retention = {p.key: p.retention for p in self._config.providers}
         retired = await self._partitions.retire(retention)
         for name in retired.dropped:
@@ -171,18 +179,26 @@ class Maintenance:
     async def run_store_upkeep(self) -> None:
         """Forever: retention and the stuck-row gauge, every ``maintenance.interval``."""
         while True:
-            try:
-                await self.keep_partitions()
-                await self.sweep_retention()
-                await self.refresh_stuck()
-                await self.refresh_queue()
-            except StoreError as exc:
-                self._metrics.maintenance_errors.inc()
-                log.warning("maintenance_failed", error=str(exc))
-            except Exception:  # a bug must not end retention for the life of the process
-                self._metrics.maintenance_errors.inc()
-                log.exception("maintenance_crashed")
+            await self.upkeep_once()
             await asyncio.sleep(self._config.maintenance.interval)
+
+    async def upkeep_once(self) -> None:
+        """One round of the store's upkeep. Each step on its own: one that fails is logged and
+        counted (``webhook_maintenance_errors_total{step}``), and the others still run, so a
+        partition that cannot be made stops neither retention nor the gauges."""
+        steps: tuple[tuple[str, Callable[[], Awaitable[object]]], ...] = (
+            ("make_partitions", self.make_partitions),
+            ("drop_partitions", self.drop_partitions), ("retention", self.sweep_retention),
+            ("stuck", self.refresh_stuck), ("queue", self.refresh_queue))
+        for step, run in steps:
+            try:
+                await run()
+            except StoreError as exc:
+                self._metrics.maintenance_errors.labels(step).inc()
+                log.warning("maintenance_failed", step=step, error=str(exc))
+            except Exception:  # a bug must not end retention for the life of the process
+                self._metrics.maintenance_errors.labels(step).inc()
+                log.exception("maintenance_crashed", step=step)
 
     async def run_secret_reloads(self) -> None:
         """Forever: re-read secret files every ``maintenance.secrets_reload_interval``."""

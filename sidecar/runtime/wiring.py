@@ -50,7 +50,9 @@ from sidecar.obs.telemetry import DeliveryTelemetry
 from sidecar.obs.tracing import build_tracer
 from sidecar.ops.maintenance import Maintenance
 from sidecar.store.postgres import PostgresStore, migrate_postgres
-from sidecar.store.postgres.partitioning import PartitionKeeper, partition_store
+from sidecar.store.postgres.connections import startup_parameters
+from sidecar.store.postgres.partition_upkeep import PartitionKeeper
+from sidecar.store.postgres.partitioning import partition_store
 from sidecar.store.sqlite import SQLiteStore
 
 log = get_logger("sidecar.app")
@@ -150,7 +152,13 @@ def partition_keeper(config: StoreConfig) -> PartitionKeeper | None:
     if config.kind == "sqlite" or config.partitioning.interval is None:
         return None
     return PartitionKeeper(config.url, interval=config.partitioning.interval,
-                           ahead=config.partitioning.ahead)
+                           ahead=config.partitioning.ahead,
+                           statement_cache_size=config.statement_cache_size,
+                           server_settings=startup_parameters(
+                               statement_timeout=config.statement_timeout,
+                               lock_timeout=config.lock_timeout,
+                               idle_in_transaction_timeout=10.0,
+                               session_settings=config.session_settings))
 
 
 def build_forwarder(store: EventStore, upstream: Sender | Mapping[str, Sender],

@@ -37,7 +37,8 @@ from sidecar.ops.maintenance import Maintenance
 from sidecar.runtime.wiring import partition_keeper
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.postgres.connections import DIALECT
-from sidecar.store.postgres.partitioning import PartitionKeeper, partition_store
+from sidecar.store.postgres.partition_upkeep import PartitionKeeper
+from sidecar.store.postgres.partitioning import partition_store
 from sidecar.store.sqlfiles import statement
 from tests.support import base_config
 
@@ -343,11 +344,13 @@ GATE = 4242  # an advisory lock the test holds: retention's look waits on it onc
 async def _gate_after_the_look(conn: asyncpg.Connection) -> None:
     """Make retention's look at a partition's work wait, after looking, for the test's GATE."""
     await conn.execute("""
-        ALTER FUNCTION webhook_partition_busy(regclass) RENAME TO webhook_partition_busy_real;
-        CREATE FUNCTION webhook_partition_busy(part regclass) RETURNS boolean
+        ALTER FUNCTION webhook_partition_busy(regclass, regclass)
+            RENAME TO webhook_partition_busy_real;
+        CREATE FUNCTION webhook_partition_busy(part regclass, detached_from regclass DEFAULT NULL)
+        RETURNS boolean
         LANGUAGE plpgsql VOLATILE AS $$
         DECLARE
-            busy boolean := webhook_partition_busy_real(part);
+            busy boolean := webhook_partition_busy_real(part, detached_from);
             timeout text := current_setting('lock_timeout');
         BEGIN
             PERFORM set_config('lock_timeout', '0', true);  -- the gate's wait: the test's

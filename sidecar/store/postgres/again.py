@@ -18,7 +18,13 @@ import asyncpg
 from sidecar.core import phases
 from sidecar.core.errors import StoreClosed, StoreError
 from sidecar.store.postgres.connections import DIALECT, Connect, Connections
-from sidecar.store.postgres.faults import ConnectionLost, no_answer, refusal, server_refused
+from sidecar.store.postgres.faults import (
+    ConnectionLost,
+    no_answer,
+    not_read_committed,
+    refusal,
+    server_refused,
+)
 from sidecar.store.rows import Params
 from sidecar.store.sqlfiles import statement
 
@@ -114,6 +120,7 @@ class Calls:
     def __init__(self, connections: Connections, deadline: float | None) -> None:
         self._connections = connections
         self._deadline = deadline
+        self._pinned = PinnedIsolation()
 
     async def call(self, name: str, params: Params, *, lock: str | None = None
                    ) -> list[asyncpg.Record]:
@@ -146,7 +153,7 @@ class Calls:
             except ConnectionLost:
                 return await self._connections.using(
                     name, self._connections.answering,
-                    lambda conn: _each_again(conn, name, items))
+                    lambda conn: _each_again(conn, name, items, self._pinned))
             by_item: list[list[asyncpg.Record]] = [[] for _ in items]
             for record in records:
                 by_item[record["item"] - 1].append(record)
@@ -179,10 +186,10 @@ class Calls:
         async def run(conn: asyncpg.Connection) -> list[asyncpg.Record]:
             phases.mark(name, "_wait")  # for a connection in hand (and the coalescer's turn)
             if lock is None:
-                records = await _until_rows(conn, statements)
+                records = await self._pinned.until_rows(conn, name, statements)
             else:
                 take_lock = statement(DIALECT, "advisory_lock")
-                async with conn.transaction():
+                async with conn.transaction(isolation="read_committed"):
                     await conn.execute(take_lock.sql, *take_lock.positional({"lock_name": lock}))
                     records = await _until_rows(conn, statements)
             phases.mark(name, "_statement")
@@ -237,14 +244,15 @@ async def _until_rows(conn: asyncpg.Connection, statements: Sequence[tuple[str, 
     return records
 
 
-async def _each_again(conn: asyncpg.Connection, name: str, items: Sequence[Params]) -> Answers:
+async def _each_again(conn: asyncpg.Connection, name: str, items: Sequence[Params],
+                      pinned: PinnedIsolation) -> Answers:
     """After a batch's connection failed (it committed whole, or not at all): each item's
     statements per ``AGAIN[name]``, one item after the other on ``conn``, as the item's own
     call would repeat them. A statement the server refuses fails its item only."""
     answers: Answers = []
     for params in items:
         try:
-            answers.append(await _until_rows(conn, _prepared(AGAIN[name], params)))
+            answers.append(await pinned.until_rows(conn, name, _prepared(AGAIN[name], params)))
         except Exception as exc:
             if not server_refused(exc):
                 raise
@@ -252,3 +260,32 @@ async def _each_again(conn: asyncpg.Connection, name: str, items: Sequence[Param
             failed.__cause__ = exc
             answers.append(failed)
     return answers
+
+
+class PinnedIsolation:
+    """READ COMMITTED for the calls that need it, whatever the role's default isolation, with
+    no round trip added where that default is READ COMMITTED already.
+
+    A call runs autocommitted, at the session's level: the role's default unless
+    ``store.session_settings`` pins it, and behind pgbouncer it cannot. The partitioned
+    store's uniqueness is only sound at READ COMMITTED, and its triggers refuse an insert at
+    any other level (nothing was written: the statement rolled back). Such a call is run again
+    in an explicit ``BEGIN ISOLATION LEVEL READ COMMITTED`` transaction, and so is every later
+    call of that statement: two round trips more (BEGIN, COMMIT) per insert, the price of a
+    role whose default is another level (docs/design.md, "Partitioned retention")."""
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()  # the calls refused once
+
+    async def until_rows(self, conn: asyncpg.Connection, name: str,
+                         statements: Sequence[tuple[str, list[object]]]
+                         ) -> list[asyncpg.Record]:
+        if name not in self._names:
+            try:
+                return await _until_rows(conn, statements)
+            except Exception as exc:
+                if not not_read_committed(exc):
+                    raise
+                self._names.add(name)
+        async with conn.transaction(isolation="read_committed"):
+            return await _until_rows(conn, statements)

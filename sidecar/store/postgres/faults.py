@@ -30,6 +30,15 @@ DRIVER_ERRORS: Final[tuple[type[BaseException], ...]] = (
 _ONE_BY_ONE_SQLSTATES: Final = frozenset({"55P03", "40P01", "40001", "23505"})
 
 
+# The partitioned store's uniqueness triggers refuse an insert at any isolation level but READ
+# COMMITTED (partitioning/functions.sql): the role's default is another level.
+NOT_READ_COMMITTED: Final = "WS001"
+
+
+def not_read_committed(exc: BaseException) -> bool:
+    return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate == NOT_READ_COMMITTED
+
+
 class ConnectionLost(Exception):
     """The connection failed mid-call; the statement may or may not have run."""
 

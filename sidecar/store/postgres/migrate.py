@@ -3,7 +3,7 @@ only checks it (``PostgresStore.check_schema``) and refuses a database that is b
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import asyncpg
@@ -28,13 +28,17 @@ async def migrate_postgres(dsn: str, *, connect_timeout: float = 10.0) -> list[s
 
 
 @asynccontextmanager
-async def single_connection(dsn: str, connect_timeout: float, application_name: str
+async def single_connection(dsn: str, connect_timeout: float, application_name: str, *,
+                            statement_cache_size: int = 100,
+                            server_settings: Mapping[str, str] | None = None,
                             ) -> AsyncIterator[asyncpg.Connection]:
-    """One connection outside any pool, closed within the timeout or aborted."""
+    """One connection outside any pool, closed within the timeout or aborted; with the store's
+    ``statement_cache_size`` and startup ``server_settings`` (behind pgbouncer in transaction
+    mode: 0, and none but the application name)."""
     try:
         conn = await asyncpg.connect(
-            dsn, timeout=connect_timeout,
-            server_settings={"application_name": application_name},
+            dsn, timeout=connect_timeout, statement_cache_size=statement_cache_size,
+            server_settings={**(server_settings or {}), "application_name": application_name},
         )
     except DRIVER_ERRORS as exc:
         raise StoreError(f"cannot connect to PostgreSQL: {describe(exc)}") from exc

@@ -22,9 +22,18 @@
 -- claim_batch.sql and enqueue.sql already answer by reading the row with a new statement.
 -- Batches insert their keys in sorted order, so two batches take the locks in one order and
 -- cannot deadlock. The hash is 64 bits; two keys sharing one only wait for each other.
+-- Only READ COMMITTED gives that new snapshot: at REPEATABLE READ or SERIALIZABLE the
+-- statement's snapshot predates the wait, the first copy's row stays invisible and a second
+-- row would go in. So any other level is refused (SQLSTATE WS001), never doubled; the store
+-- runs its inserts at READ COMMITTED whatever the role's default (store/postgres/again.py).
 CREATE OR REPLACE FUNCTION webhook_event_unique() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'inserts into webhook_event must run at READ COMMITTED, not %',
+            upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'WS001';
+    END IF;
     PERFORM pg_advisory_xact_lock(
         hashtextextended('webhook_event' || chr(31) || NEW.provider || chr(31) || NEW.event_id, 0));
     IF EXISTS (SELECT 1 FROM webhook_event
@@ -42,6 +51,11 @@ $$;
 CREATE OR REPLACE FUNCTION webhook_nonce_unique() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'inserts into webhook_nonce must run at READ COMMITTED, not %',
+            upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'WS001';
+    END IF;
     PERFORM pg_advisory_xact_lock(
         hashtextextended('webhook_nonce' || chr(31) || NEW.provider || chr(31) || NEW.nonce, 0));
     IF EXISTS (SELECT 1 FROM webhook_nonce
@@ -85,56 +99,116 @@ BEGIN
 END
 $$;
 
--- Make the next partition of `parent`, from its last upper bound (or from the start of the
--- current interval), if it starts no more than `ahead` intervals from now; answers whether
--- one was made. One partition a call, so that maintenance makes each in a short transaction
--- of its own: the attach locks the DEFAULT partition ACCESS EXCLUSIVE (it checks that no row
--- there belongs to the new range), and every insert reads the DEFAULT partition through the
--- uniqueness trigger, so inserts wait for it from its lock request to its commit (bounded by
--- the caller's lock_timeout and this one attach; docs/design.md, "Partitioned retention").
--- The partition is made as a table of its own, then attached: CREATE TABLE … PARTITION OF
--- would lock the parent ACCESS EXCLUSIVE (every delivery waits), ATTACH only SHARE UPDATE
--- EXCLUSIVE. Rows that went to the DEFAULT partition meanwhile (maintenance was down past the
--- last partition) are moved into the new partition of their time first: the attach refuses a
--- default holding rows of its range. Bounds are multiples of the interval since the Unix
--- epoch (a day: midnight UTC). One caller at a time (an advisory lock), so replicas running
--- maintenance together make each partition once.
-CREATE OR REPLACE FUNCTION webhook_partition_next(parent regclass, keycol text,
-                                                  step_seconds integer, ahead integer)
-RETURNS boolean
+-- Making the next partition of `parent`, from its last upper bound (or from the start of the
+-- current interval), if it starts no more than `ahead` intervals from now. Bounds are
+-- multiples of the interval since the Unix epoch (a day: midnight UTC). In two steps, each a
+-- short transaction of the caller's (docs/design.md, "Partitioned retention"):
+--
+-- 1. webhook_partition_prepare_next: the partition as a table of its own, empty, with the
+--    parent's indexes and a validated CHECK of its bounds (instant on an empty table). No
+--    lock any delivery waits for: no proxy reaches the table yet.
+-- 2. webhook_partition_attach_next: rows that went to the DEFAULT partition meanwhile
+--    (maintenance was down past the last partition) are moved into it, then it is attached.
+--    For a range deliveries may still insert into, the DEFAULT partition is locked first, so
+--    that no row of the range enters it between the move and the attach (which would refuse
+--    the attach, 23514, for as long as deliveries of that range flow). ACCESS EXCLUSIVE, the
+--    attach's own lock, at once: a weaker lock raised to it later deadlocks with an insert
+--    that has read the DEFAULT partition and waits to write to it. The attach then checks
+--    the DEFAULT partition's rows (a scan: no constraint of its can prove the range empty)
+--    and does catalog work: the CHECK spares it the new table's scan, the indexes their
+--    build. Every insert reads the DEFAULT partition (the uniqueness look), so an insert
+--    waits at most the caller's lock_timeout plus the move of that range's rows and that
+--    scan (which the caller's statement_timeout bounds). A past range gets no new rows, so
+--    its move takes no lock first (a very late row makes the attach refuse: tried again).
+--    The move is one transaction, not batches: a row moved by a committed batch would sit in
+--    a table no uniqueness look reaches until the attach, and a redelivery of its event would
+--    be claimed as new.
+--    CREATE TABLE … PARTITION OF would lock the parent ACCESS EXCLUSIVE (every delivery
+--    waits); ATTACH takes SHARE UPDATE EXCLUSIVE on it.
+-- One caller at a time (an advisory lock), so replicas running maintenance together make each
+-- partition once.
+CREATE OR REPLACE FUNCTION webhook_partition_prepare_next(parent regclass, keycol text,
+                                                          step_seconds integer, ahead integer)
+RETURNS TABLE (part_name text, lo timestamptz, hi timestamptz)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     horizon timestamptz := clock_timestamp() + make_interval(secs => step_seconds * ahead);
-    lo timestamptz;
-    hi timestamptz;
-    name text;
-    default_part regclass;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('webhook-sidecar:partitions', 0));
-    SELECT max(upper_bound) INTO lo FROM webhook_partitions(parent) WHERE NOT is_default;
+    SELECT max(p.upper_bound) INTO lo FROM webhook_partitions(parent) AS p WHERE NOT p.is_default;
     IF lo IS NULL THEN
         lo := to_timestamp(floor(extract(epoch FROM clock_timestamp()) / step_seconds)
                            * step_seconds);
     END IF;
     IF lo > horizon THEN
-        RETURN false;
+        RETURN;
     END IF;
     hi := lo + make_interval(secs => step_seconds);
-    name := parent::text || '_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
-    EXECUTE format('CREATE TABLE %I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS '
-                   'INCLUDING GENERATED INCLUDING STORAGE)', name, parent);
-    IF parent = 'webhook_event'::regclass THEN  -- HOT updates (0001_init.sql)
-        EXECUTE format('ALTER TABLE %I SET (fillfactor = 80)', name);
+    part_name := parent::text || '_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
+    IF to_regclass(part_name) IS NULL THEN
+        EXECUTE format('CREATE TABLE %I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS '
+                       'INCLUDING GENERATED INCLUDING STORAGE INCLUDING INDEXES)',
+                       part_name, parent);
+        IF parent = 'webhook_event'::regclass THEN  -- HOT updates (0001_init.sql)
+            EXECUTE format('ALTER TABLE %I SET (fillfactor = 80)', part_name);
+        END IF;
+        EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I CHECK (%I >= %L AND %I < %L)',
+                       part_name, part_name || '_bound', keycol, lo, keycol, hi);
     END IF;
-    SELECT part INTO default_part FROM webhook_partitions(parent) WHERE is_default;
+    RETURN NEXT;
+END
+$$;
+
+-- Step 2 (above): answers whether it attached `part_name`; false when another run made the
+-- range meanwhile.
+CREATE OR REPLACE FUNCTION webhook_partition_attach_next(parent regclass, keycol text,
+                                                         part_name text, lo timestamptz,
+                                                         hi timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    default_part regclass;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('webhook-sidecar:partitions', 0));
+    IF to_regclass(part_name) IS NULL
+       OR (SELECT c.relispartition FROM pg_class AS c WHERE c.oid = to_regclass(part_name))
+       OR coalesce((SELECT max(p.upper_bound) FROM webhook_partitions(parent) AS p
+                     WHERE NOT p.is_default), lo) <> lo THEN
+        RETURN false;
+    END IF;
+    SELECT p.part INTO default_part FROM webhook_partitions(parent) AS p WHERE p.is_default;
     IF default_part IS NOT NULL THEN
+        IF hi > clock_timestamp() - interval '1 minute' THEN
+            -- A range deliveries may still insert into (received_at: the transaction's start;
+            -- the minute is ample for any store call): its writes wait. A past range gets no
+            -- new rows; should a very late one come in, the attach refuses, and is tried again.
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', default_part);
+        END IF;
         EXECUTE format('WITH moved AS (DELETE FROM %s WHERE %I >= $1 AND %I < $2 '
                        'RETURNING *) INSERT INTO %I SELECT * FROM moved',
-                       default_part, keycol, keycol, name) USING lo, hi;
+                       default_part, keycol, keycol, part_name) USING lo, hi;
     END IF;
     EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
-                   parent, name, lo, hi);
+                   parent, part_name, lo, hi);
+    EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', part_name, part_name || '_bound');
     RETURN true;
+END
+$$;
+
+-- Both steps in the caller's transaction (the switch: it holds the tables already); answers
+-- whether a partition was made.
+CREATE OR REPLACE FUNCTION webhook_partition_next(parent regclass, keycol text,
+                                                  step_seconds integer, ahead integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    n record;
+BEGIN
+    SELECT * INTO n FROM webhook_partition_prepare_next(parent, keycol, step_seconds, ahead);
+    IF n.part_name IS NULL THEN
+        RETURN false;
+    END IF;
+    RETURN webhook_partition_attach_next(parent, keycol, n.part_name, n.lo, n.hi);
 END
 $$;
 
@@ -156,22 +230,35 @@ $$;
 
 -- Whether any row of `part` (an event or attempt partition: both are keyed by provider and
 -- event_id) belongs to an event with a queue entry waiting or in flight: index probes from the
--- small queue table, cheap enough to run under the detach's lock.
-CREATE OR REPLACE FUNCTION webhook_partition_queued(part regclass) RETURNS boolean
+-- small queue table, cheap enough to run under the detach's lock. With `detached_from` (an
+-- event partition detached from it), an entry whose key is in that parent belongs to a newer
+-- copy of the event, claimed as new after the detach: it does not keep the old row.
+-- (A release before `detached_from` had one-argument versions: replaced, not overloaded.)
+DROP FUNCTION IF EXISTS webhook_partition_busy(regclass);
+DROP FUNCTION IF EXISTS webhook_partition_queued(regclass);
+CREATE OR REPLACE FUNCTION webhook_partition_queued(part regclass,
+                                                    detached_from regclass DEFAULT NULL)
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     queued boolean;
 BEGIN
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM webhook_queue AS q JOIN %s AS r '
                    'ON r.provider = q.provider AND r.event_id = q.event_id '
-                   'WHERE q.due_at IS NOT NULL)', part) INTO queued;
+                   'WHERE q.due_at IS NOT NULL%s)', part,
+                   CASE WHEN detached_from IS NULL THEN '' ELSE format(
+                       ' AND NOT EXISTS (SELECT 1 FROM %s AS a WHERE a.provider = q.provider '
+                       'AND a.event_id = q.event_id)', detached_from) END) INTO queued;
     RETURN queued;
 END
 $$;
 
 -- Whether an event partition holds an event still to be delivered: a live lease (an attempt
--- in flight), or a queue entry waiting or in flight. Such a partition is never dropped.
-CREATE OR REPLACE FUNCTION webhook_partition_busy(part regclass) RETURNS boolean
+-- in flight), or a queue entry waiting or in flight (`detached_from`: as above). Such a
+-- partition is never dropped.
+CREATE OR REPLACE FUNCTION webhook_partition_busy(part regclass,
+                                                  detached_from regclass DEFAULT NULL)
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     leased boolean;
@@ -180,7 +267,7 @@ BEGIN
         'SELECT EXISTS (SELECT 1 FROM %s AS e WHERE e.state = ''queued'' '
         '                  OR (e.state = ''processing'' AND e.lease_until > clock_timestamp()))',
         part) INTO leased;
-    RETURN leased OR webhook_partition_queued(part);
+    RETURN leased OR webhook_partition_queued(part, detached_from);
 END
 $$;
 
@@ -348,7 +435,8 @@ $$;
 -- timeline of an event still waiting in the queue, is attached again (a scan of a table no
 -- proxy reaches, under a lock deliveries do not wait for) and answered false: the looks under
 -- the detach's locks should leave none, so this is the net under them. Else it is dropped,
--- with the dead queue entries of its events (no foreign key cascades to them), and answered
+-- with the dead queue entries of its events (no foreign key cascades to them; an entry whose
+-- key is in the attached parent is a newer copy's, claimed after the detach, and stays), and answered
 -- true. NULL: gone, or attached again, by another run (maintenance runs in every process;
 -- one at a time retires, but an operator or an older release may also act).
 CREATE OR REPLACE FUNCTION webhook_partition_retire(parent regclass, part regclass,
@@ -370,7 +458,7 @@ BEGIN
         RETURN NULL;  -- attached again meanwhile (another run): not ours to drop
     END IF;
     IF parent = 'webhook_event'::regclass THEN
-        keep := webhook_partition_busy(part);
+        keep := webhook_partition_busy(part, parent);
     ELSIF parent = 'webhook_attempt'::regclass THEN
         keep := webhook_partition_queued(part);
     END IF;
@@ -392,7 +480,9 @@ BEGIN
     END IF;
     IF parent = 'webhook_event'::regclass THEN
         EXECUTE format('DELETE FROM webhook_queue AS q USING %s AS e '
-                       'WHERE e.provider = q.provider AND e.event_id = q.event_id', part);
+                       'WHERE e.provider = q.provider AND e.event_id = q.event_id '
+                       'AND NOT EXISTS (SELECT 1 FROM %s AS a WHERE a.provider = q.provider '
+                       'AND a.event_id = q.event_id)', part, parent);
     END IF;
     EXECUTE format('DROP TABLE %s', part);
     RETURN true;
@@ -400,7 +490,8 @@ END
 $$;
 
 -- Rows in the DEFAULT partition of `parent`: inserts past the last partition (maintenance was
--- down longer than `ahead` intervals). Counted and logged; webhook_partition_next moves them.
+-- down longer than `ahead` intervals). Counted and logged; webhook_partition_attach_next
+-- moves them.
 CREATE OR REPLACE FUNCTION webhook_partition_default_rows(parent regclass) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
