@@ -25,7 +25,9 @@ What the supervisor does, and why:
   ``/metrics``, ``/admin``) and runs the store upkeep (retention sweeps, the stuck-row gauge).
 - **Metrics.** The workers write their metrics to files in a private directory the supervisor
   creates and removes (prometheus_client's multiprocess mode, ``$PROMETHEUS_MULTIPROC_DIR`` in
-  the workers' environment); worker 0's ``/metrics`` renders the sum over all workers.
+  the workers' environment); worker 0's ``/metrics`` renders the sum over all workers. A
+  worker's gauges summed over live processes (forwards in flight) go with it when it exits, a
+  worker killed and replaced too; its counters stay in the sums.
 - **The channel.** Each worker has a socket pair to the supervisor
   (``sidecar.core.workergroup``): it says ``ready`` once it listens, and sends a heartbeat every
   fifth of ``worker_timeout`` from its event loop. The ``listening`` line is logged here, once,

@@ -14,7 +14,7 @@ from typing import Final, Literal
 
 from sidecar.config.model import Config
 from sidecar.core.workergroup import READY, group_message, start_deadline
-from sidecar.obs.metrics import MULTIPROC_ENV
+from sidecar.obs.metrics import MULTIPROC_ENV, forget_process
 from sidecar.runtime.serve import WorkerSeat
 from sidecar.runtime.workers.config_copy import ConfigFile
 from sidecar.runtime.workers.seats import Seat, Worker, address_of
@@ -127,6 +127,7 @@ class Group:
     async def _reap(self, worker: Worker) -> None:
         await worker.proc.wait()
         worker.writer.close()
+        forget_process(self.metrics_dir, worker.pid)
         self.happenings.put_nowait(("exited", worker))
 
     def tell(self) -> None:
