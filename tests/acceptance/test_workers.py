@@ -594,6 +594,39 @@ def hooks(**variables: str) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(filter(None, path)), **variables}
 
 
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_every_address_listen_resolves_to_is_served(tmp_path: Path, workers: int) -> None:
+    """``listen: localhost:PORT``, with localhost resolving to ::1 and 127.0.0.1 (as most
+    machines' /etc/hosts say): deliveries over either loopback are answered, by every worker
+    (8 connections each, spread over the seats by the kernel)."""
+    if not ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback")
+    async with deploy("sqlite", tmp_path, None) as dep:
+        port = free_port()
+        dep.config["listen"] = f"localhost:{port}"
+        dep.config["workers"] = workers
+        proc = ProxyProcess(write_config(tmp_path, dep.config),
+                            env=hooks(LOCALHOST_BOTH_LOOPBACKS="1"))
+        dep.procs = [await proc.start()]
+        for host in ("127.0.0.1", "[::1]"):
+            bodies = [stripe_event(f"evt_{host.strip('[]')}_{i}") for i in range(8)]
+            statuses = await post_each_on_its_own_connection(f"http://{host}:{port}{STRIPE}",
+                                                             bodies, timeout=10.0)
+            assert statuses == [200] * len(bodies), host
+        served = {e["worker"] for e in deliveries(proc)} if workers > 1 else set()
+        print(f"workers {workers}: 16 deliveries over both loopbacks, by workers {served}")
+        assert dep.stub.count() == 16
+
+
 def replacements(proc: ProxyProcess) -> list[dict[str, Any]]:
     return [e for e in proc.logs if e.get("event") == "worker_replaced"]
 

@@ -36,7 +36,7 @@ async def listening() -> AsyncIterator[tuple[Listener, socket.socket]]:
     listener = Listener(runner, Bounds("listen", 5.0, 5.0, 10))
     sock = FailingAccepts(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    await listener.open(sock)
+    await listener.open([sock])
     try:
         yield listener, sock
     finally:
