@@ -48,7 +48,8 @@ from tests.support import ProxyProcess, StubApp, base_config, stripe_headers, wr
 SEED = int(os.environ.get("SIDECAR_FUZZ_SEED", "30"))
 REQUESTS = int(os.environ.get("SIDECAR_FUZZ_REQUESTS", "3000"))
 CONCURRENCY = 32
-ANSWER_TIMEOUT = 6.0  # past header_read_timeout (2 s): a request left incomplete is closed
+ANSWER_TIMEOUT = 6.0  # past header_read_timeout and body_read_timeout (2 s): a slow request
+# is answered 408 or closed by then
 PROVIDER_PATHS = (b"/webhooks/stripe", b"/webhooks/github", b"/webhooks/slack")
 
 pytestmark = pytest.mark.timeout(120 + REQUESTS // 100)
@@ -72,13 +73,10 @@ class Fuzzed:
 
     @property
     def to_provider(self) -> bool:
-        """A POST to a provider route (a server span, with tracing on), dot segments and
-        absolute form resolved as the router resolves them."""
-        if self.kind == "inspector" or self.method != b"POST":
-            return False
-        with contextlib.suppress(ValueError):
-            return URL(self.target.decode("latin-1")).path.encode("latin-1") in PROVIDER_PATHS
-        return False
+        """Whether it may reach a provider route (a server span, with tracing on): the
+        router's reading of an odd target (dot segments, spaces, absolute form) is not
+        guessed here."""
+        return self.kind != "inspector"
 
 
 # -- the defects these inputs hit on today's code, each named; its inputs are not sent ---------
@@ -128,14 +126,14 @@ def _expect_not_utf8(fuzzed: Fuzzed) -> bool:
 KNOWN_UNTIL_FIXED: list[tuple[str, Callable[[Fuzzed], bool]]] = [
     ("finding 3 (tracing): a Host yarl refuses (its port, or IDNA as in xn--): 500 and "
      "unhandled_error", _bad_host),
+    ("not in the review (listeners): an Expect value with a non-UTF-8 byte: aiohttp's 417 text "
+     "cannot be encoded, a 500 and unhandled_error on any route", _expect_not_utf8),
     ("finding 2 (tracing): a non-UTF-8 User-Agent or Host in a span: its export batch dropped",
      _span_text_not_utf8),
     ("finding 9 (inspector): a stored header with a non-UTF-8 byte: the event page is a 500",
      _stored_header_not_utf8),
     ("finding 9 (inspector): ?count= of non-ASCII digits (²) or too many: a 500",
      _count_not_ascii_digits),
-    ("not in the review (listeners): an Expect value with a non-UTF-8 byte: aiohttp's 417 text "
-     "cannot be encoded, a 500 and unhandled_error on any route", _expect_not_utf8),
 ]
 
 
@@ -383,7 +381,8 @@ async def fuzzed_proxy(tmp_path: Path) -> AsyncIterator[tuple[ProxyProcess, Coll
     collector = await Collector().start()
     stub = await StubApp().start()
     config = base_config(stub.url, f"sqlite:///{tmp_path / 'events.db'}",
-                         header_read_timeout="2s", max_connections=1000)
+                         header_read_timeout="2s", body_read_timeout="2s",
+                         max_connections=1000)
     for provider in config["providers"].values():
         provider["store_payload"] = True
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.port}",
@@ -418,6 +417,8 @@ async def exchange(address: str, fuzzed: Fuzzed) -> int | None:
                     return status
     except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
         return None
+    except TimeoutError:
+        return -1
     finally:
         if writer is not None:
             writer.close()
@@ -444,6 +445,9 @@ async def send_all(proc: ProxyProcess, generator: Generator, count: int) -> Outc
             address = proc.admin if fuzzed.kind == "inspector" else proc.listen
             status = await exchange(address, fuzzed)
             outcome.statuses[f"{fuzzed.kind} {status}"] += 1
+            if status == -1:
+                outcome.failures.append(f"request {index} ({fuzzed.kind}): no answer nor close "
+                                        f"within {ANSWER_TIMEOUT} s for {fuzzed.data[:300]!r}")
             if status is not None and status >= 500 and not documented(fuzzed, status):
                 outcome.failures.append(f"request {index} ({fuzzed.kind}): {status} for "
                                         f"{fuzzed.data[:300]!r}")
@@ -499,8 +503,9 @@ async def dropped_exports(proc: ProxyProcess) -> float:
 
 
 def log_failures(proc: ProxyProcess) -> list[str]:
+    """Tracebacks, and lines at error level (``unhandled_error``, a failed span export)."""
     return [line[:400] for line in proc.raw_logs
-            if "Traceback" in line or '"unhandled_error"' in line]
+            if "Traceback" in line or '"level": "error"' in line]
 
 
 async def test_fuzzed_senders_get_no_5xx_and_every_page_renders(tmp_path: Path) -> None:
