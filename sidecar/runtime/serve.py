@@ -38,12 +38,11 @@ _SPARE_FILES: Final = 64
 class WorkerSeat:
     """What a worker process gets from its supervisor (``sidecar.runtime.workers``), as
     inherited file descriptors: its sockets, one for each address ``listen`` resolves to (and
-    the admin ones, for the first worker), its end
-    of the channel to the supervisor (``sidecar.core.workergroup``: it says ready and sends its
-    heartbeat there; end of file means the supervisor is gone) and the config file's text as
-    the supervisor read it (with the path it came from and the folder its relative paths are
-    relative to); and the directory the group's metrics are kept in, and the supervisor's
-    pid."""
+    the admin ones, for the first worker), its end of the channel to the supervisor
+    (``sidecar.core.workergroup``: it says ready and sends its heartbeat there; end of file
+    means the supervisor is gone) and the config file's text as the supervisor read it (with
+    the path it came from and the folder its relative paths are relative to); and the
+    directory the group's metrics are kept in, and the supervisor's pid."""
 
     index: int
     count: int
