@@ -516,7 +516,8 @@ async def test_fuzzed_senders_get_no_5xx_and_every_page_renders(tmp_path: Path) 
         events, page_failures = await pages_of_every_stored_event(proc)
         dropped = await dropped_exports(proc)
         assert await proc.terminate(timeout=30) == 0  # the span queue flushed on the way out
-    print(f"fuzz: {REQUESTS} requests (seed {SEED}) in {sent:.1f} s, {events} events stored, "
+    print(f"fuzz: {REQUESTS} requests (seed {SEED}), {sum(outcome.statuses.values())} sent "
+          f"in {sent:.1f} s, {events} events stored, "
           f"pages fetched in {time.monotonic() - started - sent:.1f} s; "
           f"{collector.exports} exports; answers {sorted(outcome.statuses.items())}; "
           f"held back as known {dict(outcome.held_back)}; refused for "
