@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import values as _values
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
 from sidecar.core.workergroup import GroupHealth
@@ -211,3 +211,10 @@ def multiprocess_enabled() -> bool:
     """Whether prometheus_client keeps values in files (``$PROMETHEUS_MULTIPROC_DIR`` was set
     when it was imported)."""
     return _values.ValueClass is not _values.MutexValue and bool(os.environ.get(MULTIPROC_ENV))
+
+
+def forget_process(multiprocess_dir: str, pid: int) -> None:
+    """A worker that exited leaves nothing in the gauges summed over live processes (the
+    in-flight forwards it held when it was killed); its counters and histograms stay in the
+    sums."""
+    mark_process_dead(pid, multiprocess_dir)  # type: ignore[no-untyped-call]

@@ -37,17 +37,17 @@ _SPARE_FILES: Final = 64
 @dataclass(frozen=True, slots=True)
 class WorkerSeat:
     """What a worker process gets from its supervisor (``sidecar.runtime.workers``), as
-    inherited file descriptors: its socket (and the admin one, for the first worker), its end
-    of the channel to the supervisor (``sidecar.core.workergroup``: it says ready and sends its
-    heartbeat there; end of file means the supervisor is gone) and the config file's text as
-    the supervisor read it (with the path it came from and the folder its relative paths are
-    relative to); and the directory the group's metrics are kept in, and the supervisor's
-    pid."""
+    inherited file descriptors: its sockets, one for each address ``listen`` resolves to (and
+    the admin ones, for the first worker), its end of the channel to the supervisor
+    (``sidecar.core.workergroup``: it says ready and sends its heartbeat there; end of file
+    means the supervisor is gone) and the config file's text as the supervisor read it (with
+    the path it came from and the folder its relative paths are relative to); and the
+    directory the group's metrics are kept in, and the supervisor's pid."""
 
     index: int
     count: int
-    listen_fd: int
-    admin_fd: int | None
+    listen_fds: list[int]
+    admin_fds: list[int] | None
     channel_fd: int
     metrics_dir: str
     config_fd: int
@@ -76,8 +76,8 @@ class Running:
     admin_listen: Address | None
 
 
-async def start(config: Config, *, listen_socket: socket.socket | None = None,
-                admin_socket: socket.socket | None = None, serve_admin: bool = True,
+async def start(config: Config, *, listen_sockets: list[socket.socket] | None = None,
+                admin_sockets: list[socket.socket] | None = None, serve_admin: bool = True,
                 **build_kwargs: Any) -> Running:
     """Open the store and both listeners, each with its bounds (``sidecar.http.listener``): on
     ``config``'s addresses, or on sockets bound already (a worker's, from
@@ -95,8 +95,8 @@ async def start(config: Config, *, listen_socket: socket.socket | None = None,
     admin_listener = Listener(admin_runner, Bounds.admin(config)) if serve_admin else None
     listeners = [listener] if admin_listener is None else [listener, admin_listener]
     try:
-        listen = await listener.open(listen_socket or config.listen)
-        admin = (await admin_listener.open(admin_socket or config.admin_listen)
+        listen = await listener.open(listen_sockets or config.listen)
+        admin = (await admin_listener.open(admin_sockets or config.admin_listen)
                  if admin_listener is not None else None)
     except BaseException:
         for opened in listeners:
@@ -180,8 +180,9 @@ async def serve_worker(config: Config, worker: WorkerSeat) -> int:
     heartbeat = asyncio.create_task(_beat(writer, beat_interval(config.worker_timeout)),
                                     name="heartbeat")
     group = GroupHealth(config.worker_timeout, heard_at=loop.time()) if first else None
-    listen = socket.socket(fileno=worker.listen_fd)
-    admin = socket.socket(fileno=worker.admin_fd) if worker.admin_fd is not None else None
+    listen = [socket.socket(fileno=fd) for fd in worker.listen_fds]
+    admin = ([socket.socket(fileno=fd) for fd in worker.admin_fds]
+             if worker.admin_fds is not None else None)
     stopping = asyncio.Event()
     orphaned = False
 
@@ -197,7 +198,7 @@ async def serve_worker(config: Config, worker: WorkerSeat) -> int:
         stopping.set()
 
     try:
-        running = await start(config, listen_socket=listen, admin_socket=admin,
+        running = await start(config, listen_sockets=listen, admin_sockets=admin,
                               serve_admin=first, store_upkeep=first, group=group,
                               metrics=Metrics(multiprocess_dir=worker.metrics_dir))
         log.debug("worker_ready", pid=os.getpid())

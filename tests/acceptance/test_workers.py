@@ -440,6 +440,66 @@ async def test_a_stopped_worker_is_replaced_while_deliveries_are_answered(
     assert [e.get("worker") for e in proc.logs if e.get("event") == "stopped"].count(None) == 1
 
 
+async def test_a_replaced_worker_leaves_no_forwards_in_flight_behind(
+    quick_group: Deployment,
+) -> None:
+    """16 deliveries held by the app, each on its own connection (the kernel spreads them over
+    both workers); worker 1 is stopped and replaced while its forwards wait. Once the app
+    answers and the deliveries settle, /metrics counts no forward in flight: the killed
+    worker's share went with it."""
+    quick_group.config["upstream"]["timeout"] = "30s"
+    for provider in quick_group.config["providers"].values():
+        provider["lease"] = "60s"
+    await quick_group.start(1)
+    proc, stub = quick_group.procs[0], quick_group.stub
+    assert quick_group.client is not None
+    pids = next(e["pids"] for e in proc.logs if e.get("event") == "listening")
+    stub.hold.clear()
+    count = 16
+    bodies = [stripe_event(f"evt_phantom_{i}") for i in range(count)]
+    sending = asyncio.create_task(deliver_each_settled(proc.url + STRIPE, bodies))
+    try:
+        await stub.wait_for(lambda: len(stub.seen) == count, timeout=20.0,
+                            what="every delivery forwarded")
+        assert sum((await metric(proc, quick_group.client,
+                                 "webhook_forwards_in_flight")).values()) == count
+        os.kill(pids[1], signal.SIGSTOP)
+        await proc.wait_for_log("worker_replaced", timeout=20.0)
+    finally:
+        stub.hold.set()
+    statuses = await sending
+    lost = [status for status in statuses if status is None]
+    print(f"forwards held by the stopped worker: {len(lost)} of {count}")
+    assert lost, "no delivery reached worker 1 (the kernel hashes connections; 2^-16)"
+    assert all(status == 200 for status in statuses if status is not None)
+
+    async def in_flight() -> float:
+        return sum((await metric(proc, quick_group.client, "webhook_forwards_in_flight"))
+                   .values())
+
+    async with asyncio.timeout(10.0):  # the killed worker is reaped: then its share is gone
+        while True:
+            if await in_flight() == 0:
+                return
+            await asyncio.sleep(0.1)  # polling the metric under test, bounded above
+
+
+async def deliver_each_settled(url: str, bodies: list[bytes]) -> list[int | None]:
+    """Every body at once, each on a new connection; each one's status, or None when its
+    connection was lost (its worker killed)."""
+    connector = aiohttp.TCPConnector(force_close=True, limit=0)
+    async with aiohttp.ClientSession(connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=40.0)) as client:
+        async def one(body: bytes) -> int | None:
+            try:
+                status, _, _ = await post(client, url, body, stripe_headers(body))
+            except aiohttp.ClientError:
+                return None
+            return status
+
+        return list(await asyncio.gather(*(one(body) for body in bodies)))
+
+
 async def test_a_worker_whose_loop_is_blocked_in_a_handler_is_replaced(
     quick_group: Deployment,
 ) -> None:
@@ -532,6 +592,39 @@ def hooks(**variables: str) -> dict[str, str]:
     its path), with the hook's ``variables``."""
     path = [str(REPO / "tests" / "hooks"), str(REPO), os.environ.get("PYTHONPATH")]
     return {"PYTHONPATH": os.pathsep.join(filter(None, path)), **variables}
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_every_address_listen_resolves_to_is_served(tmp_path: Path, workers: int) -> None:
+    """``listen: localhost:PORT``, with localhost resolving to ::1 and 127.0.0.1 (as most
+    machines' /etc/hosts say): deliveries over either loopback are answered, by every worker
+    (8 connections each, spread over the seats by the kernel)."""
+    if not ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback")
+    async with deploy("sqlite", tmp_path, None) as dep:
+        port = free_port()
+        dep.config["listen"] = f"localhost:{port}"
+        dep.config["workers"] = workers
+        proc = ProxyProcess(write_config(tmp_path, dep.config),
+                            env=hooks(LOCALHOST_BOTH_LOOPBACKS="1"))
+        dep.procs = [await proc.start()]
+        for host in ("127.0.0.1", "[::1]"):
+            bodies = [stripe_event(f"evt_{host.strip('[]')}_{i}") for i in range(8)]
+            statuses = await post_each_on_its_own_connection(f"http://{host}:{port}{STRIPE}",
+                                                             bodies, timeout=10.0)
+            assert statuses == [200] * len(bodies), host
+        served = {e["worker"] for e in deliveries(proc)} if workers > 1 else set()
+        print(f"workers {workers}: 16 deliveries over both loopbacks, by workers {served}")
+        assert dep.stub.count() == 16
 
 
 def replacements(proc: ProxyProcess) -> list[dict[str, Any]]:

@@ -16,6 +16,8 @@ Two faults a worker of a group (``workers`` > 1) cannot be made to show from the
   start waits. ``STALL_START_WHILE=PATH``: only a worker starting while PATH exists stalls, and
   only until PATH is removed — so a test can let the first worker in a seat start and stall
   its successor.
+- ``LOCALHOST_BOTH_LOOPBACKS=1``: ``localhost`` resolves to ``::1`` and ``127.0.0.1``, in
+  that order, as on a machine whose ``/etc/hosts`` lists both (this one may list only one).
 
 The proxy's own code has no such route, stall or switch: this module wraps
 ``sidecar.runtime.serve.build_apps`` and ``sidecar.runtime.serve.start`` from the outside.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -80,3 +83,19 @@ async def _stalling_start(*args: Any, **kwargs: Any) -> sidecar.runtime.serve.Ru
 
 sidecar.runtime.serve.build_apps = _with_blocking_route
 sidecar.runtime.serve.start = _stalling_start
+
+
+_getaddrinfo = socket.getaddrinfo
+
+
+def _both_loopbacks(host: Any, port: Any, family: int = 0, type: int = 0,
+                    proto: int = 0, flags: int = 0) -> list[Any]:
+    if host != "localhost":
+        return _getaddrinfo(host, port, family, type, proto, flags)
+    return [found for kind, loopback in ((socket.AF_INET6, "::1"), (socket.AF_INET, "127.0.0.1"))
+            if family in (0, kind)
+            for found in _getaddrinfo(loopback, port, kind, type, proto, flags)]
+
+
+if os.environ.get("LOCALHOST_BOTH_LOOPBACKS") == "1":
+    socket.getaddrinfo = _both_loopbacks

@@ -59,7 +59,7 @@ def test_anything_else_is_refused_naming_the_key(value: object) -> None:
 
 
 def test_the_seat_travels_as_json() -> None:
-    seat = WorkerSeat(index=1, count=2, listen_fd=5, admin_fd=None, channel_fd=6,
+    seat = WorkerSeat(index=1, count=2, listen_fds=[5], admin_fds=None, channel_fd=6,
                       metrics_dir="/tmp/m", config_fd=7, config_path="config.yaml",
                       config_folder="/etc/webhook-sidecar", supervisor=1)
     assert WorkerSeat.from_json(seat.to_json()) == seat

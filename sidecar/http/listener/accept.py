@@ -17,8 +17,9 @@ log = get_logger("sidecar.listener")
 # asyncio tries a failed accept again after 1 s (ACCEPT_RETRY_DELAY): a listener that has not
 # failed for longer than this is accepting again, and its burst is over.
 ACCEPT_BURST_QUIET: Final = 2.5
-# The message asyncio's accept loop reports a failed accept with (selector_events.py).
-_ACCEPT_FAILED: Final = "socket.accept() out of system resource"
+# What a failed accept runs out of: asyncio's accept loop reports these (and only these) to the
+# exception handler, with the listening socket, and tries again later (selector_events.py).
+_OUT_OF_RESOURCES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 @dataclass(slots=True)
@@ -42,9 +43,11 @@ class AcceptFailures:
     a second later for each failure. Out of files, that is thousands of lines a second, each a
     cost to a process that is short of resources already. Installed as the loop's exception
     handler, this counts those reports per listener instead and passes every other one on to
-    the handler it replaced. A listener's burst is over when it has not failed for
-    ``ACCEPT_BURST_QUIET`` seconds: its line is logged then, or every ``REFUSALS_LOGGED_EVERY``
-    seconds while it lasts (``ongoing: true``, ``count`` since the previous line)."""
+    the handler it replaced. A report is a failed accept by what the listener sees — one of its
+    own sockets, and an error that is a lack of resources — whatever asyncio's message says.
+    A listener's burst is over when it has not failed for ``ACCEPT_BURST_QUIET`` seconds: its
+    line is logged then, or every ``REFUSALS_LOGGED_EVERY`` seconds while it lasts
+    (``ongoing: true``, ``count`` since the previous line)."""
 
     def __init__(self, listeners: Sequence[Listener]) -> None:
         self._listeners = listeners
@@ -69,15 +72,16 @@ class AcceptFailures:
 
     def _report(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
-        if context.get("message") != _ACCEPT_FAILED or not isinstance(exc, OSError):
+        listener = next((own for own in self._listeners if own.owns(context.get("socket"))),
+                        None)
+        if (listener is None or not isinstance(exc, OSError)
+                or exc.errno not in _OUT_OF_RESOURCES):
             if self._previous is not None:
                 self._previous(loop, context)
             else:
                 loop.default_exception_handler(context)
             return
-        listener = next((own for own in self._listeners if own.owns(context.get("socket"))),
-                        None)
-        name = listener.bounds.name if listener is not None else "unknown"
+        name = listener.bounds.name
         now = loop.time()
         burst = self._bursts.get(name)
         if burst is None:

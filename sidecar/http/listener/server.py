@@ -22,7 +22,7 @@ class Listener:
     def __init__(self, runner: web.AppRunner, bounds: Bounds) -> None:
         self._runner = runner
         self.bounds = bounds
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._connections: set[BoundedConnection] = set()
         # Those not inside a request, the one idle longest first: at the cap the first gives
         # way, found at once however many are busy.
@@ -31,11 +31,11 @@ class Listener:
         self._refused = Tally("connection_refused", "refused")
         self._made_room = Tally("idle_connections_closed", "closed")
 
-    async def open(self, address: Address | socket.socket) -> Address:
-        """Listen on ``address``, or on a socket bound already (a worker's, from its
-        supervisor), with an accept queue of ``SOMAXCONN`` (as the kernel caps it): connections
-        that arrive while no worker accepts on it wait there. The address as bound (a port 0
-        becomes the real one)."""
+    async def open(self, address: Address | list[socket.socket]) -> Address:
+        """Listen on ``address`` (every address it resolves to), or on sockets bound already
+        (a worker's, from its supervisor), with an accept queue of ``SOMAXCONN`` (as the kernel
+        caps it): connections that arrive while no worker accepts on them wait there. The
+        first address as bound (a port 0 becomes the real one)."""
         manager = self._runner.server
         if manager is None:
             raise RuntimeError("AppRunner.setup() was not awaited")
@@ -44,19 +44,20 @@ class Listener:
         def connection() -> BoundedConnection:
             return BoundedConnection(manager, self, loop=loop)
 
-        if isinstance(address, socket.socket):
-            self._server = await loop.create_server(connection, sock=address,
-                                                    backlog=socket.SOMAXCONN)
+        if isinstance(address, Address):
+            self._servers = [await loop.create_server(connection, address.host, address.port)]
         else:
-            self._server = await loop.create_server(connection, address.host, address.port)
-        host, port = self._server.sockets[0].getsockname()[:2]
+            for sock in address:
+                self._servers.append(await loop.create_server(connection, sock=sock,
+                                                              backlog=socket.SOMAXCONN))
+        host, port = self._servers[0].sockets[0].getsockname()[:2]
         return Address(str(host), int(port))
 
     def owns(self, sock: object) -> bool:
         """Whether ``sock`` (a socket, or asyncio's view of one) is this listener's."""
         fileno = getattr(sock, "fileno", None)
-        return (self._server is not None and callable(fileno)
-                and any(own.fileno() == fileno() for own in self._server.sockets))
+        return callable(fileno) and any(own.fileno() == fileno()
+                                        for server in self._servers for own in server.sockets)
 
     def admit(self, connection: BoundedConnection) -> bool:
         """Whether a new connection is served; at the cap, the connection idle longest is
@@ -93,8 +94,8 @@ class Listener:
 
     def close(self) -> None:
         """Stop accepting. Idle connections are closed now; busy ones after their answer."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for connection in list(self._connections):
             connection.stop()
 

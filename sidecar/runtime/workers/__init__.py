@@ -11,21 +11,24 @@ What the supervisor does, and why:
   effect at the next start of the group. Secret files are read by each worker, and re-read
   while it runs (rotation), as in a single process.
 - **Sockets.** It binds ``listen`` N times on one port with ``SO_REUSEPORT`` — the first socket
-  picks the port when it is 0, the others bind the same one — and hands one socket to each
-  worker (its *seat*). A socket starts listening when its worker opens its listener (accept
-  queue ``SOMAXCONN``), so no connection waits on a seat whose worker never listened: the
-  kernel spreads new connections over the listening sockets by a hash of the peer's address
-  and port, evenly, so N workers take N shares of a pool of kept-alive connections too (on one
-  shared socket the worker that wakes first accepts every connection queued). Binding here
-  means a port conflict is reported once, before any worker starts, and port 0 works. It keeps
-  its own copy of each socket while the group runs, so a worker that is replaced leaves the
-  connections queued on its socket for its successor, and closes them all when the group
-  stops. ``admin_listen`` is bound once and goes to worker 0 only.
+  picks the port when it is 0, the others bind the same one — and hands one set to each worker (its
+  *seat*): a socket for every address ``listen`` resolves to, as a single process binds
+  (``localhost``: ``127.0.0.1`` and ``::1``). A socket starts listening when its worker opens its
+  listener (accept queue ``SOMAXCONN``), so no connection waits on a seat whose worker never
+  listened: the kernel spreads new connections over the listening sockets by a hash of the peer's
+  address and port, evenly, so N workers take N shares of a pool of kept-alive connections too (on
+  one shared socket the worker that wakes first accepts every connection queued). Binding here
+  means a port conflict is reported once, before any worker starts, and port 0 works. It keeps its
+  own copy of each socket while the group runs, so a worker that is replaced leaves the connections
+  queued on its socket for its successor, and closes them all when the group stops.
+  ``admin_listen`` is bound once and goes to worker 0 only.
 - **Once for the group.** Worker 0 serves the admin listener (``/healthz``, ``/readyz``,
   ``/metrics``, ``/admin``) and runs the store upkeep (retention sweeps, the stuck-row gauge).
 - **Metrics.** The workers write their metrics to files in a private directory the supervisor
   creates and removes (prometheus_client's multiprocess mode, ``$PROMETHEUS_MULTIPROC_DIR`` in
-  the workers' environment); worker 0's ``/metrics`` renders the sum over all workers.
+  the workers' environment); worker 0's ``/metrics`` renders the sum over all workers. A
+  worker's gauges summed over live processes (forwards in flight) go with it when it exits, a
+  worker killed and replaced too; its counters stay in the sums.
 - **The channel.** Each worker has a socket pair to the supervisor
   (``sidecar.core.workergroup``): it says ``ready`` once it listens, and sends a heartbeat every
   fifth of ``worker_timeout`` from its event loop. The ``listening`` line is logged here, once,

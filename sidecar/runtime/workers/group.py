@@ -12,12 +12,12 @@ import sys
 from collections import deque
 from typing import Final, Literal
 
-from sidecar.config.model import Config
+from sidecar.config.model import Address, Config
 from sidecar.core.workergroup import READY, group_message, start_deadline
-from sidecar.obs.metrics import MULTIPROC_ENV
+from sidecar.obs.metrics import MULTIPROC_ENV, forget_process
 from sidecar.runtime.serve import WorkerSeat
 from sidecar.runtime.workers.config_copy import ConfigFile
-from sidecar.runtime.workers.seats import Seat, Worker, address_of
+from sidecar.runtime.workers.seats import Seat, Worker, address_of, close_all
 
 EXIT_WORKER_FAILED: Final = 1
 # A worker silent for worker_timeout gets this much longer to be heard (see Group._watch).
@@ -33,12 +33,15 @@ class Group:
     order by ``supervisor.run``)."""
 
     def __init__(self, config: Config, config_file: ConfigFile, config_fd: int,
-                 listeners: list[socket.socket], admin: socket.socket, metrics_dir: str) -> None:
+                 listeners: list[list[socket.socket]], admin: list[socket.socket],
+                 metrics_dir: str) -> None:
         self.config = config
         self.config_file = config_file
         self.config_fd = config_fd
-        self.address = address_of(listeners[0])  # as bound: a vacant seat binds it again
-        self.seats = [Seat(index, sock) for index, sock in enumerate(listeners)]
+        self.address = address_of(listeners[0][0])  # as bound (its port: a port 0's)
+        # What a vacant seat binds again: every address of ``listen``, on the group's port.
+        self.rebind = Address(config.listen.host, self.address.port)
+        self.seats = [Seat(index, sockets) for index, sockets in enumerate(listeners)]
         self.admin = admin
         self.metrics_dir = metrics_dir
         self.env = {**os.environ, MULTIPROC_ENV: metrics_dir}
@@ -52,7 +55,7 @@ class Group:
     async def spawn(self, seat: Seat) -> OSError | None:
         """Start a worker in ``seat``; the OS's refusal (no more processes or files, the
         interpreter gone) is returned, for the caller to decide."""
-        assert seat.sock is not None
+        assert seat.sockets is not None
         try:
             ours, theirs = socket.socketpair()
         except OSError as exc:
@@ -64,15 +67,14 @@ class Group:
             theirs.close()
             raise
         try:
+            admin_fds = [sock.fileno() for sock in self.admin] if seat.index == 0 else None
             chair = WorkerSeat(index=seat.index, count=len(self.seats),
-                               listen_fd=seat.sock.fileno(),
-                               admin_fd=self.admin.fileno() if seat.index == 0 else None,
+                               listen_fds=[sock.fileno() for sock in seat.sockets],
+                               admin_fds=admin_fds,
                                channel_fd=theirs.fileno(), metrics_dir=self.metrics_dir,
                                config_fd=self.config_fd, config_path=self.config_file.path,
                                config_folder=self.config_file.folder, supervisor=os.getpid())
-            fds = [chair.listen_fd, chair.channel_fd, chair.config_fd]
-            if chair.admin_fd is not None:
-                fds.append(chair.admin_fd)
+            fds = [*chair.listen_fds, chair.channel_fd, chair.config_fd, *(admin_fds or [])]
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", WORKER_MODULE, chair.to_json(), pass_fds=fds,
                 env=self.env, stdin=asyncio.subprocess.DEVNULL)
@@ -127,6 +129,7 @@ class Group:
     async def _reap(self, worker: Worker) -> None:
         await worker.proc.wait()
         worker.writer.close()
+        forget_process(self.metrics_dir, worker.pid)
         self.happenings.put_nowait(("exited", worker))
 
     def tell(self) -> None:
@@ -151,9 +154,9 @@ class Group:
         for seat in self.seats:
             if seat.retry is not None:
                 seat.retry.cancel()
-            if seat.sock is not None:
-                seat.sock.close()
-        self.admin.close()
+            if seat.sockets is not None:
+                close_all(seat.sockets)
+        close_all(self.admin)
 
 
 async def _read_line(reader: asyncio.StreamReader, timeout: float | None) -> bytes:

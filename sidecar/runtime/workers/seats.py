@@ -5,34 +5,47 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sidecar.config.model import Address
 
 
-def bind_listeners(address: Address, count: int, *, reuse_port: bool) -> list[socket.socket]:
-    """``count`` sockets bound to ``address`` (the first address it resolves to), all on the
-    port the first one gets (``reuse_port``, needed for more than one). They do not listen yet:
-    each does once the worker it is handed to opens its listener."""
-    family, kind, proto, _, sockaddr = socket.getaddrinfo(
-        address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    sockets: list[socket.socket] = []
+def bind_listeners(address: Address, count: int, *,
+                   reuse_port: bool) -> list[list[socket.socket]]:
+    """``count`` sets of sockets, each set bound to every address ``address`` resolves to (as a
+    single process's listener binds: ``localhost`` is ``127.0.0.1`` and ``::1``), all on the
+    port the first one gets (``reuse_port``, needed for more than one set). They do not listen
+    yet: each does once the worker it is handed to opens its listener."""
+    resolved = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM,
+                                  flags=socket.AI_PASSIVE)
+    targets = list(dict.fromkeys((family, kind, proto, sockaddr)
+                                 for family, kind, proto, _, sockaddr in resolved))
+    port = address.port
+    sets: list[list[socket.socket]] = []
     try:
         for _ in range(count):
-            sock = socket.socket(family, kind, proto)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if family == socket.AF_INET6:  # as asyncio binds: IPv6 only
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(sockaddr)
-            sockaddr = sock.getsockname()  # a port 0 is now the port the others bind
+            sockets: list[socket.socket] = []
+            sets.append(sockets)
+            for family, kind, proto, sockaddr in targets:
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if reuse_port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if family == socket.AF_INET6:  # as asyncio binds: IPv6 only
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind((sockaddr[0], port, *sockaddr[2:]))
+                port = sock.getsockname()[1]  # a port 0 is now the port the others bind
     except BaseException:
-        for sock in sockets:
-            sock.close()
+        close_all(sock for sockets in sets for sock in sockets)
         raise
-    return sockets
+    return sets
+
+
+def close_all(sockets: Iterable[socket.socket]) -> None:
+    for sock in sockets:
+        sock.close()
 
 
 def address_of(sock: socket.socket) -> Address:
@@ -62,12 +75,13 @@ class Worker:
 
 @dataclass(eq=False)
 class Seat:
-    """A place in the group: its socket, and the worker serving it (or starting in it)."""
+    """A place in the group: its sockets (one for each address ``listen`` resolves to), and
+    the worker serving it (or starting in it)."""
 
     index: int
-    sock: socket.socket | None  # None: closed, while the seat is vacant until its next try
+    sockets: list[socket.socket] | None  # None: closed, while vacant until its next try
     worker: Worker | None = None
-    listening: bool = False  # a worker listened on the socket: connections queue on it
+    listening: bool = False  # a worker listened on its sockets: connections queue on them
     lost_at: float | None = None  # when it lost its worker; None while it has one serving
     failures: int = 0  # its worker's starts that failed in a row
     retry: asyncio.TimerHandle | None = None
@@ -78,6 +92,6 @@ class Seat:
 
     @property
     def down(self) -> bool:
-        """Connections wait on its socket for a worker that does not accept them (yet)."""
+        """Connections wait on its sockets for a worker that does not accept them (yet)."""
         return self.listening and not self.served
 

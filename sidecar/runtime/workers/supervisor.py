@@ -20,7 +20,7 @@ from sidecar.obs.logs import get_logger
 from sidecar.runtime.wiring import require_secrets
 from sidecar.runtime.workers.config_copy import ConfigFile, config_copy
 from sidecar.runtime.workers.group import Group, Happening, StartFailure
-from sidecar.runtime.workers.seats import Seat, Worker, address_of, bind_listeners
+from sidecar.runtime.workers.seats import Seat, Worker, address_of, bind_listeners, close_all
 from sidecar.runtime.workers.stopping import close_group, how_it_ended, stop_workers
 
 log = get_logger("sidecar.workers")
@@ -44,8 +44,7 @@ async def supervise(config: Config, config_file: ConfigFile) -> int:
     try:
         admin = bind_listeners(config.admin_listen, 1, reuse_port=False)[0]
     except BaseException:
-        for sock in listeners:
-            sock.close()
+        close_all(sock for sockets in listeners for sock in sockets)
         raise
     config_fd = config_copy(config_file.text)
     metrics_dir = tempfile.mkdtemp(prefix="webhook-sidecar-metrics-")
@@ -166,13 +165,14 @@ def _start_failed(group: Group, seat: Seat, worker: Worker | None, cause: StartF
             details.update(how_it_ended(worker.proc.returncode))
             group.everyone.remove(worker)  # gone: nothing left to stop or reap
     seat.worker = None
-    if seat.sock is not None:
-        # Out of the port's group at once: a worker just killed may hold the socket until its
-        # exit is complete, and new connections would queue on it meanwhile, to be reset.
-        with contextlib.suppress(OSError):  # ENOTCONN: the worker never listened on it
-            seat.sock.shutdown(socket.SHUT_RDWR)
-        seat.sock.close()  # connections queued on it are refused: none waits for no one
-        seat.sock = None
+    if seat.sockets is not None:
+        for sock in seat.sockets:
+            # Out of the port's group at once: a worker just killed may hold the socket until
+            # its exit is complete, and new connections would queue on it meanwhile, to be reset.
+            with contextlib.suppress(OSError):  # ENOTCONN: the worker never listened on it
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()  # connections queued on it are refused: none waits for no one
+        seat.sockets = None
         seat.listening = False
     seat.failures += 1
     if seat.lost_at is None:
@@ -190,9 +190,9 @@ def _start_failed(group: Group, seat: Seat, worker: Worker | None, cause: StartF
 
 
 async def _retry(group: Group, seat: Seat) -> bool:
-    """A vacant seat's next try: a new socket on the group's port, a new worker."""
+    """A vacant seat's next try: new sockets on the group's port, a new worker."""
     try:
-        seat.sock = bind_listeners(group.address, 1, reuse_port=True)[0]
+        seat.sockets = bind_listeners(group.rebind, 1, reuse_port=True)[0]
     except OSError as exc:
         return _start_failed(group, seat, None, "bind_error", error=str(exc))
     return await _spawn(group, seat)
@@ -209,6 +209,6 @@ async def _spawn(group: Group, seat: Seat) -> bool:
 
 def _log_listening(group: Group) -> None:
     log.info("listening", listen=str(group.address),
-             admin_listen=str(address_of(group.admin)), store=group.config.store.kind,
+             admin_listen=str(address_of(group.admin[0])), store=group.config.store.kind,
              providers=[p.key for p in group.config.providers], workers=len(group.seats),
              pids=[seat.worker.pid for seat in group.seats if seat.worker is not None])
