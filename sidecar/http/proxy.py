@@ -156,9 +156,9 @@ def _server(scheme: str, host: str) -> tuple[str | None, int | None]:
     a bad one too (``lru_cache`` would not remember an exception)."""
     try:
         url = URL.build(scheme=scheme, authority=host)
-    except ValueError:
+        return url.host or "", url.port  # .host decodes IDNA: `xn--` alone raises here
+    except ValueError:  # UnicodeError (IDNA) included
         return None, None
-    return url.host or "", url.port
 
 
 def _describe(span: Span, answer: Answer | None) -> None:

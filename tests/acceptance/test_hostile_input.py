@@ -604,3 +604,27 @@ async def test_accept_failures_are_one_line_per_burst(proxies: Proxies) -> None:
     print(f"accept failures: {[entry['count'] for entry in failed]} in {len(failed)} line(s)")
     assert len(failed) == 1
     assert not any("out of system resource" in line for line in proc.raw_logs)
+
+
+async def test_an_expect_value_that_is_not_utf8_is_a_417_on_every_route(
+        proxies: Proxies) -> None:
+    """aiohttp answers an Expect other than 100-continue with a 417 quoting it, before any
+    route or middleware; a value that is not UTF-8 made that answer fail (a 500)."""
+    proc = await proxies.start()
+    body = stripe_event("evt_expect")
+    cases = [(proc.listen, request(body, {"Stripe-Signature": "x"})),
+             (proc.listen, b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n"),
+             (proc.admin, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")]
+    for address, raw_request in cases:
+        raw = await Raw.open(address)
+        try:
+            await raw.send(raw_request.replace(b"Host:", b"Expect: \xff\xfe-continue\r\nHost:", 1))
+            answer = await raw.answer()
+            assert answer.status == 417, answer.body
+            assert answer.json()["reason"] == "unknown_expect"
+        finally:
+            raw.close()
+    assert await proc.terminate() == 0
+    assert all(entry.get("level") != "error" for entry in proc.logs), proc.raw_logs
+    rejected = [e for e in proc.logs if e.get("event") == "rejected"]
+    assert [e["reason"] for e in rejected] == ["unknown_expect"] * len(cases)

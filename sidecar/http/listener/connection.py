@@ -43,6 +43,13 @@ _MALFORMED: Final[tuple[tuple[type[HttpProcessingError], str], ...]] = (
 )
 
 
+def _unspellable_expect(request: web.BaseRequest, exc: BaseException | None) -> bool:
+    """``exc`` is aiohttp's 417 for an ``Expect`` value that is not UTF-8, failing to encode."""
+    expect = request.headers.get("Expect")
+    return (isinstance(exc, UnicodeEncodeError) and expect is not None
+            and expect.lower() != "100-continue")
+
+
 def malformed_reason(exc: BaseException | None) -> str:
     """A stable name for what was wrong with a request; the exception's message is not used,
     as it quotes the request."""
@@ -224,7 +231,14 @@ class BoundedConnection(web.RequestHandler):
         """aiohttp's answer to a request its parser refused (status < 500) or to an exception
         that escaped the handlers (a bug): the proxy's JSON error, the connection closed."""
         self.request_started()
-        if status >= 500:
+        if status >= 500 and _unspellable_expect(request, exc):
+            # aiohttp refuses an Expect other than 100-continue with a 417 that quotes it, and
+            # cannot encode that text when the value is not UTF-8: the same 417, without it.
+            status, exc = 417, None
+            log.info("rejected", status=status, reason="unknown_expect", peer=self._peer())
+            answer = refuse("malformed_request", "unknown_expect", status=status)
+            self._malformed = True
+        elif status >= 500:
             log.error("unhandled_error", status=status, exc_info=exc)
             answer = refuse("internal_error")
         else:
