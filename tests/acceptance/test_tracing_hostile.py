@@ -49,9 +49,10 @@ async def events_total(client: aiohttp.ClientSession, process: ProxyProcess) -> 
                if line.startswith('webhook_events_total{provider="stripe"'))
 
 
-@pytest.mark.parametrize("host", [b"a:99999", b"x:abc", b"", b"\xc3\xa9.example:8080",
+@pytest.mark.parametrize("host", [b"a:99999", b"x:abc", b"xn--", b"", b"\xc3\xa9.example:8080",
                                   b"\xff:1"], ids=["port-out-of-range", "port-not-a-number",
-                                                   "empty", "non-ascii", "not-utf-8"])
+                                                   "idna-refused", "empty", "non-ascii",
+                                                   "not-utf-8"])
 async def test_any_host_gets_the_normal_answer_one_delivery_line_and_one_count(
     tmp_path: Path, host: bytes,
 ) -> None:
