@@ -14,6 +14,7 @@ import random
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -36,6 +37,7 @@ from sidecar.obs.metrics import Metrics
 from sidecar.ops.maintenance import Maintenance
 from sidecar.runtime.wiring import partition_keeper
 from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.postgres import partition_upkeep as upkeep
 from sidecar.store.postgres.connections import DIALECT
 from sidecar.store.postgres.partition_upkeep import PartitionKeeper
 from sidecar.store.postgres.partitioning import partition_store
@@ -794,6 +796,30 @@ async def test_one_process_retires_at_a_time_and_the_others_only_count(
     assert len(dropped) == len(set(dropped))
     assert {"webhook_event_past5", "webhook_event_past4"} <= set(dropped)
     assert not [k for r in rounds for k in r.kept if k[1] != "inside_retention"]
+
+
+async def test_a_partition_another_process_drops_after_the_list_is_skipped(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round's lock is taken per step: between this round's list of candidates and its
+    look at one, another process may have dropped it. That one is the other's to report; this
+    round goes on with the rest and does not fail."""
+    await _done_in(store, conn, "done5", 5)
+    await _done_in(store, conn, "done4", 4)
+    listed = upkeep.rows
+
+    async def list_then_lose_one(c: asyncpg.Connection, name: str,
+                                 params: Mapping[str, object] | None = None) -> Any:
+        found = await listed(c, name, params)
+        if name == "partitioning/candidates" and params and params["parent"] == "webhook_event":
+            await conn.execute("DROP TABLE webhook_event_past5")  # as another process would
+        return found
+
+    monkeypatch.setattr(upkeep, "rows", list_then_lose_one)
+    retired = await PartitionKeeper(part_dsn, interval=STEP, ahead=2).retire({"stripe": 120.0})
+    assert "webhook_event_past5" not in retired.dropped
+    assert "webhook_event_past5" not in dict(retired.kept)
+    assert "webhook_event_past4" in retired.dropped
 
 
 async def test_a_detached_table_that_cannot_go_is_kept_and_the_round_goes_on(

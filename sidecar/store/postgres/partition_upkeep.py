@@ -56,6 +56,8 @@ DETACH_TRIES: Final = 5
 MAKE_TIMEOUT: Final = 10.0
 # The longest look for work under the retire lock (take-overs answer "in flight" meanwhile).
 LOOK_TIMEOUT: Final = 5.0
+# A partition another process dropped meanwhile: not this round's to report.
+GONE: Final = "gone"
 
 # Making a partition met a lock, a row of its range that came in meanwhile, or its timeout.
 _BUSY: Final = (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError,
@@ -162,13 +164,18 @@ class PartitionKeeper:
                 why = await self._retire_detached(conn, part["parent"], part, step=True)
             except DRIVER_ERRORS as exc:  # one table that cannot go must not stop retention
                 why = f"detached_error:{describe(exc)}"
-            fates.append((part["name"], why))
+            if why != GONE:
+                fates.append((part["name"], why))
         for table, _, _ in TABLES:
             for part in await rows(conn, "partitioning/candidates", {"parent": table}):
-                why = await self._why_keep(conn, table, part, retention)
-                if why is None:
-                    why = await self._drop(conn, table, part)
-                fates.append((part["name"], why))
+                try:
+                    why = await self._why_keep(conn, table, part, retention)
+                    if why is None:
+                        why = await self._drop(conn, table, part)
+                except asyncpg.UndefinedTableError:
+                    why = GONE  # dropped by another process since the list was read
+                if why != GONE:  # another process's drop is its to report
+                    fates.append((part["name"], why))
 
     async def _why_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
                         retention: Mapping[str, float]) -> str | None:
@@ -192,7 +199,7 @@ class PartitionKeeper:
                     detached = await fetchval(conn, "partitioning/detach",
                                               {"parent": table, "part": part["name"]})
                 if detached is None:
-                    return "gone"  # no partition of the table any more: someone else's act
+                    return GONE  # no partition of the table any more: someone else's act
                 if not detached:
                     return "busy"  # a live lease or a waiting queue entry: not detached
                 break
@@ -222,7 +229,7 @@ class PartitionKeeper:
                 asyncpg.QueryCanceledError):
             return "locked_detached"
         if retired is None:
-            return "gone"
+            return GONE
         return None if retired else "busy_after_detach"
 
     @asynccontextmanager
