@@ -1,0 +1,453 @@
+"""Our partition manager against pg_partman, on the store's partitioned tables.
+
+Run: ``python -m bench.partman_compare`` (as root or the postgres user; needs Debian's
+``postgresql-15-partman`` and ``pgbouncer``). Everything runs in a throwaway cluster of its own
+(pg_partman's background worker configured for one database there), never on a shared server.
+
+Both managers get the same schema (``migrate`` + ``store.partitioning``, partitions of a minute,
+two ahead, our uniqueness trigger); for pg_partman the partitions are handed over with
+``create_parent`` (native, the same interval, ``p_premake``), retention in ``part_config``.
+The cases (docs/design.md, "Our partition manager and pg_partman"):
+
+a. catch-up: maintenance stopped while ~100 claims/s land in the DEFAULT partition, then
+   maintenance with the claims still flowing; the partition for now, the waits, the errors;
+b. retention of a partition holding a live lease: pg_partman as is, then with a pre-drop check
+   (an event trigger refusing the DROP of a detached partition that holds work);
+c. behind pgbouncer (transaction mode): maintenance run by our process, and by pg_partman's
+   background worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.postgres.partition_upkeep import PartitionKeeper
+from sidecar.store.postgres.partitioning import TABLES, partition_store
+from tests.pgserver import (
+    ThrowawayCluster,
+    _as_postgres_user,
+    create_database,
+    drop_database,
+    free_port,
+)
+
+STEP = 60  # seconds: the partition interval
+AHEAD = 2
+RATE = 100.0  # claims per second, while behind and while catching up
+FLOWS = 4
+BEHIND = float(os.environ.get("PARTMAN_COMPARE_BEHIND", "15"))  # seconds without maintenance
+AFTER = 8.0  # seconds of claims after maintenance began
+BGW_DB = "cmp_bgw"  # the one database pg_partman's background worker maintains
+BGW_WAIT = 30.0
+BODY = bytes(32)
+PGBOUNCER = "/usr/sbin/pgbouncer"
+
+Result = dict[str, Any]
+
+# A pre-drop check for pg_partman: refuse any DROP TABLE while an event partition that retention
+# is about to drop (past part_config.retention, or detached) holds a live lease or a waiting
+# queue entry. pg_partman drops a partition with DROP TABLE (no detach first when it keeps no
+# table), and an event trigger is not told a DROP's target before it is gone: so the check
+# refuses every drop, the idle partitions' too, while one such partition is busy.
+KEEP_BUSY = r"""
+CREATE FUNCTION cmp_keep_busy() RETURNS event_trigger LANGUAGE plpgsql AS $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT c.oid::regclass AS rel FROM pg_class c
+              WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace
+                AND c.relname LIKE 'webhook\_event\_p%' AND NOT c.relispartition
+             UNION ALL
+             SELECT part FROM webhook_partitions('webhook_event')
+              WHERE NOT is_default AND upper_bound < now() - (
+                    SELECT retention::interval FROM partman.part_config
+                     WHERE parent_table = 'public.webhook_event') LOOP
+        IF webhook_partition_busy(r.rel) THEN
+            RAISE EXCEPTION 'partition % holds work', r.rel USING ERRCODE = 'object_in_use';
+        END IF;
+    END LOOP;
+END $$;
+CREATE EVENT TRIGGER cmp_keep_busy ON ddl_command_start WHEN TAG IN ('DROP TABLE')
+    EXECUTE FUNCTION cmp_keep_busy();
+"""
+
+
+# -- setting up ------------------------------------------------------------------------------
+
+async def ours(admin: str, name: str) -> str:
+    url = await create_database(admin, name)
+    await migrate_postgres(url)
+    assert await partition_store(url, interval=STEP, ahead=AHEAD, only_if_empty=True)
+    return url
+
+
+async def partman(admin: str, name: str, *, retention: str | None = None) -> str:
+    """The store's partitioned schema with its (empty) partitions handed to pg_partman: from
+    twelve intervals back, ``AHEAD`` ahead, its own DEFAULT partitions."""
+    url = await ours(admin, name)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("CREATE SCHEMA partman; CREATE EXTENSION pg_partman SCHEMA partman")
+        start = await conn.fetchval("SELECT (now() - interval '12 minutes')::text")
+        for table, column, _ in TABLES:
+            for (part,) in await conn.fetch(
+                    "SELECT part::text FROM webhook_partitions($1::regclass)", table):
+                await conn.execute(f"ALTER TABLE {table} DETACH PARTITION {part}; "
+                                   f"DROP TABLE {part}")
+            await conn.fetchval(
+                "SELECT partman.create_parent($1, $2, 'native', '1 minute', p_premake := $3, "
+                "p_start_partition := $4, p_jobmon := false)",
+                f"public.{table}", column, AHEAD, start)
+        await conn.execute(
+            "UPDATE partman.part_config SET infinite_time_partitions = true, "
+            "retention = $1, retention_keep_table = false", retention)
+    finally:
+        await conn.close()
+    return url
+
+
+async def fall_behind(conn: asyncpg.Connection) -> None:
+    """As if maintenance had been down: no partition for now or after it."""
+    for table, _, _ in TABLES:
+        for (part,) in await conn.fetch(
+                "SELECT part::text FROM webhook_partitions($1::regclass) "
+                "WHERE NOT is_default AND upper_bound > clock_timestamp()", table):
+            await conn.execute(f"DROP TABLE {part}")
+
+
+async def has_now(conn: asyncpg.Connection) -> bool:
+    return bool(await conn.fetchval(
+        "SELECT count(*) FROM webhook_partitions('webhook_event') WHERE NOT is_default "
+        "AND lower_bound <= clock_timestamp() AND upper_bound > clock_timestamp()"))
+
+
+async def ahead_count(conn: asyncpg.Connection) -> int:
+    return int(await conn.fetchval(
+        "SELECT count(*) FROM webhook_partitions('webhook_event') WHERE NOT is_default "
+        "AND upper_bound > clock_timestamp()"))
+
+
+# -- a: catch-up -----------------------------------------------------------------------------
+
+async def catch_up(url: str, maintain: Callable[[str], Awaitable[str]]) -> Result:
+    conn = await asyncpg.connect(url)
+    store = await PostgresStore.connect(url, min_size=2, max_size=8, partition_interval=STEP)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    claims: list[tuple[float, float]] = []  # (started, waited)
+    errors: list[str] = []
+    try:
+        await fall_behind(conn)
+
+        async def flow(n: int) -> None:
+            due, i = loop.time(), 0
+            while not stop.is_set():
+                due += FLOWS / RATE
+                await asyncio.sleep(max(0.0, due - loop.time()))  # pacing the load, not sync
+                started = loop.time()
+                try:
+                    await store.claim("stripe", f"c{n}_{i}", BODY, 30.0, "o")
+                    claims.append((started, loop.time() - started))
+                except Exception as exc:  # every failure is a finding: count it, go on
+                    errors.append(f"{type(exc).__name__}: {exc}"[:160])
+                i += 1
+
+        flows = [asyncio.create_task(flow(n)) for n in range(FLOWS)]
+        await asyncio.sleep(BEHIND)  # the load runs for this long without maintenance
+        in_default = await conn.fetchval("SELECT count(*) FROM ONLY webhook_event_default")
+        began = loop.time()
+        try:
+            notes = await maintain(url)
+        except Exception as exc:
+            notes = f"failed: {type(exc).__name__}: {exc}"[:200]
+        took = loop.time() - began
+        await asyncio.sleep(max(0.0, AFTER - took))
+        stop.set()
+        await asyncio.gather(*flows)
+        during = sorted(w for s, w in claims if s >= began - 1.0 and s <= began + took)
+        return {
+            "default rows before": in_default,
+            "maintenance s": round(took, 2),
+            "partition for now": await has_now(conn),
+            "partitions ahead": await ahead_count(conn),
+            "default rows after": await conn.fetchval(
+                "SELECT count(*) FROM ONLY webhook_event_default"),
+            "claims during": len(during),
+            "wait p99 ms": round(1000 * during[int(0.99 * (len(during) - 1))], 1)
+            if during else None,
+            "wait max ms": round(1000 * during[-1], 1) if during else None,
+            "claim errors": len(errors),
+            "first error": errors[0] if errors else "",
+            "maintenance": notes,
+        }
+    finally:
+        stop.set()
+        await store.close()
+        await conn.close()
+
+
+async def ours_maintain(url: str) -> str:
+    made = await PartitionKeeper(url, interval=STEP, ahead=AHEAD).make_ahead()
+    return f"made {made.made}, busy {list(made.busy)}"
+
+
+async def partman_maintain(url: str) -> str:
+    """run_maintenance_proc, partition_data_proc for each table, run_maintenance_proc again;
+    each step's outcome."""
+    notes = []
+    conn = await asyncpg.connect(url)
+    try:
+        steps = ["CALL partman.run_maintenance_proc()"]
+        steps += [f"CALL partman.partition_data_proc('public.{t}', p_wait := 0)"
+                  for t, _, _ in TABLES]
+        steps += ["CALL partman.run_maintenance_proc()"]
+        for sql in steps:
+            began = time.monotonic()
+            try:
+                await conn.execute(sql)
+                notes.append(f"ok {time.monotonic() - began:.2f}s")
+            except asyncpg.PostgresError as exc:
+                notes.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}")
+    finally:
+        await conn.close()
+    return " | ".join(notes)
+
+
+# -- b: retention of a busy partition --------------------------------------------------------
+
+async def leased_in_the_past(url: str, minutes: float, event_id: str) -> None:
+    """A claimed event (live lease) whose received_at is ``minutes`` back."""
+    store = await PostgresStore.connect(url, min_size=1, max_size=2, partition_interval=STEP)
+    try:
+        assert (await store.claim("stripe", event_id, BODY, 3600.0, "o")).won
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "CREATE TEMP TABLE moved ON COMMIT DROP AS SELECT * FROM webhook_event "
+                "WHERE event_id = $1", event_id)
+            await conn.execute("DELETE FROM webhook_event WHERE event_id = $1", event_id)
+            await conn.execute("UPDATE moved SET received_at = now() - $1::interval",
+                               timedelta(minutes=minutes))
+            await conn.execute("INSERT INTO webhook_event SELECT * FROM moved")
+    finally:
+        await conn.close()
+
+
+async def busy_outcome(url: str, event_id: str) -> dict[str, Any]:
+    conn = await asyncpg.connect(url)
+    try:
+        return {
+            "leased row kept": bool(await conn.fetchval(
+                "SELECT count(*) FROM webhook_event WHERE event_id = $1", event_id)),
+            "old partitions left": await conn.fetchval(
+                "SELECT count(*) FROM webhook_partitions('webhook_event') WHERE NOT is_default "
+                "AND upper_bound < now() - interval '2 minutes'"),
+        }
+    finally:
+        await conn.close()
+
+
+async def retention_ours(admin: str) -> Result:
+    url = await ours(admin, "cmp_b_ours")
+    conn = await asyncpg.connect(url)
+    try:  # old partitions of a minute, ten to twelve minutes back, the lease in the middle one
+        first = await conn.fetchval("SELECT min(lower_bound) FROM webhook_partitions("
+                                    "'webhook_event') WHERE NOT is_default")
+        for n in (1, 2, 3):
+            lo = first - timedelta(seconds=STEP * (9 + n))
+            await conn.execute(f"CREATE TABLE webhook_event_old{n} PARTITION OF webhook_event "
+                               f"FOR VALUES FROM ('{lo.isoformat()}') "
+                               f"TO ('{(lo + timedelta(seconds=STEP)).isoformat()}')")
+        lo = await conn.fetchval("SELECT lower_bound FROM webhook_partitions('webhook_event') "
+                                 "WHERE part = 'webhook_event_old2'::regclass")
+        minutes = (await conn.fetchval("SELECT extract(epoch FROM now() - $1::timestamptz)",
+                                       lo) - 30) / 60
+    finally:
+        await conn.close()
+    await leased_in_the_past(url, float(minutes), "leased")
+    began = time.monotonic()
+    retired = await PartitionKeeper(url, interval=STEP, ahead=AHEAD).retire({"stripe": 60.0})
+    took = time.monotonic() - began
+    return {"manager": "ours", **await busy_outcome(url, "leased"),
+            "run": f"dropped {len(retired.dropped)}, kept {list(retired.kept)} ({took:.2f}s)"}
+
+
+async def retention_partman(admin: str, name: str, check: bool) -> Result:
+    url = await partman(admin, name)
+    await leased_in_the_past(url, 9.5, "leased")
+    conn = await asyncpg.connect(url)
+    try:
+        if check:
+            await conn.execute(KEEP_BUSY)
+        await conn.execute("UPDATE partman.part_config SET retention = '2 minutes'")
+        began = time.monotonic()
+        try:
+            await conn.execute("CALL partman.run_maintenance_proc()")
+            run = "ok"
+        except asyncpg.PostgresError as exc:
+            run = f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+        run += f" ({time.monotonic() - began:.2f}s)"
+    finally:
+        await conn.close()
+    label = "pg_partman + pre-drop check" if check else "pg_partman"
+    return {"manager": label, **await busy_outcome(url, "leased"), "run": run}
+
+
+# -- c: behind pgbouncer ---------------------------------------------------------------------
+
+@contextmanager
+def pgbouncer(server_port: int) -> Iterator[int]:
+    """pgbouncer in pool_mode=transaction on a free loopback port, as tests/pgbouncer.py."""
+    port = free_port()
+    work = tempfile.mkdtemp(prefix="partman-cmp-pgbouncer-")
+    os.chmod(work, 0o755)
+    with open(f"{work}/users.txt", "w") as f:
+        f.write('"postgres" ""\n')
+    with open(f"{work}/pgbouncer.ini", "w") as f:
+        f.write(f"[databases]\n* = host=127.0.0.1 port={server_port}\n[pgbouncer]\n"
+                f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+                f"auth_type = trust\nauth_file = {work}/users.txt\npool_mode = transaction\n"
+                f"default_pool_size = 4\nserver_reset_query =\n"
+                f"ignore_startup_parameters = extra_float_digits\n"
+                f"logfile = {work}/pgbouncer.log\n")
+    prefix = []
+    if os.geteuid() == 0:
+        prefix = _as_postgres_user()
+        for path in (work, f"{work}/users.txt", f"{work}/pgbouncer.ini"):
+            shutil.chown(path, "postgres")
+    proc = subprocess.Popen([*prefix, PGBOUNCER, f"{work}/pgbouncer.ini"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", str(port)],
+                             check=False).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("pgbouncer did not start")
+            time.sleep(0.1)  # polling the port it is to listen on
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def via(url: str, port: int) -> str:
+    return url.replace(url.split("@", 1)[1].split("/", 1)[0], f"127.0.0.1:{port}")
+
+
+async def pooled_maintenance(url: str, bouncer: str, run: Callable[[str], Awaitable[str]]
+                             ) -> Result:
+    conn = await asyncpg.connect(url)
+    try:
+        await fall_behind(conn)
+        try:
+            notes = await run(bouncer)
+        except Exception as exc:
+            notes = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:90]}"
+        return {"partition for now": await has_now(conn),
+                "partitions ahead": await ahead_count(conn), "run": notes}
+    finally:
+        await conn.close()
+
+
+async def ours_pooled(bouncer: str) -> str:
+    keeper = PartitionKeeper(bouncer, interval=STEP, ahead=AHEAD, statement_cache_size=0)
+    made = await keeper.make_ahead()
+    retired = await keeper.retire({"stripe": 60.0})
+    return f"made {made.made}; retire dropped {len(retired.dropped)}"
+
+
+async def partman_pooled(bouncer: str) -> str:
+    conn = await asyncpg.connect(bouncer, statement_cache_size=0)
+    try:
+        await conn.execute("CALL partman.run_maintenance_proc()")
+        path = await conn.fetchval("SHOW search_path")
+        return f"ok; search_path after: {path}"
+    finally:
+        await conn.close()
+
+
+async def background_worker(url: str) -> Result:
+    """pg_partman_bgw (interval 2 s) on BGW_DB: does it make the partition for now again?"""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("UPDATE partman.part_config SET automatic_maintenance = 'off'")
+        await fall_behind(conn)
+        began = time.monotonic()
+        await conn.execute("UPDATE partman.part_config SET automatic_maintenance = 'on'")
+        for _ in range(int(BGW_WAIT / 0.2)):  # polling for the worker's next round
+            if await has_now(conn):
+                break
+            await asyncio.sleep(0.2)
+        return {"partition for now": await has_now(conn),
+                "partitions ahead": await ahead_count(conn),
+                "run": f"worker made it after {time.monotonic() - began:.1f}s"}
+    finally:
+        await conn.close()
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+def table(title: str, results: list[Result]) -> None:
+    print(f"\n## {title}")
+    for result in results:
+        print("  " + "; ".join(f"{k}: {v}" for k, v in result.items()))
+
+
+async def compare(cluster: ThrowawayCluster) -> None:
+    admin = cluster.dsn
+    # The background worker's case first: its database must exist while the worker starts.
+    bgw = {"manager": "pg_partman, background worker",
+           **await background_worker(await partman(admin, BGW_DB))}
+    a = []
+    for label, setup, maintain in (("ours", ours, ours_maintain),
+                                   ("pg_partman", partman, partman_maintain)):
+        url = await setup(admin, f"cmp_a_{label}")
+        a.append({"manager": label, **await catch_up(url, maintain)})
+    table(f"a. catch-up ({RATE:.0f} claims/s, {BEHIND:.0f}s behind, {AFTER:.0f}s of "
+          f"maintenance and claims)", a)
+    b = [await retention_ours(admin),
+         await retention_partman(admin, "cmp_b_partman", check=False),
+         await retention_partman(admin, "cmp_b_check", check=True)]
+    table("b. retention of a partition holding a live lease (retention 1-2 minutes)", b)
+    c = []
+    assert cluster.port
+    with pgbouncer(cluster.port) as port:
+        url = await ours(admin, "cmp_c_ours")
+        c.append({"manager": "ours, our process", **await pooled_maintenance(
+            url, via(url, port), ours_pooled)})
+        url = await partman(admin, "cmp_c_partman")
+        c.append({"manager": "pg_partman, our process", **await pooled_maintenance(
+            url, via(url, port), partman_pooled)})
+    c.append(bgw)
+    table("c. behind pgbouncer (pool_mode=transaction)", c)
+    for name in ("cmp_a_ours", "cmp_a_pg_partman", "cmp_b_ours", "cmp_b_partman",
+                 "cmp_b_check", "cmp_c_ours", "cmp_c_partman", BGW_DB):
+        await drop_database(admin, name)
+
+
+def main() -> None:
+    if not os.path.exists("/usr/share/postgresql/15/extension/pg_partman.control"):
+        raise SystemExit("pg_partman is not installed: apt-get install postgresql-15-partman")
+    settings = {"shared_preload_libraries": "pg_partman_bgw", "pg_partman_bgw.dbname": BGW_DB,
+                "pg_partman_bgw.interval": "2", "pg_partman_bgw.role": "postgres"}
+    with ThrowawayCluster(fsync=False, settings=settings) as cluster:
+        asyncio.run(compare(cluster))
+
+
+if __name__ == "__main__":
+    main()
