@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from bench import partman_compare as compare
+from sidecar.store.postgres import PostgresStore
 from tests.pgserver import ThrowawayCluster, drop_database
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -62,3 +64,19 @@ async def test_retention_of_a_busy_partition(cluster: ThrowawayCluster) -> None:
     assert not plain["leased row kept"], plain  # if this fails, docs/design.md is stale
     assert checked["leased row kept"] and "holds work" in checked["run"], checked
     assert checked["old partitions left"] > 1, checked  # the idle ones kept too
+
+
+@pytest.mark.timeout(60)
+async def test_the_uniqueness_trigger_holds_on_pg_partmans_partitions(
+        cluster: ThrowawayCluster) -> None:
+    """A key first received in an old partition of pg_partman's is refused in the one for now."""
+    url = await compare.partman(cluster.dsn, "t_u_partman")
+    await compare.leased_in_the_past(url, datetime.now(UTC) - timedelta(minutes=5), "dup")
+    store = await PostgresStore.connect(url, min_size=1, max_size=2,
+                                        partition_interval=compare.STEP)
+    try:
+        again = await store.claim("stripe", "dup", compare.BODY, 30.0, "o")
+    finally:
+        await store.close()
+        await drop_database(cluster.dsn, "t_u_partman")
+    assert not again.won
