@@ -12,7 +12,7 @@ import json
 import math
 import random
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,11 +42,13 @@ from sidecar.store.postgres.connections import DIALECT
 from sidecar.store.postgres.partition_upkeep import PartitionKeeper
 from sidecar.store.postgres.partitioning import partition_store
 from sidecar.store.sqlfiles import statement
+from tests.integration import partitioned
+from tests.integration.partitioned import STEP, make_past, partitioned_database
 from tests.support import base_config
 
 pytestmark = pytest.mark.postgres
+conn, store = partitioned.conn, partitioned.store  # the fixtures on part_dsn
 
-STEP = 60  # seconds: partitions of a minute
 BODY = hashlib.sha256(b"{}").digest()
 REQUEST = StoredRequest(method="POST", path="/webhooks/stripe", headers=(), body=b"{}")
 DONE = AttemptResult(EventState.DONE, Outcome.RESPONSE, RecordedResponse(200, (), b""), 1.0)
@@ -64,44 +66,13 @@ RETURNING e.lease_owner
 
 @pytest.fixture
 async def part_dsn(pg_database_factory: Callable[[], Awaitable[str]]) -> str:
-    """A new database switched to partitions of a minute, with five past partitions made for
-    chosen bounds (the current minute's start - 5 min … - 0), so rows can be dated into them."""
-    dsn = await pg_database_factory()
-    await migrate_postgres(dsn)
-    assert await partition_store(dsn, interval=STEP, ahead=2, only_if_empty=True)
-    conn = await asyncpg.connect(dsn)
-    try:
-        first = await conn.fetchval(
-            "SELECT min(lower_bound) FROM webhook_partitions('webhook_event') "
-            "WHERE NOT is_default")
-        for table in ("webhook_event", "webhook_attempt", "webhook_nonce"):
-            for back in range(1, 6):
-                lo = first - timedelta(seconds=STEP * back)
-                await conn.execute(
-                    f"CREATE TABLE {table}_past{back} PARTITION OF {table} "
-                    f"FOR VALUES FROM ('{lo.isoformat()}') TO "
-                    f"('{(lo + timedelta(seconds=STEP)).isoformat()}')")
-    finally:
-        await conn.close()
+    """Partitions of a minute, with five past partitions of each table made for chosen bounds
+    (the current minute's start - 5 min … - 0), so rows can be dated into them."""
+    dsn = await partitioned_database(pg_database_factory)
+    await make_past(dsn, [(table, f"{table}_past{back}", back)
+                          for table in ("webhook_event", "webhook_attempt", "webhook_nonce")
+                          for back in range(1, 6)])
     return dsn
-
-
-@pytest.fixture
-async def conn(part_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(part_dsn)
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-@pytest.fixture
-async def store(part_dsn: str) -> AsyncIterator[PostgresStore]:
-    s = await PostgresStore.connect(part_dsn, min_size=2, max_size=8, partition_interval=STEP)
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def _boundary(conn: asyncpg.Connection) -> datetime:

@@ -4,16 +4,18 @@ made while claims of now go on, none of them waits long, and every row is in its
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
 
-from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.postgres import PostgresStore
 from sidecar.store.postgres.partition_upkeep import PartitionKeeper
-from sidecar.store.postgres.partitioning import partition_store
+from tests.integration import partitioned
+from tests.integration.partitioned import STEP, partitioned_database
 
 pytestmark = pytest.mark.postgres
+conn, store = partitioned.conn, partitioned.store  # the fixtures on part_dsn
 
 # How long a claim may wait while the partition of its interval is made: the make's lock wait
 # (20 ms) and the move of the interval's rows with the attach's check of the DEFAULT partition
@@ -21,34 +23,12 @@ pytestmark = pytest.mark.postgres
 LONGEST_WAIT = 1.0
 
 
-STEP = 60
 BODY = bytes(32)
 
 
 @pytest.fixture
 async def part_dsn(pg_database_factory: Callable[[], Awaitable[str]]) -> str:
-    dsn = await pg_database_factory()
-    await migrate_postgres(dsn)
-    assert await partition_store(dsn, interval=STEP, ahead=2, only_if_empty=True)
-    return dsn
-
-
-@pytest.fixture
-async def conn(part_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(part_dsn)
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-@pytest.fixture
-async def store(part_dsn: str) -> AsyncIterator[PostgresStore]:
-    s = await PostgresStore.connect(part_dsn, min_size=2, max_size=8, partition_interval=STEP)
-    try:
-        yield s
-    finally:
-        await s.close()
+    return await partitioned_database(pg_database_factory)
 
 
 async def _fall_behind(conn: asyncpg.Connection) -> None:

@@ -12,12 +12,11 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import pytest
 
-from sidecar.store.postgres import PostgresStore, migrate_postgres
-from sidecar.store.postgres.partitioning import partition_store
+from sidecar.store.postgres import PostgresStore
+from tests.integration.partitioned import STEP, partitioned_database
 
 pytestmark = pytest.mark.postgres
 
-STEP = 60
 BODY = hashlib.sha256(b"{}").digest()
 
 
@@ -52,10 +51,7 @@ async def race_claims(dsns: list[str], keys: list[str], copies: int) -> list[boo
 
 @pytest.fixture
 async def part_dsn(pg_database_factory: Callable[[], Awaitable[str]]) -> str:
-    dsn = await pg_database_factory()
-    await migrate_postgres(dsn)
-    assert await partition_store(dsn, interval=STEP, ahead=2, only_if_empty=True)
-    return dsn
+    return await partitioned_database(pg_database_factory)
 
 
 @pytest.mark.parametrize("level", ["repeatable read", "serializable"])

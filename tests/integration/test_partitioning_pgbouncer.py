@@ -6,7 +6,6 @@ key even when the role's default isolation is REPEATABLE READ."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 
 import asyncpg
 import pytest
@@ -14,15 +13,14 @@ import pytest
 from sidecar.config.loader import parse_config
 from sidecar.core.events import AttemptResult, EventState, Outcome, RecordedResponse
 from sidecar.runtime.wiring import partition_keeper
-from sidecar.store.postgres import PostgresStore, migrate_postgres
-from sidecar.store.postgres.partitioning import partition_store
+from sidecar.store.postgres import PostgresStore
+from tests.integration.partitioned import STEP, make_past, partitioned_database
 from tests.integration.test_partitioning_isolation import isolated_database, race_claims
 from tests.pgbouncer import PgBouncer
 from tests.support import base_config
 
 pytestmark = pytest.mark.postgres
 
-STEP = 60
 BODY = bytes(32)
 DONE = AttemptResult(EventState.DONE, Outcome.RESPONSE, RecordedResponse(200, (), b""), 1.0)
 OLD = "webhook_event_old"
@@ -31,19 +29,8 @@ OLD = "webhook_event_old"
 @pytest.fixture
 async def part_dsn(pg_database_factory: Callable[[], Awaitable[str]]) -> str:
     """Partitions of a minute, and one ten minutes back for rows past retention."""
-    dsn = await pg_database_factory()
-    await migrate_postgres(dsn)
-    assert await partition_store(dsn, interval=STEP, ahead=2, only_if_empty=True)
-    conn = await asyncpg.connect(dsn)
-    try:
-        first = await conn.fetchval("SELECT min(lower_bound) FROM webhook_partitions("
-                                    "'webhook_event') WHERE NOT is_default")
-        lo = first - timedelta(seconds=STEP * 10)
-        hi = lo + timedelta(seconds=STEP)
-        await conn.execute(f"CREATE TABLE {OLD} PARTITION OF webhook_event FOR VALUES FROM "
-                           f"('{lo.isoformat()}') TO ('{hi.isoformat()}')")
-    finally:
-        await conn.close()
+    dsn = await partitioned_database(pg_database_factory)
+    await make_past(dsn, [("webhook_event", OLD, 10)])
     return dsn
 
 

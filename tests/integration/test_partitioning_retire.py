@@ -5,8 +5,7 @@ the old partition's drop; before it, a look too long for its bound gives take-ov
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
@@ -19,13 +18,14 @@ from sidecar.core.events import (
     Settlement,
     StoredRequest,
 )
-from sidecar.store.postgres import PostgresStore, migrate_postgres
+from sidecar.store.postgres import PostgresStore
 from sidecar.store.postgres.partition_upkeep import PartitionKeeper
-from sidecar.store.postgres.partitioning import partition_store
+from tests.integration import partitioned
+from tests.integration.partitioned import STEP, make_past, partitioned_database
 
 pytestmark = pytest.mark.postgres
+conn, store = partitioned.conn, partitioned.store  # the fixtures on part_dsn
 
-STEP = 60
 BODY = bytes(32)
 REQUEST = StoredRequest(method="POST", path="/webhooks/stripe", headers=(), body=b"{}")
 DONE = AttemptResult(EventState.DONE, Outcome.RESPONSE, RecordedResponse(200, (), b""), 1.0)
@@ -36,38 +36,9 @@ OLD = "webhook_event_old"
 @pytest.fixture
 async def part_dsn(pg_database_factory: Callable[[], Awaitable[str]]) -> str:
     """Partitions of a minute, and one ten minutes back for rows past retention."""
-    dsn = await pg_database_factory()
-    await migrate_postgres(dsn)
-    assert await partition_store(dsn, interval=STEP, ahead=2, only_if_empty=True)
-    conn = await asyncpg.connect(dsn)
-    try:
-        first = await conn.fetchval("SELECT min(lower_bound) FROM webhook_partitions("
-                                    "'webhook_event') WHERE NOT is_default")
-        lo = first - timedelta(seconds=STEP * 10)
-        hi = lo + timedelta(seconds=STEP)
-        await conn.execute(f"CREATE TABLE {OLD} PARTITION OF webhook_event FOR VALUES FROM "
-                           f"('{lo.isoformat()}') TO ('{hi.isoformat()}')")
-    finally:
-        await conn.close()
+    dsn = await partitioned_database(pg_database_factory)
+    await make_past(dsn, [("webhook_event", OLD, 10)])
     return dsn
-
-
-@pytest.fixture
-async def conn(part_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    c = await asyncpg.connect(part_dsn)
-    try:
-        yield c
-    finally:
-        await c.close()
-
-
-@pytest.fixture
-async def store(part_dsn: str) -> AsyncIterator[PostgresStore]:
-    s = await PostgresStore.connect(part_dsn, min_size=2, max_size=4, partition_interval=STEP)
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def _done_then_left_detached(store: PostgresStore, conn: asyncpg.Connection,
