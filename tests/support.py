@@ -50,6 +50,15 @@ async def answer_200(seen: Seen) -> web.StreamResponse:
     return web.json_response({"ok": True, "event": seen.event_id, "attempt": seen.attempt})
 
 
+async def serve_on_loopback(app: web.Application, **runner: Any) -> tuple[web.AppRunner, int]:
+    """``app`` served on 127.0.0.1 at a free port: its runner (``cleanup()`` stops it) and the
+    port. ``runner``: ``web.AppRunner``'s options."""
+    started = web.AppRunner(app, access_log=None, **runner)
+    await started.setup()
+    await web.TCPSite(started, "127.0.0.1", 0).start()
+    return started, started.addresses[0][1]
+
+
 class StubApp:
     """The app behind the proxy, on loopback. Records every request it receives; its answer is
     decided by ``behaviour`` (replaceable mid-test). ``hold`` blocks answers until released, so a

@@ -36,9 +36,9 @@ from urllib.parse import quote
 
 import aiohttp
 import pytest
-from aiohttp import web
 from yarl import URL
 
+from tests.acceptance.test_tracing import Receiver
 from tests.fuzz_requests import Fuzzed, Generator
 from tests.support import ProxyProcess, StubApp, base_config, write_config
 
@@ -67,34 +67,6 @@ def known(fuzzed: Fuzzed) -> str | None:
 
 # -- the proxy, its collector, and the exchanges ---------------------------------------------
 
-class Collector:
-    """An OTLP/HTTP trace receiver that takes every export (it need not decode them)."""
-
-    def __init__(self) -> None:
-        self.exports = 0
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-
-    async def _traces(self, request: web.Request) -> web.Response:
-        await request.read()
-        self.exports += 1
-        return web.Response(body=b"", content_type="application/x-protobuf")
-
-    async def start(self) -> Collector:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/traces", self._traces)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-
 @dataclass
 class Outcome:
     statuses: Counter[str] = field(default_factory=Counter)
@@ -103,8 +75,8 @@ class Outcome:
 
 
 @contextlib.asynccontextmanager
-async def fuzzed_proxy(tmp_path: Path) -> AsyncIterator[tuple[ProxyProcess, Collector]]:
-    collector = await Collector().start()
+async def fuzzed_proxy(tmp_path: Path) -> AsyncIterator[tuple[ProxyProcess, Receiver]]:
+    collector = await Receiver().start()
     stub = await StubApp().start()
     config = base_config(stub.url, f"sqlite:///{tmp_path / 'events.db'}",
                          header_read_timeout="2s", body_read_timeout="2s",

@@ -26,6 +26,7 @@ from tests.support import (
     StubApp,
     base_config,
     post,
+    serve_on_loopback,
     stripe_event,
     stripe_headers,
     until,
@@ -61,11 +62,7 @@ class Receiver:
     async def start(self) -> Receiver:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/traces", self._traces)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await serve_on_loopback(app, shutdown_timeout=0.5)
         return self
 
     async def stop(self) -> None:

@@ -20,7 +20,7 @@ from sidecar.obs import otlp
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.otel import SCOPE, OtelTracer, SpanQueue, SpanRecord
 from sidecar.obs.tracing import build_tracer
-from tests.support import base_config
+from tests.support import base_config, serve_on_loopback
 
 Answer = Callable[[web.Request], Any]
 
@@ -51,11 +51,7 @@ class Collector:
         app = web.Application()
         app.router.add_post("/v1/traces", self._traces)
         app.router.add_route("*", "/elsewhere", self._elsewhere)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await serve_on_loopback(app, shutdown_timeout=0.5)
         return self
 
     async def stop(self) -> None:
