@@ -194,20 +194,37 @@ def test_the_timeout_variable_is_in_milliseconds() -> None:
 
 @pytest.mark.parametrize(("block", "kept"), [({}, 3), ({"max_queue_size": 5}, 5)])
 async def test_the_queue_size_variable_is_honoured_unless_the_key_is_set(
-    block: dict[str, Any], kept: int,
+    block: dict[str, Any], kept: int, collector: Callable[..., Any],
 ) -> None:
+    arrived = asyncio.Event()
+
+    async def held(c: Collector) -> web.Response:
+        arrived.set()
+        await c.release.wait()
+        return web.Response(content_type="application/x-protobuf")
+
+    c = await collector(held)
     metrics = Metrics()
     config = parse_config(base_config("http://127.0.0.1:9", "sqlite:///x.db", tracing=block),
                           env={})
-    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{c.port}",
                "OTEL_BSP_MAX_QUEUE_SIZE": "3"}
     tracer = build_tracer(config.tracing, metrics, db_system="sqlite", environ=environ)
     assert tracer is not None
-    try:
-        for i in range(10):  # far quicker than the export thread's first wake-up (5 s)
+
+    def spans(count: int) -> None:
+        for i in range(count):
             with tracer.span(f"step {i}"):
                 pass
+
+    try:
+        # A full queue is one batch: the export thread takes all of it, and its export is
+        # held by the collector, so the next spans fill the queue again and the rest drop.
+        spans(kept)
+        await asyncio.wait_for(arrived.wait(), 10)
+        spans(10)
         assert metrics.registry.get_sample_value(
             "webhook_trace_spans_dropped_total", {"reason": "queue_full"}) == 10 - kept
     finally:
-        await tracer.shutdown(0.5)
+        c.release.set()
+        await tracer.shutdown(5)
