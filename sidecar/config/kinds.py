@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from sidecar.config.problems import did_you_mean
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError
+from sidecar.core.rates import Rate, parse_rate
 
 JSON = dict[str, Any]
 T_co = TypeVar("T_co", covariant=True)
@@ -137,6 +138,19 @@ class Integer:
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < self.minimum:
             raise ConfigError(path, f"must be an integer ≥ {self.minimum}")
         return raw
+
+
+@dataclass(frozen=True)
+class RateKind:
+    """``20/s``, ``600/m``, ``1000/h`` or ``50000/d``: a count per unit of time."""
+
+    label = "rate"
+
+    def schema(self) -> JSON:
+        return text({"type": "string", "pattern": "^\\s*[0-9]*[1-9][0-9]*\\s*/\\s*[smhd]\\s*$"})
+
+    def parse(self, raw: object, path: str) -> Rate:
+        return parse_rate(raw, path)
 
 
 @dataclass(frozen=True)

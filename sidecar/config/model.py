@@ -24,6 +24,7 @@ from sidecar.config.kinds import (
     Duration,
     Integer,
     ProcessCount,
+    RateKind,
     Ratio,
     Size,
     SizeOrZero,
@@ -42,6 +43,7 @@ from sidecar.core.eventid import EventIdSpec
 from sidecar.core.forwarded import Network
 from sidecar.core.handshake import HandshakeSpec
 from sidecar.core.jsonpath import JsonPath
+from sidecar.core.rates import Rate
 from sidecar.core.signing import SignatureSpec
 
 
@@ -288,6 +290,35 @@ class QueueConfig:
                                    yaml_default="1s")
 
 
+@block("A circuit breaker: after `failures` failed attempts within `window` the provider's "
+       "deliveries pause themselves; after `cooldown` one probe decides whether they resume. "
+       "Off while failures is empty.", nullable=True)
+class BreakerConfig:
+    failures: int | None = setting(Integer(1), "Failed attempts (the app unreachable, timed "
+                                   "out, or answering 5xx or 429) within the window that open "
+                                   "the breaker. Empty: no breaker.", nullable=True)
+    window: float = setting(Duration(positive=True), "How far back failed attempts count.",
+                            yaml_default="1m")
+    cooldown: float = setting(Duration(positive=True), "How long the breaker stays open "
+                              "before one probe is let through.", yaml_default="30s")
+
+
+@block("How fast and how many at once this provider's events may reach the app, across every "
+       "process and replica sharing the store.", nullable=True)
+class DeliveryConfig:
+    rate: Rate | None = setting(RateKind(), "Events forwarded to the app at most, e.g. 20/s or "
+                                "600/m. Queue mode: workers wait for their turn; forward "
+                                "mode: a delivery over it gets 429 with Retry-After. Empty: "
+                                "no limit.", nullable=True)
+    burst: int | None = setting(Integer(1), "Events that may go at once above the rate after "
+                                "a quiet spell (a token bucket's size). Empty: one second's "
+                                "worth of the rate, at least 1.", nullable=True)
+    concurrency: int | None = setting(Integer(1), "Queue mode: forwards in flight at once "
+                                      "across every process (queue.concurrency bounds each "
+                                      "process). Empty: no limit.", nullable=True)
+    breaker: BreakerConfig = nested(BreakerConfig)
+
+
 # A provider block without a preset must declare these; with one, they are merged over the
 # preset's.
 REQUIRED_WITHOUT_PRESET: Final = ("signature", "event_id")
@@ -368,6 +399,7 @@ class ProviderConfig:
                          "and answered 200 at once; delivery workers forward it with their own "
                          "retries (see queue).", yaml_default="forward")
     queue: QueueConfig = nested(QueueConfig)
+    delivery: DeliveryConfig = nested(DeliveryConfig)
     replay_nonce: EventIdSpec | None = setting(Custom("mapping", ref("event_id_item")), "For "
                                                "schemes that sign a nonce but not the body "
                                                "(Mailgun): where the nonce is, as {header: …} or "
