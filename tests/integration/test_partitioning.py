@@ -793,6 +793,18 @@ async def test_a_partition_another_process_drops_after_the_list_is_skipped(
     assert "webhook_event_past4" in retired.dropped
 
 
+async def test_a_partition_dropped_after_its_name_was_resolved_reads_as_gone(
+        part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    """The providers look resolves the name, then reads the table: another process's drop in
+    between leaves a regclass that prints as a bare OID. That is "gone" (a failed lookup, which
+    the round skips), never SQL built from the number."""
+    await conn.execute("CREATE TABLE webhook_gone_soon (provider text)")
+    oid = await conn.fetchval("SELECT 'webhook_gone_soon'::regclass::oid")
+    await conn.execute("DROP TABLE webhook_gone_soon")
+    with pytest.raises(asyncpg.UndefinedTableError):
+        await conn.fetchval("SELECT webhook_partition_providers($1::oid::regclass)", oid)
+
+
 async def test_a_detached_table_that_cannot_go_is_kept_and_the_round_goes_on(
         part_dsn: str, store: PostgresStore, conn: asyncpg.Connection) -> None:
     """A table a dead run left detached that can be neither dropped nor attached again (here:

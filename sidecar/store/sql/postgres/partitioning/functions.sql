@@ -278,6 +278,13 @@ LANGUAGE plpgsql STABLE AS $$
 DECLARE
     found text[];
 BEGIN
+    -- The caller resolved the name before this call; another process's retention may have
+    -- dropped the table since, and the regclass of a dropped table prints as its bare OID (a
+    -- real name never does: it would be quoted). Gone reads as a failed lookup, as it does
+    -- when the drop lands after this check (the EXECUTE looks the name up again).
+    IF part::text ~ '^[0-9]+$' THEN
+        RAISE EXCEPTION 'relation % does not exist', part USING ERRCODE = 'undefined_table';
+    END IF;
     EXECUTE format(
         'WITH RECURSIVE p(provider) AS ('
         '    (SELECT provider FROM %1$s ORDER BY provider LIMIT 1)'
