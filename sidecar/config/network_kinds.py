@@ -21,7 +21,9 @@ class Address:
     port: int
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
+        # An IPv6 host in brackets, as HostPort reads it and as a URL needs it.
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
 
 _PORT_RE = re.compile(r"^[0-9]{1,5}$")

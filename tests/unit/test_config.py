@@ -46,6 +46,17 @@ def error_path(data: object, env: dict[str, str] | None = None) -> str:
     return info.value.path
 
 
+@pytest.mark.parametrize(("listen", "host", "shown"), [
+    ("[::1]:8080", "::1", "[::1]:8080"), ("[::]:0", "::", "[::]:0"),
+    ("127.0.0.1:8080", "127.0.0.1", "127.0.0.1:8080"), ("localhost:80", "localhost", "localhost:80"),
+])
+def test_an_address_is_shown_as_it_is_written(listen: str, host: str, shown: str) -> None:
+    config = parse_config({**minimal(), "listen": listen}, env={})
+    assert config.listen.host == host
+    assert str(config.listen) == shown  # an IPv6 host in brackets, as a URL needs it
+    assert parse_config({**minimal(), "listen": shown}, env={}).listen == config.listen
+
+
 def test_minimal_config_takes_defaults_and_preset() -> None:
     config = parse_config(minimal(), env={})
     assert str(config.listen) == "0.0.0.0:8080"
