@@ -12,6 +12,7 @@ import json
 import math
 import random
 import sys
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -533,7 +534,9 @@ async def test_inserts_never_wait_long_behind_the_partitions_made_ahead(
     partitions a table (a round after an outage, or a larger ``ahead``) while inserts run one
     after another; a reader holds the DEFAULT partition as the first attach asks for it (a
     delivery's transaction) and ends then. No insert waits more than 100 ms (its own
-    statement's time, measured by the server), and the partitions are all made."""
+    statement's time, measured by the server) — or, on a machine so busy that the round takes
+    over 0.4 s, more than a quarter of the round: inserts queued behind the whole round rather
+    than one attach would wait about all of it — and the partitions are all made."""
     reader = await asyncpg.connect(part_dsn)
     writer = await asyncpg.connect(part_dsn)
     keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=30)
@@ -551,6 +554,7 @@ async def test_inserts_never_wait_long_behind_the_partitions_made_ahead(
 
     try:
         await reader.execute("BEGIN; SELECT count(*) FROM webhook_event")
+        started = time.monotonic()
         making = asyncio.create_task(keeper.make_ahead())
         while not await conn.fetchval(  # the first attach waits for the reader's lock
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -562,11 +566,12 @@ async def test_inserts_never_wait_long_behind_the_partitions_made_ahead(
         await reader.execute("COMMIT")
         await inserting
         made = making.result().made
+        round_took = time.monotonic() - started
     finally:
         await reader.close()
         await writer.close()
     assert made >= 3 * 28, made  # the switch made two ahead; 30 intervals on now
-    assert max(waits) <= 0.100, sorted(waits)[-5:]
+    assert max(waits) <= max(0.100, round_took / 4), (sorted(waits)[-5:], round_took)
     uppers = await conn.fetchval("SELECT max(upper_bound) - clock_timestamp() "
                                  "FROM webhook_partitions('webhook_event')")
     assert uppers > timedelta(seconds=30 * STEP)
