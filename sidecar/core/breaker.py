@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sidecar.core.events import Outcome
+from sidecar.core.events import AttemptResult, Outcome
 
 
 class BreakerState(StrEnum):
@@ -198,3 +198,31 @@ def resume(state: ProviderState, now: float) -> ProviderState | None:
     if state.paused is None:
         return None
     return dataclasses.replace(state, paused=None, now=now)
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A delivery may go ahead; ``probe``: it is the breaker's one probe (the token its
+    ``take_probe`` wrote), whose end decides whether the breaker closes."""
+
+    probe: str | None = None
+
+
+def policy_of(failures: int | None, window: float, cooldown: float) -> BreakerPolicy | None:
+    """``delivery.breaker`` as a policy; None (no breaker) while ``failures`` is empty."""
+    return None if failures is None else BreakerPolicy(failures, window, cooldown)
+
+
+def describe_failure(outcome: Outcome, status: int | None) -> str:
+    """A failed attempt in a few words, for why a breaker opened."""
+    if outcome is Outcome.RESPONSE and status is not None:
+        return f"HTTP {status}"
+    return outcome.value.replace("_", " ")
+
+
+def breaker_end(result: AttemptResult) -> tuple[ProbeEnd, str]:
+    """How an attempt that was made ended for the breaker, and in a few words."""
+    status = result.response.status if result.response is not None else None
+    if counts_as_failure(result.outcome, status):
+        return ProbeEnd.FAILED, describe_failure(result.outcome, status)
+    return ProbeEnd.SUCCEEDED, ""
