@@ -268,13 +268,13 @@ def build_apps(
     async def resources(app: web.Application) -> AsyncIterator[None]:
         opened = store or await open_store(config.store, metrics)
         app[STORE] = opened
+        app[PROVIDER_STATES] = opened
         await upstream.start()
         forwarder = build_forwarder(opened, upstream, metrics, pending, keyring,
                                     clock=clock or time.time, tracer=tracer)
         app[FORWARDER] = forwarder
         holds = Holds(config.providers, opened, notices, metrics, owner)
         app[HOLDS] = holds
-        app[PROVIDER_STATES] = opened
         await _first_read(holds)  # a paused provider is held from the first delivery
         queue = QueueWorkers(config.providers, opened, forwarder, metrics, owner, pending,
                              notify=config.store.notify, clock=clock or time.time,
