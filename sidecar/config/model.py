@@ -412,7 +412,7 @@ class ProviderConfig:
     retries: bool = setting(Boolean(), "Whether the provider sends a delivery again when it "
                             "was not answered 2xx (from the preset; GitHub, GitLab and Discord "
                             "do not). Pausing a forward-mode provider that does not retry drops "
-                            "its deliveries, so it needs --force.", yaml_default="true")
+                            "its deliveries, so it needs --force.", yaml_default=True)
 
     @property
     def guards_body_replay(self) -> bool:

@@ -183,7 +183,9 @@ class Holds:
                 await self._end_probe(key, admitted.probe, end, why, policy)
             elif end is ProbeEnd.FAILED and policy is not None:
                 counted = await self._store.breaker_failure(key, policy, why)
-                if counted is not None:
+                if counted is None:  # another replica opened it: learn it now, not in 0.5 s
+                    await self.read()
+                else:
                     self._learn(counted)
                     if counted.breaker is BreakerState.OPEN:
                         announce(counted, "breaker_opened", self._notices, self._metrics,
