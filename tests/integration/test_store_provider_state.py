@@ -110,7 +110,8 @@ async def test_one_probe_after_the_cooldown_and_its_ends(store: Store, p: str) -
     assert await store.take_probe(p, owner, 10.0) is None
 
 
-async def test_a_probe_succeeds_closes_and_an_unused_one_is_given_back(store: Store, p: str) -> None:
+async def test_a_probe_that_succeeds_closes_an_unused_one_goes_back(store: Store,
+                                                                   p: str) -> None:
     for _ in range(2):
         await store.breaker_failure(p, NO_COOLDOWN, "HTTP 500")
     assert await store.take_probe(p, "a", 10.0) is not None
