@@ -65,7 +65,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
                 for row in shown:
                     print(json.dumps(row))
             else:
-                print("\n".join(_status_text(row, time.time()) for row in shown))
+                print("\n".join(status_text(row, time.time()) for row in shown))
         elif command == "pause":
             row = await operations.pause(config, store, NoNotices(), args.name, by=_who(),
                                          reason=args.reason, force=args.force)
@@ -93,7 +93,7 @@ def _who() -> str:
     return f"{user}@{socket.gethostname()} (cli)"
 
 
-def _status_text(row: dict[str, Any], now: float) -> str:
+def status_text(row: dict[str, Any], now: float) -> str:
     lines = [f"{row['provider']} ({row['mode']} mode): "
              + ("delivering" if row["delivering"] else "HELD")]
     if row["paused"]:
