@@ -26,6 +26,7 @@ class RecordingApp(StubApp):
         self.close = close  # answer Connection: close, so that a connection is one request
         self.receipts: list[Receipt] = []
         self.behaviour = self._answer
+        self.failing = False  # answer 500 to everything while set (breaker-cycles)
 
     def in_flight(self) -> int:
         return sum(1 for r in self.receipts if r.answered is None)
@@ -41,6 +42,8 @@ class RecordingApp(StubApp):
 
     async def _answer(self, seen: Seen) -> web.StreamResponse:
         await asyncio.sleep(random.uniform(*self.delay))
+        if self.failing:
+            return web.json_response({"error": "broken"}, status=500)
         response = web.json_response({"ok": True, "event": seen.event_id,
                                       "attempt": seen.attempt, "note": "processed " * 8})
         if self.close:

@@ -93,7 +93,8 @@ async def deployed(run: Run, tmp: Path) -> Any:
             run.fault_proxy = await FaultProxy(app.port, choose).start()
             upstream = run.fault_proxy.url
         config = proxy_config(upstream, run.dsn, queue=scenario.queue,
-                              result_commit=run.settings.result_commit)
+                              result_commit=run.settings.result_commit,
+                              breaker=scenario.breaker)
         run.config = parse_config(config, env={})
         path = run.config_path = write_config(tmp, config)
         await migrate(path)

@@ -159,6 +159,31 @@ async def queue_kill_forward(run: Run) -> None:
         await kill_replica(run, run.rng.randrange(len(run.replicas)))
 
 
+BREAKER = {"failures": 5, "window": "10s", "cooldown": "1s"}
+BROKEN = ((3.0, 7.0), (10.0, 14.0))  # seconds into the run while the app answers 500
+KILL_IN_BROKEN = 5.0  # a replica SIGKILLed in the first broken spell (probes taken over)
+
+
+async def breaker_cycles(run: Run) -> None:
+    """Queue mode with a breaker (5 failures in 10 s, cooldown 1 s): the app answers 500 for two
+    4-second spells, so the breaker opens, probes once a second (failing), and closes when the
+    app recovers, twice; a replica is SIGKILLed and restarted in the first spell. Events go on
+    being accepted and must all be delivered once the app works, none dead."""
+    assert run.app is not None
+    for number, (start, end) in enumerate(BROKEN):
+        await run.at(start)
+        run.app.failing = True
+        if number == 0:
+            await run.at(KILL_IN_BROKEN)
+            await kill_replica(run, run.rng.randrange(len(run.replicas)))
+        await run.at(end)
+        run.app.failing = False
+        run.faults["seconds the app answered 500"] += round(end - start)
+    run.faults["breaker openings logged"] = sum(
+        1 for replica in run.replicas for entry in replica.logs
+        if entry.get("event") in ("provider_breaker_opened", "provider_breaker_reopened"))
+
+
 async def no_fault(run: Run) -> None:
     """A control run: the same load with nothing injected; every invariant must hold."""
 
@@ -174,6 +199,7 @@ class Scenario:
     expect_fault: bool = True
     queue: bool = False  # the provider in queue mode
     app_down: bool = False  # the app listens only when the scenario starts it
+    breaker: dict[str, Any] | None = None  # the provider's delivery.breaker
 
 
 # The app works longer where the fault must catch attempts in flight (claimed, forwarded, not
@@ -198,6 +224,9 @@ SCENARIOS = {s.name: s for s in (
              app_down=True),
     Scenario("queue-kill-forward", "queue mode: SIGKILL a replica every 1.5–3 s while its "
              "forwards are in flight", queue_kill_forward, app_delay=(0.3, 1.0), queue=True),
+    Scenario("breaker-cycles", "queue mode with a breaker: the app answers 500 for two 4 s "
+             "spells (the breaker opens, probes, closes), a replica SIGKILLed in the first",
+             breaker_cycles, queue=True, breaker=BREAKER),
 )}
 CONTROL = Scenario("control", "no fault: the same load as a baseline", no_fault,
                    expect_fault=False)

@@ -39,16 +39,20 @@ DEFAULTS = Settings()
 
 
 def proxy_config(upstream_url: str, dsn: str, queue: bool = False,
-                 result_commit: str = "wait") -> dict[str, Any]:
+                 result_commit: str = "wait",
+                 breaker: dict[str, Any] | None = None) -> dict[str, Any]:
     """Two replicas, one provider, short bounds so faults show within seconds. ``queue``: the
     provider in queue mode, retrying fast (a dead replica's events are taken again after the
-    lease). ``result_commit``: the store's (no_wait: result writes without their flush)."""
+    lease). ``result_commit``: the store's (no_wait: result writes without their flush).
+    ``breaker``: the provider's ``delivery.breaker``."""
     config = base_config(upstream_url, dsn)
     config["providers"] = {"stripe": config["providers"]["stripe"]}  # lease 4s, wait 1s
     if queue:
         config["providers"]["stripe"].update({
             "mode": "queue", "queue": {"first_retry": "200ms", "max_retry_delay": "1s",
                                        "poll_interval": "250ms"}})
+    if breaker is not None:
+        config["providers"]["stripe"]["delivery"] = {"breaker": breaker}
     config["upstream"] = {"url": upstream_url, "timeout": "2s", "connect_timeout": "1s"}
     config["store"] = {"url": dsn, "pool_max_size": 5, "acquire_timeout": "500ms",
                        "statement_timeout": "500ms", "lock_timeout": "300ms",

@@ -1,4 +1,5 @@
-"""The command line: run, migrate, store, check-config, events, demo, send, completion."""
+"""The command line: run, migrate, store, check-config, events, providers, demo, send,
+completion."""
 
 from __future__ import annotations
 
@@ -104,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
 
     configure_parser(events, with_config)
     events.set_defaults(func=_events)
+
+    providers = sub.add_parser("providers", help="pause, resume or see providers' deliveries")
+    from sidecar.cli.providers import configure_parser as configure_providers
+
+    configure_providers(providers, with_config)
+    providers.set_defaults(func=_providers)
 
     demo = sub.add_parser("demo", help="a self-contained showcase on a temporary SQLite store")
     demo.add_argument("--quiet", action="store_true", help="print only the summary")
@@ -224,6 +231,14 @@ def _events(args: argparse.Namespace) -> int:
     from sidecar.cli.events import run, secrets_needed
 
     config = _load(args, secrets_needed(args))
+    configure_logging("warning", config.log_format)
+    return run(config, args)
+
+
+def _providers(args: argparse.Namespace) -> int:
+    from sidecar.cli.providers import run
+
+    config = _load(args, Secrets.NONE)  # the store is all it needs
     configure_logging("warning", config.log_format)
     return run(config, args)
 

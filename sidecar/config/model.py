@@ -409,6 +409,10 @@ class ProviderConfig:
     retry_window: float | None = setting(Duration(), "How long the provider retries (from the "
                                          "preset); a shorter retention is warned about.",
                                          nullable=True)
+    retries: bool = setting(Boolean(), "Whether the provider sends a delivery again when it "
+                            "was not answered 2xx (from the preset; GitHub, GitLab and Discord "
+                            "do not). Pausing a forward-mode provider that does not retry drops "
+                            "its deliveries, so it needs --force.", yaml_default=True)
 
     @property
     def guards_body_replay(self) -> bool:

@@ -23,6 +23,7 @@ class Result(enum.StrEnum):
     DUPLICATE = "duplicate"  # answered from the recorded row; the app was not contacted
     QUEUED = "queued"  # queue mode: stored durably and answered 200; workers deliver it
     QUEUE_FULL = "queue_full"  # queue mode: max_queue_depth reached: 503, the provider retries
+    HELD = "held"  # forward mode: the provider is paused, or its breaker open: 503, it retries
     IN_FLIGHT = "in_flight"  # another attempt is still running: 409
     MIRRORED_FAILURE = "mirrored_failure"  # the attempt it waited for failed
     UPSTREAM_ERROR = "upstream_error"  # forwarded; the app failed or gave no answer
@@ -104,6 +105,11 @@ RULES: Final[Mapping[str, Rule]] = {
     # queue mode: the provider's queue holds max_queue_depth events; nothing was stored
     "queue_full": Rule(503, Result.QUEUE_FULL, "the queue for this provider is full; retry "
                        "later", retry_after=QUEUE_FULL_RETRY_AFTER),
+    # forward mode, verified but held (``core.breaker``): nothing claimed, the provider retries
+    "paused": Rule(503, Result.HELD, "deliveries of this provider are paused; retry later",
+                   retry_after="60"),
+    "breaker_open": Rule(503, Result.HELD, "the app is failing: deliveries of this provider "
+                         "are held until it recovers; retry later", retry_after="{wait}"),
     # another delivery of the same event decides
     "in_flight": Rule(409, Result.IN_FLIGHT, "this event is being processed; retry later",
                       retry_after="{lease}"),

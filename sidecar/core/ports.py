@@ -9,6 +9,7 @@ Each caller is typed by the role it plays, and sees only that role's verbs:
     OperatorStore     + list_page, attempts, release, …         the events CLI and admin API
     QueueWorkerStore  get, take_queued, settle_queued, …        queue mode's delivery workers
     UpkeepStore       purge, purge_nonces, stuck_counts, …      maintenance, probes, gauges
+    ProviderStateStore  provider_states, pause_provider, …      holds: pause and the breaker
     AdminStore        OperatorStore + UpkeepStore               the admin API (verbs, readiness)
     Store             all of them, and close                    the adapters, the composition
                                                                 root and the contract suites
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from sidecar.core.breaker import BreakerPolicy, ProbeEnd, ProviderState
 from sidecar.core.events import (
     Attempt,
     AttemptResult,
@@ -284,11 +286,47 @@ class OperatorStore(EventStore, Protocol):
         ...
 
 
+class ProviderStateStore(Protocol):
+    """Each provider's hold state (``core.breaker.ProviderState``): paused by an operator, and
+    its circuit breaker. Every change is one guarded statement: of concurrent callers in any
+    process, exactly one makes it, and only that call gets the new state back (None: the guard
+    refused, nothing written). Times are the database clock's."""
+
+    async def provider_states(self) -> list[ProviderState]:
+        """Every provider that has a row (one never paused nor failing has none), by name."""
+        ...
+
+    async def pause_provider(self, provider: str, by: str, reason: str) -> ProviderState | None:
+        """Pause, unless paused already (the first pause stands: None)."""
+        ...
+
+    async def resume_provider(self, provider: str) -> ProviderState | None:
+        """Resume, if paused (else None)."""
+        ...
+
+    async def breaker_failure(self, provider: str, policy: BreakerPolicy,
+                              why: str) -> ProviderState | None:
+        """Count a failed attempt while the breaker is closed (``core.breaker.count_failure``);
+        the state returned is OPEN exactly when this call opened it. None: not closed."""
+        ...
+
+    async def take_probe(self, provider: str, owner: str,
+                         lease_seconds: float) -> ProviderState | None:
+        """Take the one probe (``core.breaker.take_probe``) for ``owner``, leased; None: not
+        due, or another caller has it."""
+        ...
+
+    async def end_probe(self, provider: str, owner: str, end: ProbeEnd, cooldown: float,
+                        why: str) -> ProviderState | None:
+        """End ``owner``'s probe (``core.breaker.end_probe``); None: it holds none."""
+        ...
+
+
 class AdminStore(OperatorStore, UpkeepStore, Protocol):
     """What the admin API needs: the operator's verbs, and a ping for readiness."""
 
 
-class Store(DeliveryStore, QueueWorkerStore, AdminStore, Protocol):
+class Store(DeliveryStore, QueueWorkerStore, AdminStore, ProviderStateStore, Protocol):
     """Storage of event rows. Every method raises ``StoreError`` (never a driver error) when the
     database is unreachable or too slow.
 

@@ -10,6 +10,7 @@ from sidecar.config.model import Mode, ProviderConfig
 from sidecar.core import phases
 from sidecar.core.answers import Answer, refuse
 from sidecar.core.body import Body
+from sidecar.core.breaker import Held, ProbeEnd
 from sidecar.core.errors import StoreError
 from sidecar.core.forwarded import Network
 from sidecar.core.known import KnownAnswers
@@ -17,7 +18,8 @@ from sidecar.core.ports import DeliveryStore
 from sidecar.core.tracing import NO_TRACER, Tracer
 from sidecar.delivery.context import Delivery, Inbound, Trace
 from sidecar.delivery.forward import ForwardMode
-from sidecar.delivery.ports import Forwarding, Keys, Observer
+from sidecar.delivery.held import attempt_end, held_answer
+from sidecar.delivery.ports import Forwarding, Holds, Keys, NoHolds, Observer
 from sidecar.delivery.queue import QueueMode
 from sidecar.delivery.steps import Steps
 
@@ -30,13 +32,16 @@ class Pipeline:
                  trusted_proxies: Sequence[Network] = (),
                  known: KnownAnswers | None = None,
                  on_queued: Callable[[str], None] = lambda provider: None,
-                 tracer: Tracer = NO_TRACER) -> None:
+                 tracer: Tracer = NO_TRACER, holds: Holds | None = None) -> None:
         # Done events and replay-guard bindings this process has seen (``core.known``).
         known = known if known is not None else KnownAnswers(0)
         self._steps = Steps(store=store, keyring=keyring, known=known, observer=observer,
                             clock=clock, trusted_proxies=trusted_proxies, tracer=tracer)
         self._forward = ForwardMode(self._steps, store=store, forwarder=forwarder, known=known,
                                     owner=owner, clock=clock)
+        self._store = store
+        self._known = known
+        self._holds: Holds = holds if holds is not None else NoHolds()
         self._queue = QueueMode(self._steps, store=store, known=known, on_queued=on_queued,
                                 tracer=tracer)
 
@@ -67,4 +72,20 @@ class Pipeline:
                 return answer
             # The event was first seen in forward mode: it finishes in forward mode.
             return await self._forward.deliver(checked)
-        return await self._forward.deliver(admitted)
+        return await self._forward_unless_held(admitted)
+
+    async def _forward_unless_held(self, delivery: Delivery) -> Answer:
+        """Forward mode behind the provider's hold (paused, breaker): held, 503 (duplicates
+        of done events still answered from their rows); else forwarded, and how its attempt
+        ended told to the breaker."""
+        gate = await self._holds.admit(delivery.provider)
+        if isinstance(gate, Held):
+            return await held_answer(delivery, gate, self._store, self._known)
+        try:
+            answer = await self._forward.deliver(delivery)
+        except BaseException:
+            if gate.probe is not None:  # no attempt made (the store failed): give it back
+                await self._holds.ended(delivery.provider, gate, ProbeEnd.UNUSED, "")
+            raise
+        await self._holds.ended(delivery.provider, gate, *attempt_end(answer))
+        return answer

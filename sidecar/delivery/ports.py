@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from sidecar.config.model import ProviderConfig
+from sidecar.core.breaker import Admitted, Held, ProbeEnd
 from sidecar.core.events import Forwarded, StoredRequest
 
 
@@ -28,3 +29,24 @@ class Observer(Protocol):
 
 class Keys(Protocol):
     def key_bytes(self, provider: str) -> tuple[bytes, ...]: ...
+
+
+class Holds(Protocol):
+    """Whether a provider's deliveries may go ahead (paused, its breaker), and how an admitted
+    one's attempt ended (``sidecar.forwarding.holds.Holds``)."""
+
+    async def admit(self, provider: ProviderConfig) -> Admitted | Held: ...
+
+    async def ended(self, provider: ProviderConfig, admitted: Admitted, end: ProbeEnd,
+                    why: str) -> None: ...
+
+
+class NoHolds:
+    """Nothing is ever held (the pipeline's default, for tests that do not need holds)."""
+
+    async def admit(self, provider: ProviderConfig) -> Admitted | Held:
+        return Admitted()
+
+    async def ended(self, provider: ProviderConfig, admitted: Admitted, end: ProbeEnd,
+                    why: str) -> None:
+        pass

@@ -19,6 +19,7 @@ from typing import Final
 
 from sidecar.config.model import Mode, ProviderConfig
 from sidecar.core.answers import header
+from sidecar.core.breaker import Admitted, Held, ProbeEnd, breaker_end
 from sidecar.core.decision import status_class
 from sidecar.core.errors import StoreError
 from sidecar.core.events import AttemptResult, EventState, Outcome, QueuedWork, Settlement
@@ -26,11 +27,13 @@ from sidecar.core.ports import QueueWorkerStore
 from sidecar.core.queueing import RetryPolicy, ended, settlement, unreachable_pause
 from sidecar.core.tracing import NO_TRACER, SpanKind, Tracer
 from sidecar.forwarding.forwarder import LEASE_MARGIN, Forwarder, Sent, holds, shielded, write_until
+from sidecar.forwarding.holds import Holds
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 
 log = get_logger("sidecar.queue")
 
+HELD_RECHECK: Final = 0.5  # seconds between looks at a held provider's state (``holds``)
 STORE_RETRY_PAUSE: Final = 1.0  # after a failed take, before the next (the store logs outages)
 
 COMPANY_WAIT: Final = 0.0005
@@ -57,8 +60,9 @@ class QueueWorker:
                  metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
                  clock: Callable[[], float] = time.time,
                  rand: Callable[[], float] = random.random, tracer: Tracer = NO_TRACER,
-                 company_wait: float = COMPANY_WAIT) -> None:
+                 company_wait: float = COMPANY_WAIT, holds: Holds | None = None) -> None:
         self._provider = provider
+        self._holds = holds  # paused, or held by the breaker: nothing is taken
         self._company_wait = company_wait  # 0: take at once, always
         self._tracer = tracer
         self._policy = retry_policy(provider)
@@ -108,14 +112,20 @@ class QueueWorker:
                     await self._sleep(self._company_wait, wakeable=False)
                     company = True
                     continue
-                limit = 1 if probing else free
+                admitted = await self._admit()
+                if isinstance(admitted, Held):  # nothing taken, no attempt spent
+                    await self._sleep(min(admitted.retry_after, HELD_RECHECK), wakeable=False)
+                    continue
+                limit = 1 if probing or admitted.probe is not None else free
                 leased_from = loop.time()  # the take's lease starts no earlier than this
                 taken = await self._take(limit)
+                if admitted.probe is not None and not taken:  # nothing to probe with
+                    await self._ended(admitted, ProbeEnd.UNUSED, "")
                 if taken is None:
                     wait = STORE_RETRY_PAUSE
                 else:
                     for work in taken:
-                        self._start(work, leased_from)
+                        self._start(work, leased_from, admitted)
                     if len(taken) == limit and not probing:
                         continue  # more may be due: take again while slots are free
             await self._sleep(wait, wakeable=paused <= 0)
@@ -145,8 +155,15 @@ class QueueWorker:
         except TimeoutError:
             return
 
-    def _start(self, work: QueuedWork, leased_from: float) -> None:
-        task = asyncio.create_task(self._deliver(work, leased_from),
+    async def _admit(self) -> Admitted | Held:
+        return Admitted() if self._holds is None else await self._holds.admit(self._provider)
+
+    async def _ended(self, admitted: Admitted, end: ProbeEnd, why: str) -> None:
+        if self._holds is not None:
+            await self._holds.ended(self._provider, admitted, end, why)
+
+    def _start(self, work: QueuedWork, leased_from: float, admitted: Admitted) -> None:
+        task = asyncio.create_task(self._deliver(work, leased_from, admitted),
                                    name=f"queue:{work.event_id}")
         self._in_flight.add(task)
 
@@ -174,20 +191,20 @@ class QueueWorker:
             log.warning("queue_forwards_cancelled", provider=self.provider, count=len(late))
             await asyncio.wait(late, timeout=1.0)
 
-    async def _deliver(self, work: QueuedWork, leased_from: float) -> None:
+    async def _deliver(self, work: QueuedWork, leased_from: float, admitted: Admitted) -> None:
         """One attempt; tracing on, its own trace, linked to the accept's."""
         if not self._tracer.enabled:
-            await self._attempt(work, leased_from)
+            await self._attempt(work, leased_from, admitted)
             return
         with self._tracer.linked("queue attempt", SpanKind.CONSUMER, {
                 "webhook.provider": self.provider, "webhook.event_id": work.event_id,
                 "webhook.attempt": work.attempt}, work.request.traceparent) as span:
-            outcome = await self._attempt(work, leased_from)
+            outcome = await self._attempt(work, leased_from, admitted)
             span.set_attribute("webhook.result", outcome)
             if outcome == "dead":
                 span.set_attribute("error.type", "dead")
 
-    async def _attempt(self, work: QueuedWork, leased_from: float) -> str:
+    async def _attempt(self, work: QueuedWork, leased_from: float, admitted: Admitted) -> str:
         """Forward, settle, count and log; how the try ended (``core.queueing.ended``, or
         ``superseded``)."""
         provider = self._provider
@@ -197,6 +214,7 @@ class QueueWorker:
         lease_ends = leased_from + provider.lease
         took = self._clock()
         sent = await self._send(work)
+        await self._ended(admitted, *breaker_end(sent.result))
         error = sent.error
         if error is None and sent.response is not None and sent.result.state is not \
                 EventState.DONE:
@@ -295,9 +313,9 @@ class QueueWorkers:
                  forwarder: Forwarder,
                  metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
                  notify: bool, clock: Callable[[], float] = time.time,
-                 tracer: Tracer = NO_TRACER) -> None:
+                 tracer: Tracer = NO_TRACER, holds: Holds | None = None) -> None:
         self._workers = {p.key: QueueWorker(p, store, forwarder, metrics, owner, pending,
-                                            clock=clock, tracer=tracer)
+                                            clock=clock, tracer=tracer, holds=holds)
                          for p in providers if p.mode is Mode.QUEUE}
         self._store = store
         self._notify = notify

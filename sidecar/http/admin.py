@@ -4,6 +4,7 @@ description. Never served on the provider listener."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,11 +13,22 @@ from aiohttp import web
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, OperationError, StoreError
 from sidecar.http.access import browser_refusal, client_gone, fingerprint, from_loopback, presents
-from sidecar.http.appkeys import CONFIG, FORWARDER, GROUP, METRICS, OWNER, STORE
+from sidecar.http.appkeys import (
+    CONFIG,
+    FORWARDER,
+    GROUP,
+    HOLDS,
+    METRICS,
+    NOTICES,
+    OWNER,
+    PROVIDER_STATES,
+    STORE,
+)
 from sidecar.http.openapi import description
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
 from sidecar.ops import listing
+from sidecar.ops import providers as provider_ops
 
 log = get_logger("sidecar.admin")
 
@@ -36,7 +48,8 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         problem = group.problem(asyncio.get_running_loop().time()) if group is not None else None
         if problem is not None:
             return web.json_response({"status": "unavailable", **problem}, status=503)
-        return web.json_response({"status": "ok", **(group.details() if group else {})})
+        return web.json_response({"status": "ok", **(group.details() if group else {}),
+                                  **_held(proxy_app)})
 
     async def readyz(_: web.Request) -> web.Response:
         if STORE not in proxy_app:  # the proxy app opens its store as it starts
@@ -150,7 +163,30 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
             older_than=older, limit=limit)
         return result.as_json()
 
+    async def list_providers(_: web.Request) -> Any:
+        return {"providers": await provider_ops.status(proxy_app[CONFIG],
+                                                       proxy_app[PROVIDER_STATES])}
+
+    async def pause_provider(request: web.Request) -> Any:
+        body = await _json_body(request)
+        reason, force = body.get("reason", ""), body.get("force", False)
+        if not isinstance(reason, str) or not isinstance(force, bool):
+            raise OperationError(400, "reason must be a string and force true or false")
+        return await provider_ops.pause(
+            proxy_app[CONFIG], proxy_app[PROVIDER_STATES], proxy_app[NOTICES],
+            request.match_info["provider"], by=_who(request, proxy_app), reason=reason,
+            force=force, metrics=proxy_app[METRICS])
+
+    async def resume_provider(request: web.Request) -> Any:
+        return await provider_ops.resume(
+            proxy_app[CONFIG], proxy_app[PROVIDER_STATES], proxy_app[NOTICES],
+            request.match_info["provider"], by=_who(request, proxy_app),
+            metrics=proxy_app[METRICS])
+
     return [
+        web.get("/admin/providers", guarded(list_providers)),
+        web.post("/admin/providers/{provider}/pause", guarded(pause_provider)),
+        web.post("/admin/providers/{provider}/resume", guarded(resume_provider)),
         web.get("/healthz", healthz),
         web.get("/readyz", readyz),
         web.get("/metrics", metrics),
@@ -174,6 +210,51 @@ def _age_and_limit(request: web.Request, *, default_limit: int) -> tuple[float |
         raise OperationError(
             400, "older_than must be a duration (600, 10m, 2h) and limit a number") from exc
     return older, limit
+
+
+MAX_JSON_BODY = 4096  # bytes of a pause's JSON body
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, or {} without a body; 400 when it is not one."""
+    raw = await request.content.read(MAX_JSON_BODY + 1)
+    if not raw.strip():
+        return {}
+    try:
+        if len(raw) > MAX_JSON_BODY:
+            raise ValueError("too large")
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise OperationError(400, f"the body must be a JSON object of at most "
+                                  f"{MAX_JSON_BODY} bytes") from exc
+    if not isinstance(body, dict):
+        raise OperationError(400, "the body must be a JSON object")
+    return body
+
+
+def _who(request: web.Request, proxy_app: web.Application) -> str:
+    """Who made a change through the admin API, as far as it can tell: the token's
+    fingerprint, or the loopback peer."""
+    token = proxy_app[CONFIG].admin_token
+    if token is not None:
+        return f"admin api (token {fingerprint(token)})"
+    return f"admin api ({request.remote})"
+
+
+def _held(proxy_app: web.Application) -> dict[str, Any]:
+    """/healthz's view of each provider's hold (this process's copy, at most ~1 s old): only
+    once the proxy has started; alive is still alive while a provider is held."""
+    holds = proxy_app.get(HOLDS)
+    if holds is None:
+        return {}
+    providers: dict[str, Any] = {}
+    for provider in proxy_app[CONFIG].providers:
+        state = holds.state(provider.key)
+        providers[provider.key] = {
+            "paused": state.paused is not None,
+            "breaker": (state.breaker.value if provider.delivery.breaker.failures is not None
+                        else "off")}
+    return {"providers": providers}
 
 
 def _key(request: web.Request) -> tuple[str, str]:

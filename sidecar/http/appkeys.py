@@ -7,11 +7,13 @@ import asyncio
 from aiohttp import web
 
 from sidecar.config.model import Config
-from sidecar.core.ports import AdminStore
+from sidecar.core.notices import Notices
+from sidecar.core.ports import AdminStore, ProviderStateStore
 from sidecar.core.tracing import Tracer
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
 from sidecar.forwarding.forwarder import Forwarder
+from sidecar.forwarding.holds import Holds
 from sidecar.obs.metrics import Metrics
 
 CONFIG = web.AppKey("config", Config)
@@ -26,3 +28,8 @@ GROUP = web.AppKey("group", GroupHealth)
 PENDING: web.AppKey[set[asyncio.Task[bool]]] = web.AppKey("pending")
 # Spans of deliveries (``core.tracing``; the no-op tracer when tracing is off).
 TRACER: web.AppKey[Tracer] = web.AppKey("tracer")
+# Providers paused or held by their breaker: the store's states (the admin API's pause and
+# resume), this process's cached view of them (/healthz), and where their notices go.
+PROVIDER_STATES: web.AppKey[ProviderStateStore] = web.AppKey("provider_states")
+HOLDS = web.AppKey("holds", Holds)
+NOTICES: web.AppKey[Notices] = web.AppKey("notices")

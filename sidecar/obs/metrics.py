@@ -153,6 +153,21 @@ class Metrics:
             "webhook_dead_lettered", "Queued events that ran out of attempts or age and are "
             "now dead.", ["provider"], registry=self.registry)
 
+        # held providers (pause, circuit breaker): the store's state as this process last read it
+        self.provider_paused = Gauge(
+            "webhook_provider_paused", "1 while an operator has paused the provider's "
+            "deliveries (every replica obeys within a second), else 0.", ["provider"],
+            registry=self.registry, multiprocess_mode="mostrecent")
+        self.breaker_state = Gauge(
+            "webhook_breaker_state", "The provider's circuit breaker: 0 closed, 1 open, "
+            "2 half-open (one probe out).", ["provider"], registry=self.registry,
+            multiprocess_mode="mostrecent")
+        self.provider_transitions = Counter(
+            "webhook_provider_transitions", "Changes of a provider's hold state made by this "
+            "process (paused, resumed, breaker_opened, breaker_reopened, breaker_closed): each "
+            "change is counted once, by the replica whose statement made it.",
+            ["provider", "transition"], registry=self.registry)
+
         self._group: GroupHealth | None = None
 
     async def scrape(self) -> bytes:

@@ -19,13 +19,15 @@ from aiohttp import web
 
 from sidecar.config.keyring import Keyring
 from sidecar.config.model import Config, ResultCommit, StoreConfig
-from sidecar.core.errors import ConfigError
+from sidecar.core.errors import ConfigError, StoreError
 from sidecar.core.known import KnownAnswers
+from sidecar.core.notices import NoNotices, Notices
 from sidecar.core.ports import DeliveryStore, EventStore, Store
 from sidecar.core.tracing import NO_TRACER, Tracer
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
 from sidecar.forwarding.forwarder import Forwarder, Sender
+from sidecar.forwarding.holds import Holds
 from sidecar.forwarding.queueworker import QueueWorkers
 from sidecar.forwarding.upstream import Upstreams
 from sidecar.http.admin import admin_routes
@@ -33,10 +35,13 @@ from sidecar.http.appkeys import (
     CONFIG,
     FORWARDER,
     GROUP,
+    HOLDS,
     METRICS,
+    NOTICES,
     OWNER,
     PENDING,
     PIPELINE,
+    PROVIDER_STATES,
     STORE,
     TRACER,
 )
@@ -176,14 +181,14 @@ def build_pipeline(config: Config, store: DeliveryStore, forwarder: Forwarder,
                    keyring: Keyring, metrics: Metrics, *, owner: str,
                    clock: Callable[[], float] = time.time, known: KnownAnswers | None = None,
                    on_queued: Callable[[str], None] = lambda provider: None,
-                   tracer: Tracer = NO_TRACER) -> Pipeline:
+                   tracer: Tracer = NO_TRACER, holds: Holds | None = None) -> Pipeline:
     """The delivery pipeline, with the memory of known answers ``config.answer_cache`` asks
     for unless ``known`` is given."""
     return Pipeline(store=store, forwarder=forwarder, keyring=keyring, owner=owner,
                     observer=DeliveryTelemetry(metrics), clock=clock,
                     trusted_proxies=config.trusted_proxies,
                     known=known if known is not None else KnownAnswers(config.answer_cache),
-                    on_queued=on_queued, tracer=tracer)
+                    on_queued=on_queued, tracer=tracer, holds=holds)
 
 
 @contextlib.asynccontextmanager
@@ -197,6 +202,15 @@ async def operator_forwarder(config: Config, store: EventStore) -> AsyncIterator
                               Keyring(config.providers, config.upstream.signing_secrets))
     finally:
         await upstream.close()
+
+
+async def _first_read(holds: Holds) -> None:
+    """Read the provider states before serving; a store that cannot answer yet is left to
+    the background reads (the readiness probe reports the store)."""
+    try:
+        await holds.read()
+    except StoreError as exc:
+        log.warning("provider_states_unread", error=str(exc))
 
 
 def require_secrets(config: Config) -> None:
@@ -243,6 +257,8 @@ def build_apps(
     proxy[OWNER] = owner
     proxy[PENDING] = pending
     proxy[TRACER] = tracer
+    notices: Notices = NoNotices()  # no notify targets wired yet
+    proxy[NOTICES] = notices
     if store is not None:
         proxy[STORE] = store
     if group is not None:
@@ -252,16 +268,20 @@ def build_apps(
     async def resources(app: web.Application) -> AsyncIterator[None]:
         opened = store or await open_store(config.store, metrics)
         app[STORE] = opened
+        app[PROVIDER_STATES] = opened
         await upstream.start()
         forwarder = build_forwarder(opened, upstream, metrics, pending, keyring,
                                     clock=clock or time.time, tracer=tracer)
         app[FORWARDER] = forwarder
+        holds = Holds(config.providers, opened, notices, metrics, owner)
+        app[HOLDS] = holds
+        await _first_read(holds)  # a paused provider is held from the first delivery
         queue = QueueWorkers(config.providers, opened, forwarder, metrics, owner, pending,
                              notify=config.store.notify, clock=clock or time.time,
-                             tracer=tracer)
+                             tracer=tracer, holds=holds)
         app[PIPELINE] = build_pipeline(config, opened, forwarder, keyring, metrics, owner=owner,
                                        clock=clock or time.time, on_queued=queue.wake,
-                                       tracer=tracer)
+                                       tracer=tracer, holds=holds)
         for warning in config.warnings:
             log.warning("config_warning", message=warning)
         upkeep = Maintenance(config, opened, metrics, keyring,
@@ -270,6 +290,7 @@ def build_apps(
                       if store_upkeep else [])
         if store_upkeep:  # the process that serves /metrics: its queue gauges are current
             metrics.on_scrape = upkeep.refresh_queue_on_scrape
+        background.append(asyncio.create_task(holds.run(), name="provider-states"))
         if keyring.watches_files:
             background.append(asyncio.create_task(upkeep.run_secret_reloads(),
                                                   name="secret-reloads"))

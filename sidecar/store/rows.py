@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from sidecar.core.breaker import BreakerState, Pause, ProviderState
 from sidecar.core.events import (
     Attempt,
     AttemptResult,
@@ -224,4 +225,24 @@ def queue_stats(record: Record) -> QueueStats:
         pending=int(record["pending"]),
         dead=int(record["dead"]),
         oldest_pending_seconds=max(0.0, float(record["oldest_pending_seconds"])),
+    )
+
+
+def provider_state(record: Record) -> ProviderState:
+    """A ``ProviderState`` from a record with the ``provider_state.fragment.sql`` columns."""
+    paused_at = record["paused_at"]
+    paused = (Pause(float(paused_at), record["paused_by"] or "", record["pause_reason"] or "")
+              if paused_at is not None else None)
+    return ProviderState(
+        provider=record["provider"],
+        paused=paused,
+        breaker=BreakerState(record["breaker"]),
+        failures=int(record["failures"]),
+        failures_since=_float(record["failures_since"]),
+        last_failure=record["last_failure"],
+        opened_at=_float(record["opened_at"]),
+        open_until=_float(record["open_until"]),
+        probe_owner=record["probe_owner"],
+        probe_until=_float(record["probe_until"]),
+        now=float(record["now"]),
     )

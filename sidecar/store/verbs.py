@@ -43,10 +43,11 @@ from sidecar.core.events import (
     StoredRequest,
 )
 from sidecar.store import migrations, rows
+from sidecar.store.provider_verbs import ProviderStateVerbs
 from sidecar.store.rows import Params, Record, event_row, result_values, stored_request
 
 
-class SQLStore(abc.ABC):
+class SQLStore(ProviderStateVerbs, abc.ABC):
     """``sidecar.core.ports.Store`` over named SQL statements."""
 
     # -- what an adapter supplies -----------------------------------------------------------

@@ -4,6 +4,7 @@ escaping, the filters and the paging link."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import re
@@ -410,3 +411,51 @@ async def test_logout_and_the_bare_ui_path_redirect_with_the_security_headers(
             assert all(name in resp.headers for name in SECURITY)
         status, _, resp = await ui.page("/ui")
         assert status == 308 and all(name in resp.headers for name in SECURITY)
+
+
+async def test_the_overview_pauses_and_resumes_a_provider_with_its_form(tmp_path: Path) -> None:
+    """The overview shows each provider's hold and a form to change it, CSRF-protected; a
+    paused forward-mode provider is answered 503 until resumed; GitHub (no retries) needs the
+    form's force box."""
+    async with inspector(tmp_path) as ui:
+        status, html, _ = await ui.page("/ui/overview")
+        assert status == 200 and "delivering" in html
+        pause = "/ui/providers/stripe/pause"
+        token = csrf_of(html, pause)
+        async with ui.client.post(ui.admin(pause), allow_redirects=False,
+                                  data={"reason": "app deploy"}) as resp:
+            assert resp.status == 403, "no CSRF token: refused, nothing done"
+        async with ui.client.post(ui.admin(pause), allow_redirects=False,
+                                  data={"csrf": token, "reason": "app deploy"}) as resp:
+            assert resp.status == 303 and resp.headers["Location"].endswith("notice=paused")
+        status, html, _ = await ui.page("/ui/overview?notice=paused")
+        assert "<strong>Paused</strong>" in html and "app deploy" in html
+        assert "every replica stops delivering" in html
+
+        tries = iter(range(1000))
+
+        async def until_answered(wanted: int) -> str:
+            """A new event per try until one is answered ``wanted`` (within 2 s): its id."""
+            deadline = asyncio.get_running_loop().time() + 2
+            while True:
+                event_id = f"evt_try_{next(tries)}"
+                if (code := await ui.deliver(event_id)) == wanted:
+                    return event_id
+                assert asyncio.get_running_loop().time() < deadline, code
+                await asyncio.sleep(0.05)  # polling the proxy, bounded by the deadline
+
+        held = await until_answered(503)  # obeyed within a second
+        assert ui.stub.count(held) == 0
+
+        github = "/ui/providers/github/pause"
+        assert "it does not retry" in html
+        async with ui.client.post(ui.admin(github), allow_redirects=False,
+                                  data={"csrf": csrf_of(html, github)}) as resp:
+            assert resp.status == 409 and "does not retry" in await resp.text()
+
+        resume = "/ui/providers/stripe/resume"
+        async with ui.client.post(ui.admin(resume), allow_redirects=False,
+                                  data={"csrf": csrf_of(html, resume)}) as resp:
+            assert resp.status == 303 and resp.headers["Location"].endswith("notice=resumed")
+        delivered = await until_answered(200)
+        assert ui.stub.count(delivered) == 1

@@ -27,7 +27,7 @@ from tests.support import stripe_event
 ROUTES = ("/ui/", "/ui/overview", "/ui/login", "/ui", "/ui/static/inspector.css",
           "/ui/events/stripe/{id}", "/ui/events/{provider}/{id}", "/admin/events",
           "/admin/events/stripe/{id}", "/admin/events/{provider}/{id}", "/healthz", "/readyz",
-          "/metrics", "/admin/openapi.json")
+          "/metrics", "/admin/openapi.json", "/admin/providers")
 NAMES = ("provider", "state", "status", "since", "until", "id_prefix", "limit", "cursor",
          "older_than", "notice", "count", "next", "force")
 KNOWN = ("evt_done", "evt_failed", "evt_latin1")

@@ -199,10 +199,10 @@ class Admin:
 
     async def call(self, method: str, template: str, query: str = "", *,
                    headers: dict[str, str] | None = None, base: str | None = None,
-                   **values: str) -> Answer:
+                   data: bytes | None = None, **values: str) -> Answer:
         path = template.format(**{k: urllib.parse.quote(v, safe="") for k, v in values.items()})
         url = f"{base or self.base}{path}" + (f"?{query}" if query else "")
-        async with self.client.request(method.upper(), url,
+        async with self.client.request(method.upper(), url, data=data,
                                        headers=AUTH if headers is None else headers) as resp:
             answer = Answer(method, template, resp.status, resp.content_type,
                             dict(resp.headers), await resp.read())
@@ -210,8 +210,8 @@ class Admin:
         return answer
 
     async def json(self, method: str, template: str, query: str = "", *, status: int = 200,
-                   **values: str) -> Any:
-        answer = await self.call(method, template, query, **values)
+                   data: bytes | None = None, **values: str) -> Any:
+        answer = await self.call(method, template, query, data=data, **values)
         assert answer.status == status, (template, query, answer.body)
         return json.loads(answer.body)
 
@@ -220,8 +220,11 @@ EVENT = "/admin/events/{provider}/{event_id}"
 RELEASE = EVENT + "/release"
 REDRIVE = EVENT + "/redrive"
 REDRIVE_DEAD = "/admin/queue/{provider}/redrive-dead"
+PROVIDERS = "/admin/providers"
+PAUSE = "/admin/providers/{provider}/pause"
+RESUME = "/admin/providers/{provider}/resume"
 GUARDED = [("get", "/admin/events"), ("get", EVENT), ("post", RELEASE), ("post", REDRIVE),
-           ("post", REDRIVE_DEAD)]
+           ("post", REDRIVE_DEAD), ("get", PROVIDERS), ("post", PAUSE), ("post", RESUME)]
 KEY = {"provider": "queued", "event_id": "evt_any"}  # queue mode: redrive-dead reads the store
 
 DONE_200 = AttemptResult(EventState.DONE, Outcome.RESPONSE, RecordedResponse(
@@ -319,9 +322,35 @@ async def exercise(admin: Admin) -> None:
     await admin.json("post", REDRIVE_DEAD, status=404, provider="nobody")
     await admin.json("post", REDRIVE_DEAD, status=409, provider="stripe")
 
+    await providers(admin)
+
     for method, template in GUARDED:  # without the token
         answer = await admin.call(method, template, headers={}, **KEY)
         assert answer.status == 401, template
+
+
+async def providers(admin: Admin) -> None:
+    """Pause and resume: changed or not, force for a forward-mode provider that does not retry
+    (GitHub), bad bodies, unknown providers."""
+    listed = await admin.json("get", PROVIDERS)
+    assert [p["provider"] for p in listed["providers"]] == ["stripe", "github", "slack",
+                                                            "queued"]
+    assert all(p["delivering"] and not p["paused"] for p in listed["providers"])
+    paused = await admin.json("post", PAUSE, provider="queued", data=b'{"reason": "deploy"}')
+    assert (paused["paused"], paused["changed"], paused["pause_reason"]) == (True, True, "deploy")
+    again = await admin.json("post", PAUSE, provider="queued")
+    assert (again["paused"], again["changed"], again["pause_reason"]) == (True, False, "deploy")
+    refused = await admin.json("post", PAUSE, status=409, provider="github")
+    assert "does not retry" in refused["error"]
+    forced = await admin.json("post", PAUSE, provider="github", data=b'{"force": true}')
+    assert forced["paused"] and forced["retries"] is False
+    await admin.json("post", PAUSE, status=400, provider="stripe", data=b"[1]")
+    await admin.json("post", PAUSE, status=400, provider="stripe", data=b'{"force": "yes"}')
+    await admin.json("post", PAUSE, status=404, provider="nobody")
+    for name in ("queued", "github"):
+        resumed = await admin.json("post", RESUME, provider=name)
+        assert (resumed["paused"], resumed["changed"]) == (False, True)
+    await admin.json("post", RESUME, status=404, provider="nobody")
 
 
 async def trouble(admin: Admin, store: SQLiteStore, base: str, outside: str) -> None:

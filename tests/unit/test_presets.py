@@ -19,7 +19,7 @@ EXPECTED = [
 # URL-signed schemes: the public URL can only come from the user's config.
 NEEDS_URL = {"square", "hubspot", "twilio"}
 ALLOWED_KEYS = {"description", "signature", "event_id", "retention", "inflight_wait", "lease",
-                "handshake", "retry_window", "replay_nonce"}
+                "handshake", "retry_window", "replay_nonce", "retries"}
 
 # providers.md §0/§1/§2: (window in which the same event can arrive again, delivery timeout),
 # in seconds; None where unpublished. GitHub has no automatic retries but allows manual
@@ -125,3 +125,13 @@ def test_unknown_preset(name: str) -> None:
         load_preset(name)
     assert caught.value.path == ""
     assert f"unknown preset {name!r}; known: adyen, bitbucket" in caught.value.message
+
+
+# providers.md: GitHub and GitLab do not retry (manual redelivery only), Discord not at all;
+# every other preset's provider retries a delivery not answered 2xx.
+DO_NOT_RETRY = {"github", "gitlab", "discord"}
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_a_preset_says_whether_its_provider_retries(name: str) -> None:
+    assert load_preset(name).get("retries", True) is (name not in DO_NOT_RETRY)

@@ -17,6 +17,8 @@ NOTICES = {
     "released": "Released: the next redelivery from the provider takes it over.",
     "bulk": "Dead events re-queued: {count}.",
     "logged_out": "Logged out.",
+    "paused": "Paused: every replica stops delivering this provider within a second.",
+    "resumed": "Resumed: every replica delivers this provider again within a second.",
 }
 # A re-queued count is at most 10 000 (the bulk re-drive's limit): more digits are not ours.
 _COUNT_DIGITS = 9

@@ -25,7 +25,15 @@ from sidecar.core.errors import OperationError, StoreError
 from sidecar.core.events import QueueStats
 from sidecar.core.ports import AdminStore
 from sidecar.http.access import browser_refusal, client_gone
-from sidecar.http.appkeys import CONFIG, FORWARDER, METRICS, OWNER, STORE
+from sidecar.http.appkeys import (
+    CONFIG,
+    FORWARDER,
+    METRICS,
+    NOTICES,
+    OWNER,
+    PROVIDER_STATES,
+    STORE,
+)
 from sidecar.http.ui.auth import CSRF_FIELD, Gate, Operator, end_session
 from sidecar.http.ui.eventview import request_view, response_view
 from sidecar.http.ui.masking import Masker
@@ -37,6 +45,7 @@ from sidecar.http.ui.timeline import timeline
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
 from sidecar.ops import listing
+from sidecar.ops import providers as provider_ops
 
 log = get_logger("sidecar.ui")
 
@@ -78,6 +87,8 @@ class Inspector:
             web.post(PREFIX + "events/{provider}/{event_id}/redrive", self._action(self.redrive)),
             web.post(PREFIX + "events/{provider}/{event_id}/release", self._action(self.release)),
             web.post(PREFIX + "queue/{provider}/redrive-dead", self._action(self.redrive_dead)),
+            web.post(PREFIX + "providers/{provider}/pause", self._action(self.pause)),
+            web.post(PREFIX + "providers/{provider}/resume", self._action(self.resume)),
         ]
 
     async def sampling(self, _: web.Application) -> AsyncIterator[None]:
@@ -266,13 +277,16 @@ class Inspector:
             base=event_path(provider, event_id))
 
     async def overview(self, request: web.Request, operator: Operator) -> web.StreamResponse:
-        stuck, queues = await asyncio.gather(self._stuck.get(), self._queues.get())
+        stuck, queues, holds = await asyncio.gather(
+            self._stuck.get(), self._queues.get(),
+            provider_ops.status(self._config, self._proxy[PROVIDER_STATES]))
         rates = self._history.rates()
         rows = []
-        for provider in self._config.providers:
+        for provider, hold in zip(self._config.providers, holds, strict=True):
             key = provider.key
             queue = queues.get(key)
             rows.append({
+                "hold": hold, "needs_force": provider_ops.refuses_pause(provider) is not None,
                 "provider": key, "mode": provider.mode.value,
                 "counts": rates.counts.get(key), "stuck": stuck.get(key, 0),
                 "depth": queue.pending if queue else 0,
@@ -361,6 +375,30 @@ class Inspector:
                      count=len(result.event_ids))
         raise web.HTTPSeeOther(PREFIX + "overview?" + urlencode(
             {"notice": "bulk", "count": len(result.event_ids)}))
+
+
+    async def pause(self, request: web.Request, operator: Operator) -> web.StreamResponse:
+        provider = request.match_info["provider"]
+        form = await request.post()
+        reason, force = _text(form.get("reason")) or "", form.get("force") == "yes"
+        try:
+            await provider_ops.pause(
+                self._config, self._proxy[PROVIDER_STATES], self._proxy[NOTICES], provider,
+                by=f"inspector (token {operator.fingerprint})", reason=reason, force=force,
+                metrics=self._proxy[METRICS])
+        except OperationError as exc:
+            self._logged("pause", request, operator, provider=provider, refused=str(exc))
+            raise
+        self._logged("pause", request, operator, provider=provider, reason=reason, force=force)
+        raise web.HTTPSeeOther(PREFIX + "overview?notice=paused")
+
+    async def resume(self, request: web.Request, operator: Operator) -> web.StreamResponse:
+        provider = request.match_info["provider"]
+        await provider_ops.resume(
+            self._config, self._proxy[PROVIDER_STATES], self._proxy[NOTICES], provider,
+            by=f"inspector (token {operator.fingerprint})", metrics=self._proxy[METRICS])
+        self._logged("resume", request, operator, provider=provider)
+        raise web.HTTPSeeOther(PREFIX + "overview?notice=resumed")
 
 
 def install(admin: web.Application, proxy_app: web.Application) -> None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sidecar.core.breaker import ProviderState
 from sidecar.core.errors import RowLocked, StoreClosed
 from sidecar.core.events import (
     Attempt,
@@ -118,6 +119,7 @@ class Tables:
         self._seq = itertools.count(1)
         self._wakers: list[Callable[[str], None]] = []
         self._closed = False
+        self._provider_state_rows: dict[str, ProviderState] = {}
 
     async def _now(self, what: str) -> float:
         """The one await of every verb (a turn of the loop, standing for the round trip), then

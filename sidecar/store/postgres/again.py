@@ -43,7 +43,7 @@ AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
                                   "stuck_counts", "migrations_exist", "migrations_applied",
                                   "partitioning_state",
                                   "queue_entry", "queue_stats", "list_page",
-                                  "list_page_queue")},
+                                  "list_page_queue", "provider_states")},
     # ON CONFLICT DO NOTHING inserts at most once; but if the first run's insert committed, a
     # plain repeat finds the row and answers "lost". The row is leased to an owner unique to
     # the call, so claim_landed.sql finds it first and answers "won" (a guarded claim's with
