@@ -23,6 +23,7 @@ class Result(enum.StrEnum):
     DUPLICATE = "duplicate"  # answered from the recorded row; the app was not contacted
     QUEUED = "queued"  # queue mode: stored durably and answered 200; workers deliver it
     QUEUE_FULL = "queue_full"  # queue mode: max_queue_depth reached: 503, the provider retries
+    RATE_LIMITED = "rate_limited"  # forward mode: over delivery.rate: 429, the provider retries
     IN_FLIGHT = "in_flight"  # another attempt is still running: 409
     MIRRORED_FAILURE = "mirrored_failure"  # the attempt it waited for failed
     UPSTREAM_ERROR = "upstream_error"  # forwarded; the app failed or gave no answer
@@ -104,6 +105,9 @@ RULES: Final[Mapping[str, Rule]] = {
     # queue mode: the provider's queue holds max_queue_depth events; nothing was stored
     "queue_full": Rule(503, Result.QUEUE_FULL, "the queue for this provider is full; retry "
                        "later", retry_after=QUEUE_FULL_RETRY_AFTER),
+    # forward mode: the provider's delivery.rate is spent for now; nothing was claimed
+    "rate_limited": Rule(429, Result.RATE_LIMITED, "deliveries for this provider are limited "
+                         "to {rate}; retry later", retry_after="{wait}"),
     # another delivery of the same event decides
     "in_flight": Rule(409, Result.IN_FLIGHT, "this event is being processed; retry later",
                       retry_after="{lease}"),

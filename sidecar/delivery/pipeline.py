@@ -17,6 +17,7 @@ from sidecar.core.ports import DeliveryStore
 from sidecar.core.tracing import NO_TRACER, Tracer
 from sidecar.delivery.context import Delivery, Inbound, Trace
 from sidecar.delivery.forward import ForwardMode
+from sidecar.delivery.limits import RateGate
 from sidecar.delivery.ports import Forwarding, Keys, Observer
 from sidecar.delivery.queue import QueueMode
 from sidecar.delivery.steps import Steps
@@ -36,7 +37,8 @@ class Pipeline:
         self._steps = Steps(store=store, keyring=keyring, known=known, observer=observer,
                             clock=clock, trusted_proxies=trusted_proxies, tracer=tracer)
         self._forward = ForwardMode(self._steps, store=store, forwarder=forwarder, known=known,
-                                    owner=owner, clock=clock)
+                                    owner=owner, clock=clock,
+                                    rate=RateGate(store, known, observer))
         self._queue = QueueMode(self._steps, store=store, known=known, on_queued=on_queued,
                                 tracer=tracer)
 

@@ -1,0 +1,145 @@
+"""Queue mode under ``delivery.rate`` and ``delivery.concurrency``: before a worker takes
+events it reserves permits and tokens in the store, shared with every process; it takes no
+more events than it reserved, gives back what it did not use, and each event's permit is
+released once its try has settled. A worker that gets nothing waits for its turn: no event is
+taken, so no attempt is spent and nothing goes dead because of a limit.
+
+    reserve(want): permits (concurrency) ─ tokens (rate, as many as permits) ─ allowance
+    after the take: give back the unused; each forward: holding(permit) … release
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from sidecar.config.model import ProviderConfig
+from sidecar.core.errors import StoreError
+from sidecar.core.limits import (
+    Limit,
+    Permit,
+    RateLimit,
+    allowance,
+    next_token_in,
+    permit_retry,
+    rate_limit,
+)
+from sidecar.core.ports import LimitStore
+from sidecar.obs.logs import get_logger
+from sidecar.obs.metrics import Metrics
+
+log = get_logger("sidecar.queue")
+
+STORE_RETRY_PAUSE: Final = 1.0  # after a failed reservation (the store logs outages)
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """What a worker may take now: ``count`` events, one ``permits`` each (when the provider
+    has a concurrency). With nothing reserved, ``wait`` is how long to wait before asking
+    again, and ``wakeable`` whether a wake-up of the worker (a freed slot here) may end the
+    wait sooner."""
+
+    count: int
+    permits: tuple[Permit, ...] = ()
+    tokens: int = 0
+    wait: float = 0.0
+    wakeable: bool = True
+
+
+class ProviderLimits:
+    """One provider's limits as one worker obeys them. A provider without ``delivery.rate``
+    or ``delivery.concurrency`` pays nothing: ``reserve`` answers at once, no statement."""
+
+    def __init__(self, provider: ProviderConfig, store: LimitStore, metrics: Metrics,
+                 owner: str) -> None:
+        self._key = provider.key
+        self._lease = provider.lease
+        self._store = store
+        self._metrics = metrics
+        self._owner = owner
+        self._rate: RateLimit | None = rate_limit(provider.delivery.rate,
+                                                  provider.delivery.burst)
+        self._concurrency = provider.delivery.concurrency
+        self._permit_waits = 0  # reservations in a row that found every slot held
+
+    @property
+    def active(self) -> bool:
+        return self._rate is not None or self._concurrency is not None
+
+    async def reserve(self, want: int) -> Reserved:
+        """Permits first (each held until its try settles), then as many tokens as permits."""
+        if not self.active or want <= 0:
+            return Reserved(want)
+        permits: list[Permit] | None = None
+        try:
+            if self._concurrency is not None:
+                permits = await self._store.take_permits(self._key, want, self._concurrency,
+                                                         self._lease, self._owner)
+                if not permits:
+                    self._permit_waits += 1
+                    self._limited(Limit.CONCURRENCY)
+                    return Reserved(0, wait=permit_retry(self._permit_waits), wakeable=True)
+                self._permit_waits = 0
+            tokens = None
+            wait = 0.0
+            if self._rate is not None:
+                asked = len(permits) if permits is not None else want
+                took = await self._store.take_tokens(self._key, asked, self._rate)
+                tokens = took.granted
+                wait = next_token_in(took.left, self._rate)
+        except StoreError as exc:
+            log.warning("delivery_limit_failed", provider=self._key, error=str(exc))
+            if permits:
+                await self._release(permits)
+            return Reserved(0, wait=STORE_RETRY_PAUSE, wakeable=False)
+        allowed = allowance(want, len(permits) if permits is not None else None, tokens)
+        if allowed.limited_by is not None:
+            self._limited(allowed.limited_by)
+        used = tuple(permits[:allowed.count]) if permits is not None else ()
+        if permits is not None and len(permits) > allowed.count:
+            await self._release(permits[allowed.count:])
+        if allowed.count == 0:
+            # No token: nothing here can make one come sooner than the clock.
+            return Reserved(0, wait=max(wait, 0.001), wakeable=False)
+        return Reserved(allowed.count, used, tokens or 0)
+
+    async def unused(self, reserved: Reserved, taken: int) -> Sequence[Permit | None]:
+        """After a take that fetched ``taken`` of ``reserved.count`` events: give back the
+        permits and tokens of the events not found; the permit of each event taken, in
+        order (None: no concurrency limit)."""
+        if not self.active:
+            return [None] * taken
+        left = reserved.count - taken
+        if left > 0:
+            if reserved.permits:
+                await self._release(reserved.permits[taken:])
+            if self._rate is not None and reserved.tokens:
+                try:
+                    await self._store.return_tokens(self._key, min(left, reserved.tokens),
+                                                    self._rate)
+                except StoreError as exc:  # the tokens are lost for a moment: harmless
+                    log.warning("delivery_limit_failed", provider=self._key, error=str(exc))
+        if reserved.permits:
+            return list(reserved.permits[:taken])
+        return [None] * taken
+
+    async def holding(self, permit: Permit | None, work: Awaitable[None]) -> None:
+        """``work`` (a forward and its settle), then its permit released, however it ended."""
+        try:
+            await work
+        finally:
+            if permit is not None:
+                await self._release([permit])
+
+    async def _release(self, permits: Sequence[Permit]) -> None:
+        """Best effort: a permit not released is free again when its lease ends."""
+        try:
+            await self._store.release_permits(permits)
+        except StoreError as exc:
+            log.warning("delivery_permit_release_failed", provider=self._key,
+                        error=str(exc), slots=[p.slot for p in permits])
+
+    def _limited(self, limit: Limit) -> None:
+        self._metrics.delivery_limited.labels(self._key, limit.value).inc()
