@@ -82,14 +82,14 @@ class Permit:
 
 
 PERMIT_RETRY_FIRST = 0.01
-PERMIT_RETRY_MAX = 0.2
+PERMIT_RETRY_MAX = 0.1
 
 
 def permit_retry(waits: int) -> float:
     """Seconds a worker waits before asking again for a permit that every slot's holder still
-    has (``waits``: how many times in a row it asked in vain, from 1): 10 ms doubling to 200 ms.
-    Another process's release sends no wake-up, so the worker looks again; a release in its own
-    process wakes it at once."""
+    has (``waits``: how many times in a row it asked in vain, from 1): 10 ms doubling to 100 ms.
+    A release wakes the workers (in every process on PostgreSQL, by notification; in its own
+    process on SQLite): this is the look a worker takes when no wake-up comes."""
     return min(PERMIT_RETRY_MAX, PERMIT_RETRY_FIRST * 2.0 ** max(0, waits - 1))
 
 
@@ -105,7 +105,7 @@ class Allowance:
 def allowance(want: int, permits: int | None, tokens: int | None) -> Allowance:
     """The events a worker may take when it wanted ``want``: no more than the permits it holds
     and the tokens it was granted (None: that limit is off). The limit named is the one that
-    cut the number, concurrency first (its permits were taken first)."""
+    cut the number; the rate when both did alike (its tokens were the fewer to begin with)."""
     count = want
     limited_by: Limit | None = None
     if permits is not None and permits < count:

@@ -4,7 +4,7 @@ more events than it reserved, gives back what it did not use, and each event's p
 released once its try has settled. A worker that gets nothing waits for its turn: no event is
 taken, so no attempt is spent and nothing goes dead because of a limit.
 
-    reserve(want): permits (concurrency) ─ tokens (rate, as many as permits) ─ allowance
+    reserve(want): tokens (rate) ─ a permit per token (concurrency) ─ the rest given back
     after the take: give back the unused; each forward: holding(permit) … release
 """
 
@@ -69,41 +69,39 @@ class ProviderLimits:
         return self._rate is not None or self._concurrency is not None
 
     async def reserve(self, want: int) -> Reserved:
-        """Permits first (each held until its try settles), then as many tokens as permits."""
+        """Tokens first (a worker waiting for the rate costs one statement a look), then a
+        permit for each token (held until its try settles); tokens without a permit go back."""
         if not self.active or want <= 0:
             return Reserved(want)
+        tokens: int | None = None
         permits: list[Permit] | None = None
         try:
-            if self._concurrency is not None:
-                permits = await self._store.take_permits(self._key, want, self._concurrency,
-                                                         self._lease, self._owner)
-                if not permits:
-                    self._permit_waits += 1
-                    self._limited(Limit.CONCURRENCY)
-                    return Reserved(0, wait=permit_retry(self._permit_waits), wakeable=True)
-                self._permit_waits = 0
-            tokens = None
-            wait = 0.0
             if self._rate is not None:
-                asked = len(permits) if permits is not None else want
-                took = await self._store.take_tokens(self._key, asked, self._rate)
+                took = await self._store.take_tokens(self._key, want, self._rate)
                 tokens = took.granted
-                wait = next_token_in(took.left, self._rate)
+                if tokens == 0:
+                    # Nothing here can make a token come sooner than the clock.
+                    self._limited(Limit.RATE)
+                    return Reserved(0, wait=max(next_token_in(took.left, self._rate), 0.001),
+                                    wakeable=False)
+            if self._concurrency is not None:
+                permits = await self._store.take_permits(
+                    self._key, tokens if tokens is not None else want, self._concurrency,
+                    self._lease, self._owner)
         except StoreError as exc:
             log.warning("delivery_limit_failed", provider=self._key, error=str(exc))
-            if permits:
-                await self._release(permits)
+            await self._give_back_tokens(tokens or 0)
             return Reserved(0, wait=STORE_RETRY_PAUSE, wakeable=False)
         allowed = allowance(want, len(permits) if permits is not None else None, tokens)
         if allowed.limited_by is not None:
             self._limited(allowed.limited_by)
-        used = tuple(permits[:allowed.count]) if permits is not None else ()
-        if permits is not None and len(permits) > allowed.count:
-            await self._release(permits[allowed.count:])
-        if allowed.count == 0:
-            # No token: nothing here can make one come sooner than the clock.
-            return Reserved(0, wait=max(wait, 0.001), wakeable=False)
-        return Reserved(allowed.count, used, tokens or 0)
+        if tokens is not None and tokens > allowed.count:
+            await self._give_back_tokens(tokens - allowed.count)
+        if allowed.count == 0:  # every slot held: a release wakes the worker
+            self._permit_waits += 1
+            return Reserved(0, wait=permit_retry(self._permit_waits), wakeable=True)
+        self._permit_waits = 0
+        return Reserved(allowed.count, tuple(permits or ()), allowed.count if tokens else 0)
 
     async def unused(self, reserved: Reserved, taken: int) -> Sequence[Permit | None]:
         """After a take that fetched ``taken`` of ``reserved.count`` events: give back the
@@ -115,12 +113,7 @@ class ProviderLimits:
         if left > 0:
             if reserved.permits:
                 await self._release(reserved.permits[taken:])
-            if self._rate is not None and reserved.tokens:
-                try:
-                    await self._store.return_tokens(self._key, min(left, reserved.tokens),
-                                                    self._rate)
-                except StoreError as exc:  # the tokens are lost for a moment: harmless
-                    log.warning("delivery_limit_failed", provider=self._key, error=str(exc))
+            await self._give_back_tokens(min(left, reserved.tokens))
         if reserved.permits:
             return list(reserved.permits[:taken])
         return [None] * taken
@@ -132,6 +125,15 @@ class ProviderLimits:
         finally:
             if permit is not None:
                 await self._release([permit])
+
+    async def _give_back_tokens(self, count: int) -> None:
+        """Best effort: tokens not put back are lost for a moment (the bucket refills)."""
+        if self._rate is None or count <= 0:
+            return
+        try:
+            await self._store.return_tokens(self._key, count, self._rate)
+        except StoreError as exc:
+            log.warning("delivery_limit_failed", provider=self._key, error=str(exc))
 
     async def _release(self, permits: Sequence[Permit]) -> None:
         """Best effort: a permit not released is free again when its lease ends."""

@@ -84,7 +84,7 @@ def test_retry_after_is_whole_seconds_rounded_up_at_least_one(wait: float,
 
 
 @pytest.mark.parametrize(("waits", "expected"), [
-    (1, 0.01), (2, 0.02), (3, 0.04), (5, 0.16), (6, 0.2), (50, 0.2), (0, 0.01),
+    (1, 0.01), (2, 0.02), (3, 0.04), (4, 0.08), (5, 0.1), (50, 0.1), (0, 0.01),
 ])
 def test_permit_retry_backs_off_to_a_bound(waits: int, expected: float) -> None:
     assert permit_retry(waits) == pytest.approx(expected)
