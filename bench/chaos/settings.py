@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,8 @@ DEFAULTS = Settings()
 
 
 def proxy_config(upstream_url: str, dsn: str, queue: bool = False,
-                 result_commit: str = "wait") -> dict[str, Any]:
+                 result_commit: str = "wait",
+                 delivery: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Two replicas, one provider, short bounds so faults show within seconds. ``queue``: the
     provider in queue mode, retrying fast (a dead replica's events are taken again after the
     lease). ``result_commit``: the store's (no_wait: result writes without their flush)."""
@@ -49,6 +51,8 @@ def proxy_config(upstream_url: str, dsn: str, queue: bool = False,
         config["providers"]["stripe"].update({
             "mode": "queue", "queue": {"first_retry": "200ms", "max_retry_delay": "1s",
                                        "poll_interval": "250ms"}})
+    if delivery is not None:  # the provider's delivery limits (rate, concurrency)
+        config["providers"]["stripe"]["delivery"] = dict(delivery)
     config["upstream"] = {"url": upstream_url, "timeout": "2s", "connect_timeout": "1s"}
     config["store"] = {"url": dsn, "pool_max_size": 5, "acquire_timeout": "500ms",
                        "statement_timeout": "500ms", "lock_timeout": "300ms",
