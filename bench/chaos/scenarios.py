@@ -159,14 +159,15 @@ async def queue_kill_forward(run: Run) -> None:
         await kill_replica(run, run.rng.randrange(len(run.replicas)))
 
 
-PERMIT_KILLS = 3  # queue-kill-permits: replicas killed while forwards hold permits
-PERMIT_KILLS_BY = 12.0  # … all before this time, so the lease ends with a backlog left
+PERMIT_KILLS = 3  # queue-kill-permits: at most this many replicas killed holding permits
+PERMIT_KILLS_BY = 12.0  # … none after this time, so the last lease ends with a backlog left
 
 
 async def queue_kill_permits(run: Run) -> None:
     """Queue mode with ``delivery.concurrency``: the app works 0.3 to 1 s per request, slower
     than the load, so a backlog builds and every permit is held; a replica is SIGKILLed (and
-    restarted) while requests it forwards are at the app, three times before 12 s. Its permits
+    restarted) while requests it forwards are at the app, every 1.5 to 3 s from 2 s until 12 s
+    (two or three times), so the last lease ends with a backlog left. Its permits
     stay held until their lease ends; then the survivors must fill every slot again."""
     assert run.app is not None
     await run.at(2.0)
@@ -219,7 +220,7 @@ SCENARIOS = {s.name: s for s in (
     Scenario("queue-kill-forward", "queue mode: SIGKILL a replica every 1.5–3 s while its "
              "forwards are in flight", queue_kill_forward, app_delay=(0.3, 1.0), queue=True),
     Scenario("queue-kill-permits", "queue mode, delivery.concurrency 3: SIGKILL a replica "
-             "while its forwards hold permits, three times", queue_kill_permits,
+             "while its forwards hold permits, every 1.5–3 s until 12 s", queue_kill_permits,
              app_delay=(0.3, 1.0), queue=True, delivery={"concurrency": 3}),
 )}
 CONTROL = Scenario("control", "no fault: the same load as a baseline", no_fault,
