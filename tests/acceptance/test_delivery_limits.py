@@ -5,6 +5,7 @@ how many were in flight, real clocks.
 - queue mode, three processes, a backlog (accepted while the app was down): the app sees at
   most ``delivery.rate`` (the bucket's burst plus the rate over any window, within 10 %) and at
   most ``delivery.concurrency`` at once, and every event exactly once, as attempt 1;
+- the same on SQLite, one process, at a smaller size;
 - forward mode, two processes: over the shared rate a delivery is answered 429 with
   ``Retry-After``, nothing claimed; its retry after that time is forwarded; a duplicate of a
   done event is still answered from its row; the 429 is counted.
@@ -38,7 +39,7 @@ from tests.support import (
     write_config,
 )
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.postgres]
+pytestmark = pytest.mark.timeout(120)
 
 STRIPE = "/webhooks/stripe"
 
@@ -81,6 +82,7 @@ WINDOW = 5.0
 APP_SECONDS = 0.05  # 3 at a time at 50 ms: 60/s, so the rate is what binds
 
 
+@pytest.mark.postgres
 async def test_queue_mode_three_processes_hold_the_rate_and_concurrency_each_event_once(
         pg_dsn: str, tmp_path: Path) -> None:
     async with queued("postgres", tmp_path, pg_dsn, concurrency=8) as dep:
@@ -121,6 +123,29 @@ async def test_queue_mode_three_processes_hold_the_rate_and_concurrency_each_eve
         assert await dep.metric("webhook_queue_attempts_total", result="dead") == 0
 
 
+async def test_sqlite_one_process_holds_the_rate_and_concurrency(tmp_path: Path) -> None:
+    rate, burst, concurrency, events, window = 20, 2, 2, 80, 2.0
+    async with queued("sqlite", tmp_path, None) as dep:
+        dep.config["providers"]["stripe"]["delivery"] = {
+            "rate": f"{rate}/s", "burst": burst, "concurrency": concurrency}
+        gauge = Gauge(APP_SECONDS)
+        dep.app.behaviour = gauge
+        await dep.start(1)
+        ids = [f"evt_sq_{i:03d}" for i in range(events)]
+        statuses = [(await dep.send(0, stripe_event(e)))[0] for e in ids]
+        assert Counter(statuses) == {200: events}
+        await dep.app.start()
+        await dep.until_states(all_in(ids, "done"), timeout=40, what="every event done")
+        busiest = most_in_window([s.at for s in dep.app.seen], window)
+        print(f"\nSQLite: most in a {window:g} s window {busiest} (bound "
+              f"{burst + rate * window:g}); most in flight {gauge.most}")
+        seen = Counter(s.event_id for s in dep.app.seen)
+        assert sorted(seen) == ids and set(seen.values()) == {1}
+        assert busiest <= (burst + rate * window) * 1.10
+        assert gauge.most <= concurrency
+
+
+@pytest.mark.postgres
 async def test_forward_mode_over_the_shared_rate_429_with_retry_after_then_forwarded(
         pg_dsn: str, tmp_path: Path) -> None:
     app = await StubApp().start()
