@@ -4,7 +4,8 @@ more events than it reserved, gives back what it did not use, and each event's p
 released once its try has settled. A worker that gets nothing waits for its turn: no event is
 taken, so no attempt is spent and nothing goes dead because of a limit.
 
-    reserve(want): tokens (rate) ─ a permit per token (concurrency) ─ the rest given back
+    reserve(want): tokens (rate) and a permit each (concurrency), whichever bound last asked
+                   first ─ what the other does not match given back
     after the take: give back the unused; each forward: holding(permit) … release
 """
 
@@ -63,45 +64,79 @@ class ProviderLimits:
                                                   provider.delivery.burst)
         self._concurrency = provider.delivery.concurrency
         self._permit_waits = 0  # reservations in a row that found every slot held
+        self._permits_bind = False  # the concurrency held the last reservation back
 
     @property
     def active(self) -> bool:
         return self._rate is not None or self._concurrency is not None
 
     async def reserve(self, want: int) -> Reserved:
-        """Tokens first (a worker waiting for the rate costs one statement a look), then a
-        permit for each token (held until its try settles); tokens without a permit go back."""
+        """Tokens and a permit for each of up to ``want`` events. The limit that held the
+        last reservation back is asked first, so a worker waiting for its turn costs one
+        statement a look: tokens while the rate binds, permits while the concurrency does.
+        What the other limit does not match goes back at once."""
         if not self.active or want <= 0:
             return Reserved(want)
         tokens: int | None = None
         permits: list[Permit] | None = None
         try:
-            if self._rate is not None:
-                took = await self._store.take_tokens(self._key, want, self._rate)
-                tokens = took.granted
-                if tokens == 0:
-                    # Nothing here can make a token come sooner than the clock.
-                    self._limited(Limit.RATE)
-                    return Reserved(0, wait=max(next_token_in(took.left, self._rate), 0.001),
-                                    wakeable=False)
-            if self._concurrency is not None:
-                permits = await self._store.take_permits(
-                    self._key, tokens if tokens is not None else want, self._concurrency,
-                    self._lease, self._owner)
+            if self._concurrency is not None and (self._rate is None or self._permits_bind):
+                permits = await self._take_permits(want)
+                if not permits:
+                    return self._no_permit()
+                if self._rate is not None:
+                    took = await self._store.take_tokens(self._key, len(permits), self._rate)
+                    tokens = took.granted
+                    if tokens == 0:
+                        await self._release(permits)
+                        return self._no_token(took.left)
+            else:
+                if self._rate is not None:
+                    took = await self._store.take_tokens(self._key, want, self._rate)
+                    tokens = took.granted
+                    if tokens == 0:
+                        return self._no_token(took.left)
+                if self._concurrency is not None:
+                    permits = await self._take_permits(tokens if tokens is not None else want)
+                    if not permits:
+                        await self._give_back_tokens(tokens or 0)
+                        return self._no_permit()
         except StoreError as exc:
             log.warning("delivery_limit_failed", provider=self._key, error=str(exc))
             await self._give_back_tokens(tokens or 0)
+            if permits:
+                await self._release(permits)
             return Reserved(0, wait=STORE_RETRY_PAUSE, wakeable=False)
         allowed = allowance(want, len(permits) if permits is not None else None, tokens)
+        self._permits_bind = allowed.limited_by is Limit.CONCURRENCY
         if allowed.limited_by is not None:
             self._limited(allowed.limited_by)
         if tokens is not None and tokens > allowed.count:
             await self._give_back_tokens(tokens - allowed.count)
-        if allowed.count == 0:  # every slot held: a release wakes the worker
-            self._permit_waits += 1
-            return Reserved(0, wait=permit_retry(self._permit_waits), wakeable=True)
+        if permits is not None and len(permits) > allowed.count:
+            await self._release(permits[allowed.count:])
         self._permit_waits = 0
-        return Reserved(allowed.count, tuple(permits or ()), allowed.count if tokens else 0)
+        return Reserved(allowed.count, tuple(permits[:allowed.count]) if permits else (),
+                        allowed.count if tokens else 0)
+
+    async def _take_permits(self, want: int) -> list[Permit]:
+        assert self._concurrency is not None
+        return await self._store.take_permits(self._key, want, self._concurrency, self._lease,
+                                              self._owner)
+
+    def _no_token(self, left: float) -> Reserved:
+        """None granted: wait for the next token. Nothing here can make it come sooner."""
+        assert self._rate is not None
+        self._permits_bind = False
+        self._limited(Limit.RATE)
+        return Reserved(0, wait=max(next_token_in(left, self._rate), 0.001), wakeable=False)
+
+    def _no_permit(self) -> Reserved:
+        """Every slot held: wait until a release wakes the worker, or look again."""
+        self._permits_bind = True
+        self._permit_waits += 1
+        self._limited(Limit.CONCURRENCY)
+        return Reserved(0, wait=permit_retry(self._permit_waits), wakeable=True)
 
     async def unused(self, reserved: Reserved, taken: int) -> Sequence[Permit | None]:
         """After a take that fetched ``taken`` of ``reserved.count`` events: give back the
