@@ -8,8 +8,9 @@ violated invariant makes the command exit 1 and names itself.
 
 Scenarios (each on its own throwaway cluster, started with initdb/pg_ctl on a free port):
 db-hang, backend-kills, db-crash, row-locks, upstream-faults, gzip-flood, and for a queue-mode
-provider queue-kill-accept, queue-kill-forward (replicas SIGKILLed and restarted) and
-breaker-cycles (the app answering 500 while the provider's circuit breaker cycles). Loopback only,
+provider queue-kill-accept, queue-kill-forward and queue-kill-permits (replicas SIGKILLed and
+restarted; the last while they hold delivery.concurrency permits) and breaker-cycles (the app
+answering 500 while the provider's circuit breaker cycles). Loopback only,
 bounded: each run sends for --seconds, every event is given up --give-up seconds after its
 first delivery, and the clusters, proxies and fault proxy are torn down in ``finally`` blocks.
 See docs/chaos.md for the method, the invariants and the latest results.

@@ -104,6 +104,8 @@ class History:
     replica_deaths: Sequence[str] = ()  # replicas that exited while the run went on
     kills: Sequence[Kill] = ()  # replicas the harness SIGKILLed (and restarted) on purpose
     queued: bool = False  # queue mode: a 2xx means stored; workers deliver it afterwards
+    concurrency: int | None = None  # the provider's delivery.concurrency (None: no limit)
+    lease: float = 0.0  # seconds: the provider's lease (a dead replica's permits' too)
 
 
 _T = TypeVar("_T", Delivery, Receipt, ForwardLog)

@@ -25,6 +25,7 @@ from bench.chaos.history import (
     History,
     Kill,
     Kind,
+    Receipt,
     by_event,
     is_2xx,
 )
@@ -46,6 +47,8 @@ class Invariant(enum.StrEnum):
     WITHIN_BOUND = "within-bound"
     BOMB_REFUSED = "bomb-refused"
     FAULT_INJECTED = "fault-injected"
+    WITHIN_CONCURRENCY = "within-concurrency"
+    FULL_AGAIN = "full-concurrency-again"
 
 
 MEANING: Mapping[Invariant, str] = {
@@ -66,6 +69,10 @@ MEANING: Mapping[Invariant, str] = {
     Invariant.BOMB_REFUSED: "a decompression bomb is refused with a 4xx and never reaches the app",
     Invariant.FAULT_INJECTED: "the harness really injected the scenario's fault (else the run "
                               "proves nothing)",
+    Invariant.WITHIN_CONCURRENCY: "with delivery.concurrency, the app never has more requests "
+                                  "in flight at once, killed replicas' included",
+    Invariant.FULL_AGAIN: "with delivery.concurrency, once the last killed replica's permits' "
+                          "lease has ended, the survivors deliver at the full concurrency again",
 }
 
 
@@ -230,8 +237,44 @@ def fault_injected(h: History) -> list[Violation]:
                       "the scenario's fault was not injected")
 
 
+def most_in_flight(receipts: Sequence[Receipt], lease: float, after: float = 0.0) -> int:
+    """The most requests the app had in flight at one instant at or after ``after``: each from
+    its arrival until the app answered it (a request never answered: until its lease ended)."""
+    edges = sorted(
+        [(r.arrived, 1) for r in receipts]
+        + [(r.answered if r.answered is not None else r.arrived + lease, -1) for r in receipts],
+        key=lambda edge: (edge[0], edge[1]))  # an answer before an arrival at the same instant
+    now = most = 0
+    for at, step in edges:
+        now += step
+        if at >= after:
+            most = max(most, now)
+    return most
+
+
+def within_concurrency(h: History) -> list[Violation]:
+    if h.concurrency is None:
+        return []
+    most = most_in_flight(h.receipts, h.lease)
+    over = [f"{most} in flight at once, limit {h.concurrency}"] if most > h.concurrency else []
+    return _violation(Invariant.WITHIN_CONCURRENCY, over, "the app had more requests in "
+                      "flight than delivery.concurrency")
+
+
+def full_again(h: History) -> list[Violation]:
+    if h.concurrency is None or not h.kills:
+        return []
+    freed = max(max(k.at, k.back or k.at) for k in h.kills) + h.lease + 1.0
+    most = most_in_flight(h.receipts, h.lease, after=freed)
+    low = ([f"after {freed:.1f} s (the last kill's lease ended) at most {most} in flight, "
+            f"limit {h.concurrency}"] if most < h.concurrency else [])
+    return _violation(Invariant.FULL_AGAIN, low, "permits of killed replicas were not freed "
+                      "after their lease")
+
+
 CHECKS = (eventually_2xx, no_2xx_without_app, lost_zero, repeats_justified, attempts_distinct,
-          no_500, no_stuck_rows, within_bound, bomb_refused, fault_injected)
+          no_500, no_stuck_rows, within_bound, bomb_refused, fault_injected, within_concurrency,
+          full_again)
 
 
 def check(h: History) -> list[Violation]:

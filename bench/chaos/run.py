@@ -94,7 +94,7 @@ async def deployed(run: Run, tmp: Path) -> Any:
             upstream = run.fault_proxy.url
         config = proxy_config(upstream, run.dsn, queue=scenario.queue,
                               result_commit=run.settings.result_commit,
-                              breaker=scenario.breaker)
+                              delivery=scenario.delivery)
         run.config = parse_config(config, env={})
         path = run.config_path = write_config(tmp, config)
         await migrate(path)
@@ -228,7 +228,9 @@ async def run_once(scenario: Scenario, settings: Settings, number: int,
                       receipts=run.app.receipts, forwards=forwards, rows=rows, bound=bound,
                       faults=dict(run.faults), expect_fault=scenario.expect_fault,
                       proxy_errors=errors, replica_deaths=deaths, kills=run.kills,
-                      queued=scenario.queue)
+                      queued=scenario.queue,
+                      concurrency=(scenario.delivery or {}).get("concurrency"),
+                      lease=max(p.lease for p in run.config.providers))
     if scenario.queue:
         first: dict[str, Receipt] = {}
         for receipt in sorted(run.app.receipts, key=lambda r: r.arrived):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,6 +184,26 @@ async def breaker_cycles(run: Run) -> None:
         if entry.get("event") in ("provider_breaker_opened", "provider_breaker_reopened"))
 
 
+PERMIT_KILLS = 3  # queue-kill-permits: at most this many replicas killed holding permits
+PERMIT_KILLS_BY = 12.0  # … none after this time, so the last lease ends with a backlog left
+
+
+async def queue_kill_permits(run: Run) -> None:
+    """Queue mode with ``delivery.concurrency``: the app works 0.3 to 1 s per request, slower
+    than the load, so a backlog builds and every permit is held; a replica is SIGKILLed (and
+    restarted) while requests it forwards are at the app, every 1.5 to 3 s from 2 s until 12 s
+    (two or three times), so the last lease ends with a backlog left. Its permits
+    stay held until their lease ends; then the survivors must fill every slot again."""
+    assert run.app is not None
+    await run.at(2.0)
+    for _ in range(PERMIT_KILLS):
+        if run.clock() > PERMIT_KILLS_BY:
+            break
+        await asyncio.sleep(run.rng.uniform(1.5, 3.0))
+        run.faults["permits held at the app at the kills"] += run.app.in_flight()
+        await kill_replica(run, run.rng.randrange(len(run.replicas)))
+
+
 async def no_fault(run: Run) -> None:
     """A control run: the same load with nothing injected; every invariant must hold."""
 
@@ -199,7 +219,7 @@ class Scenario:
     expect_fault: bool = True
     queue: bool = False  # the provider in queue mode
     app_down: bool = False  # the app listens only when the scenario starts it
-    breaker: dict[str, Any] | None = None  # the provider's delivery.breaker
+    delivery: Mapping[str, Any] | None = None  # the provider's delivery limits
 
 
 # The app works longer where the fault must catch attempts in flight (claimed, forwarded, not
@@ -226,7 +246,10 @@ SCENARIOS = {s.name: s for s in (
              "forwards are in flight", queue_kill_forward, app_delay=(0.3, 1.0), queue=True),
     Scenario("breaker-cycles", "queue mode with a breaker: the app answers 500 for two 4 s "
              "spells (the breaker opens, probes, closes), a replica SIGKILLed in the first",
-             breaker_cycles, queue=True, breaker=BREAKER),
+             breaker_cycles, queue=True, delivery={"breaker": BREAKER}),
+    Scenario("queue-kill-permits", "queue mode, delivery.concurrency 3: SIGKILL a replica "
+             "while its forwards hold permits, every 1.5–3 s until 12 s", queue_kill_permits,
+             app_delay=(0.3, 1.0), queue=True, delivery={"concurrency": 3}),
 )}
 CONTROL = Scenario("control", "no fault: the same load as a baseline", no_fault,
                    expect_fault=False)

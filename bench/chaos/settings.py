@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,19 +41,19 @@ DEFAULTS = Settings()
 
 def proxy_config(upstream_url: str, dsn: str, queue: bool = False,
                  result_commit: str = "wait",
-                 breaker: dict[str, Any] | None = None) -> dict[str, Any]:
+                 delivery: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Two replicas, one provider, short bounds so faults show within seconds. ``queue``: the
     provider in queue mode, retrying fast (a dead replica's events are taken again after the
     lease). ``result_commit``: the store's (no_wait: result writes without their flush).
-    ``breaker``: the provider's ``delivery.breaker``."""
+    ``delivery``: the provider's ``delivery`` block (limits, breaker)."""
     config = base_config(upstream_url, dsn)
     config["providers"] = {"stripe": config["providers"]["stripe"]}  # lease 4s, wait 1s
     if queue:
         config["providers"]["stripe"].update({
             "mode": "queue", "queue": {"first_retry": "200ms", "max_retry_delay": "1s",
                                        "poll_interval": "250ms"}})
-    if breaker is not None:
-        config["providers"]["stripe"]["delivery"] = {"breaker": breaker}
+    if delivery is not None:  # the provider's delivery limits (rate, concurrency)
+        config["providers"]["stripe"]["delivery"] = dict(delivery)
     config["upstream"] = {"url": upstream_url, "timeout": "2s", "connect_timeout": "1s"}
     config["store"] = {"url": dsn, "pool_max_size": 5, "acquire_timeout": "500ms",
                        "statement_timeout": "500ms", "lock_timeout": "300ms",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sidecar.config.hints import fix
-from sidecar.config.model import Mode, ResultCommit, UpstreamConfig
+from sidecar.config.model import DeliveryConfig, Mode, ResultCommit, UpstreamConfig
 from sidecar.config.providers import read_providers
 from sidecar.config.reading import Load, Step, Values, sibling
 from sidecar.config.secret_sources import provider_secrets, signing_secrets
@@ -181,6 +181,21 @@ def _max_retry_delay(delay: float, path: str, values: Values, load: Load) -> flo
     return delay
 
 
+def _delivery(delivery: DeliveryConfig, path: str, values: Values, load: Load
+              ) -> DeliveryConfig:
+    """The limit keys that cannot apply: a burst without a rate, a concurrency in forward mode
+    (a provider waiting for its answer is never held back: it gets 429 from the rate)."""
+    if delivery.burst is not None and delivery.rate is None:
+        raise ConfigError(f"{path}.burst", "applies to delivery.rate, which is not set" + fix(
+            ("set", f"{path}.rate", "providers.<key>.delivery.rate")))
+    if delivery.concurrency is not None and values.known("mode") is Mode.FORWARD:
+        raise ConfigError(f"{path}.concurrency", "applies to queue mode (mode: queue); in "
+                          "forward mode the provider waits for each answer, so limit it with "
+                          "delivery.rate (answered 429 over it)" + fix(
+                              ("change", sibling(path, "mode"), "providers.<key>.mode")))
+    return delivery
+
+
 def _replay_nonce(raw: object, path: str, values: Values, load: Load) -> Any:
     nonce = parse_event_id_spec(raw, path)
     if nonce.is_batch:
@@ -208,6 +223,7 @@ STEPS: Final[dict[str, Step]] = {
     "providers.<key>.replay_nonce": _replay_nonce,
     "providers.<key>.mode": _mode,
     "providers.<key>.queue.order_key": _order_key,
+    "providers.<key>.delivery": _delivery,
     "providers.<key>.queue.max_retry_delay": _max_retry_delay,
 }
 

@@ -24,6 +24,7 @@ class Result(enum.StrEnum):
     QUEUED = "queued"  # queue mode: stored durably and answered 200; workers deliver it
     QUEUE_FULL = "queue_full"  # queue mode: max_queue_depth reached: 503, the provider retries
     HELD = "held"  # forward mode: the provider is paused, or its breaker open: 503, it retries
+    RATE_LIMITED = "rate_limited"  # forward mode: over delivery.rate: 429, the provider retries
     IN_FLIGHT = "in_flight"  # another attempt is still running: 409
     MIRRORED_FAILURE = "mirrored_failure"  # the attempt it waited for failed
     UPSTREAM_ERROR = "upstream_error"  # forwarded; the app failed or gave no answer
@@ -110,6 +111,9 @@ RULES: Final[Mapping[str, Rule]] = {
                    retry_after="60"),
     "breaker_open": Rule(503, Result.HELD, "the app is failing: deliveries of this provider "
                          "are held until it recovers; retry later", retry_after="{wait}"),
+    # forward mode: the provider's delivery.rate is spent for now; nothing was claimed
+    "rate_limited": Rule(429, Result.RATE_LIMITED, "deliveries for this provider are limited "
+                         "to {rate}; retry later", retry_after="{wait}"),
     # another delivery of the same event decides
     "in_flight": Rule(409, Result.IN_FLIGHT, "this event is being processed; retry later",
                       retry_after="{lease}"),

@@ -8,6 +8,7 @@ Each caller is typed by the role it plays, and sees only that role's verbs:
                         bind_nonce
     OperatorStore     + list_page, attempts, release, …         the events CLI and admin API
     QueueWorkerStore  get, take_queued, settle_queued, …        queue mode's delivery workers
+    LimitStore        take_tokens, take_permits, …              delivery.rate / concurrency
     UpkeepStore       purge, purge_nonces, stuck_counts, …      maintenance, probes, gauges
     ProviderStateStore  provider_states, pause_provider, …      holds: pause and the breaker
     AdminStore        OperatorStore + UpkeepStore               the admin API (verbs, readiness)
@@ -17,7 +18,7 @@ Each caller is typed by the role it plays, and sees only that role's verbs:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from sidecar.core.breaker import BreakerPolicy, ProbeEnd, ProviderState
@@ -41,6 +42,7 @@ from sidecar.core.events import (
     Settlement,
     StoredRequest,
 )
+from sidecar.core.limits import Permit, RateLimit, Tokens
 
 
 class RowReader(Protocol):
@@ -71,7 +73,38 @@ class EventStore(RowReader, Protocol):
         ...
 
 
-class DeliveryStore(EventStore, Protocol):
+class LimitStore(Protocol):
+    """A provider's delivery limits, kept in the store so that every process and replica
+    sharing it obeys one bucket and one set of permits (``delivery.rate``, ``delivery.burst``,
+    ``delivery.concurrency``). Each verb is one committed statement, clocked by the database."""
+
+    async def take_tokens(self, provider: str, want: int, limit: RateLimit) -> Tokens:
+        """Refill ``provider``'s bucket for the time since it was last refilled (database
+        clock; a new bucket starts full at ``limit.burst``), then take up to ``want`` whole
+        tokens, atomically across processes: concurrent takers never get more tokens between
+        them than the bucket held. Answers how many were granted and what is left."""
+        ...
+
+    async def return_tokens(self, provider: str, count: int, limit: RateLimit) -> None:
+        """Put back ``count`` tokens taken but not spent (never above ``limit.burst``)."""
+        ...
+
+    async def take_permits(self, provider: str, want: int, concurrency: int,
+                           lease_seconds: float, owner: str) -> list[Permit]:
+        """Take up to ``want`` of ``provider``'s ``concurrency`` slots, each leased for
+        ``lease_seconds`` (database clock) to a token of this call. Only live leases count: a
+        slot whose lease ended (its holder crashed) is free. Atomic across processes: a slot
+        is held by at most one live lease, so never more than ``concurrency`` permits are live.
+        May answer fewer than are free when another taker competes for the same slots."""
+        ...
+
+    async def release_permits(self, permits: Sequence[Permit]) -> int:
+        """Free ``permits`` (all of one provider), each only while still held by its owner
+        (a permit whose lease ended and was taken by another is left alone); how many."""
+        ...
+
+
+class DeliveryStore(EventStore, LimitStore, Protocol):
     """What the delivery pipeline needs: claim an event id (forward mode) or queue it (queue
     mode), and bind the replay guard's nonces."""
 
@@ -138,7 +171,7 @@ class DeliveryStore(EventStore, Protocol):
         ...
 
 
-class QueueWorkerStore(RowReader, Protocol):
+class QueueWorkerStore(RowReader, LimitStore, Protocol):
     """What a queue-mode delivery worker needs: take due entries, settle each take, and be
     woken when another process queues work.
 

@@ -47,6 +47,7 @@ from sidecar.core.events import (
 from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore
 from sidecar.delivery.context import Delivery, Trace
+from sidecar.delivery.limits import RateGate
 from sidecar.delivery.ports import Forwarding
 from sidecar.delivery.steps import Steps
 
@@ -76,8 +77,10 @@ class _Settled:
 
 class ForwardMode:
     def __init__(self, steps: Steps, *, store: DeliveryStore, forwarder: Forwarding,
-                 known: KnownAnswers, owner: str, clock: Callable[[], float]) -> None:
+                 known: KnownAnswers, owner: str, clock: Callable[[], float],
+                 rate: RateGate) -> None:
         self._steps = steps
+        self._rate = rate
         self._store = store
         self._forwarder = forwarder
         self._known = known
@@ -94,7 +97,12 @@ class ForwardMode:
         # What the app gets and a re-drive replays: computed once, and only when needed.
         app_headers = (self._steps.app_headers(inbound) if delivery.provider.store_payload
                        else None)
+        spent = await self._rate.admit(delivery)  # delivery.rate: a token, or 429
+        if isinstance(spent, Answer):
+            return spent
         claimed = await self._claim_all(delivery, app_headers)
+        if spent is not None and (isinstance(claimed, Answer) or not claimed[0]):
+            await self._rate.unspent(delivery, spent)  # not forwarded: no token spent
         if isinstance(claimed, Answer):  # the replay guard refused at the claim
             return claimed
         ours, settled = claimed

@@ -19,6 +19,7 @@ from sidecar.core.tracing import NO_TRACER, Tracer
 from sidecar.delivery.context import Delivery, Inbound, Trace
 from sidecar.delivery.forward import ForwardMode
 from sidecar.delivery.held import attempt_end, held_answer
+from sidecar.delivery.limits import RateGate
 from sidecar.delivery.ports import Forwarding, Holds, Keys, NoHolds, Observer
 from sidecar.delivery.queue import QueueMode
 from sidecar.delivery.steps import Steps
@@ -38,7 +39,8 @@ class Pipeline:
         self._steps = Steps(store=store, keyring=keyring, known=known, observer=observer,
                             clock=clock, trusted_proxies=trusted_proxies, tracer=tracer)
         self._forward = ForwardMode(self._steps, store=store, forwarder=forwarder, known=known,
-                                    owner=owner, clock=clock)
+                                    owner=owner, clock=clock,
+                                    rate=RateGate(store, known, observer))
         self._store = store
         self._known = known
         self._holds: Holds = holds if holds is not None else NoHolds()

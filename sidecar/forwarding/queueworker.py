@@ -23,11 +23,13 @@ from sidecar.core.breaker import Admitted, Held, ProbeEnd, breaker_end
 from sidecar.core.decision import status_class
 from sidecar.core.errors import StoreError
 from sidecar.core.events import AttemptResult, EventState, Outcome, QueuedWork, Settlement
+from sidecar.core.limits import Permit
 from sidecar.core.ports import QueueWorkerStore
 from sidecar.core.queueing import RetryPolicy, ended, settlement, unreachable_pause
 from sidecar.core.tracing import NO_TRACER, SpanKind, Tracer
 from sidecar.forwarding.forwarder import LEASE_MARGIN, Forwarder, Sent, holds, shielded, write_until
 from sidecar.forwarding.holds import Holds
+from sidecar.forwarding.limits import ProviderLimits
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 
@@ -78,6 +80,7 @@ class QueueWorker:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._unreachable = 0  # consecutive tries that could not connect to the app
         self._paused_until = 0.0  # loop time
+        self._limits = ProviderLimits(provider, store, metrics, owner)
 
     @property
     def provider(self) -> str:
@@ -103,6 +106,7 @@ class QueueWorker:
             paused = self._paused_until - loop.time()
             free = concurrency - len(self._in_flight)
             probing = self._unreachable > 0  # the app is down: one probe at a time
+            wakeable = paused <= 0
             if paused > 0:
                 wait = paused  # woken early only to stop
             elif free > 0 and not (probing and self._in_flight):
@@ -116,19 +120,28 @@ class QueueWorker:
                 if isinstance(admitted, Held):  # nothing taken, no attempt spent
                     await self._sleep(min(admitted.retry_after, HELD_RECHECK), wakeable=False)
                     continue
-                limit = 1 if probing or admitted.probe is not None else free
-                leased_from = loop.time()  # the take's lease starts no earlier than this
-                taken = await self._take(limit)
-                if admitted.probe is not None and not taken:  # nothing to probe with
-                    await self._ended(admitted, ProbeEnd.UNUSED, "")
-                if taken is None:
-                    wait = STORE_RETRY_PAUSE
+                # delivery.rate / concurrency: no more than the store lets this worker have.
+                probe = probing or admitted.probe is not None
+                reserved = await self._limits.reserve(1 if probe else free)
+                limit = reserved.count
+                if limit == 0:
+                    if admitted.probe is not None:  # no turn to probe with: give it back
+                        await self._ended(admitted, ProbeEnd.UNUSED, "")
+                    wait, wakeable = reserved.wait, reserved.wakeable
                 else:
-                    for work in taken:
-                        self._start(work, leased_from, admitted)
-                    if len(taken) == limit and not probing:
-                        continue  # more may be due: take again while slots are free
-            await self._sleep(wait, wakeable=paused <= 0)
+                    leased_from = loop.time()  # the take's lease starts no earlier than this
+                    taken = await self._take(limit)
+                    if admitted.probe is not None and not taken:  # nothing to probe with
+                        await self._ended(admitted, ProbeEnd.UNUSED, "")
+                    permits = await self._limits.unused(reserved, len(taken or ()))
+                    if taken is None:
+                        wait = STORE_RETRY_PAUSE
+                    else:
+                        for work, permit in zip(taken, permits, strict=True):
+                            self._start(work, leased_from, admitted, permit)
+                        if len(taken) == limit and not probing:
+                            continue  # more may be due: take again while slots are free
+            await self._sleep(wait, wakeable=wakeable)
 
     async def _take(self, limit: int) -> Sequence[QueuedWork] | None:
         try:
@@ -162,9 +175,11 @@ class QueueWorker:
         if self._holds is not None:
             await self._holds.ended(self._provider, admitted, end, why)
 
-    def _start(self, work: QueuedWork, leased_from: float, admitted: Admitted) -> None:
-        task = asyncio.create_task(self._deliver(work, leased_from, admitted),
-                                   name=f"queue:{work.event_id}")
+    def _start(self, work: QueuedWork, leased_from: float, admitted: Admitted,
+               permit: Permit | None) -> None:
+        task = asyncio.create_task(
+            self._limits.holding(permit, self._deliver(work, leased_from, admitted)),
+            name=f"queue:{work.event_id}")
         self._in_flight.add(task)
 
         def done(finished: asyncio.Task[None]) -> None:

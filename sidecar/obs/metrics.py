@@ -149,6 +149,12 @@ class Metrics:
             "provider and upstream (this replica's processes).", ["provider", "upstream"],
             registry=self.registry,
             multiprocess_mode="livesum")
+        self.delivery_limited = Counter(
+            "webhook_delivery_limited", "Times a provider's delivery limit held deliveries "
+            "back, by limit (rate: delivery.rate, concurrency: delivery.concurrency). Queue "
+            "mode: a worker's take cut short or deferred, its events left waiting; forward "
+            "mode: a delivery answered 429 (also counted as webhook_events_total{result="
+            "\"rate_limited\"}).", ["provider", "limit"], registry=self.registry)
         self.dead_lettered = Counter(
             "webhook_dead_lettered", "Queued events that ran out of attempts or age and are "
             "now dead.", ["provider"], registry=self.registry)

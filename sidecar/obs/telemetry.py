@@ -19,3 +19,6 @@ class DeliveryTelemetry:
     def payload_mismatch(self, provider: str, event_id: str) -> None:
         self._metrics.payload_mismatches.labels(provider).inc()
         log.warning("payload_mismatch", provider=provider, event_id=event_id)
+
+    def limited(self, provider: str, limit: str) -> None:
+        self._metrics.delivery_limited.labels(provider, limit).inc()

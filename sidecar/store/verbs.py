@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import itertools
+import json
 import secrets
 from collections.abc import Callable, Sequence
 
@@ -42,6 +43,7 @@ from sidecar.core.events import (
     Settlement,
     StoredRequest,
 )
+from sidecar.core.limits import Permit, RateLimit, Tokens
 from sidecar.store import migrations, rows
 from sidecar.store.provider_verbs import ProviderStateVerbs
 from sidecar.store.rows import Params, Record, event_row, result_values, stored_request
@@ -199,6 +201,41 @@ class SQLStore(ProviderStateVerbs, abc.ABC):
     async def purge_nonces(self, provider: str, older_than_seconds: float,
                            batch_size: int) -> int:
         return await self._purge("purge_nonces", provider, older_than_seconds, batch_size)
+
+    # -- delivery limits (core.ports.LimitStore) -------------------------------------------
+
+    async def take_tokens(self, provider: str, want: int, limit: RateLimit) -> Tokens:
+        if want <= 0:
+            raise ValueError(f"take_tokens of {provider}: want must be > 0, got {want}")
+        [record] = await self._rows("take_tokens", {
+            "provider": provider, "want": int(want), "burst": int(limit.burst),
+            "per_second": float(limit.per_second)})
+        return Tokens(int(record["taken"]), float(record["tokens"]))
+
+    async def return_tokens(self, provider: str, count: int, limit: RateLimit) -> None:
+        if count > 0:
+            await self._rows("return_tokens", {"provider": provider, "count": int(count),
+                                               "burst": int(limit.burst)})
+
+    async def take_permits(self, provider: str, want: int, concurrency: int,
+                           lease_seconds: float, owner: str) -> list[Permit]:
+        if want <= 0:
+            return []
+        token = _call_owner(owner)
+        records = await self._rows("take_permits", {
+            "provider": provider, "want": int(want), "concurrency": int(concurrency),
+            "lease_seconds": float(lease_seconds), "owner": token})
+        return [Permit(provider, int(r["slot"]), token) for r in records]
+
+    async def release_permits(self, permits: Sequence[Permit]) -> int:
+        freed = 0
+        by_holder: dict[tuple[str, str], list[int]] = {}
+        for permit in permits:
+            by_holder.setdefault((permit.provider, permit.owner), []).append(permit.slot)
+        for (provider, owner), slots in by_holder.items():
+            freed += len(await self._rows("release_permits", {
+                "provider": provider, "owner": owner, "slots": json.dumps(sorted(slots))}))
+        return freed
 
     # -- queue mode ------------------------------------------------------------------------
 

@@ -21,12 +21,13 @@ from sidecar.core.events import (
     Replayed,
     StoredRequest,
 )
+from sidecar.store.memory.limits import LimitVerbs
 from sidecar.store.memory.providers import ProviderStateVerbs
 from sidecar.store.memory.queue import QueueVerbs
 from sidecar.store.memory.tables import Event
 
 
-class MemoryStore(ProviderStateVerbs, QueueVerbs):
+class MemoryStore(ProviderStateVerbs, QueueVerbs, LimitVerbs):
     """``sidecar.core.ports.Store`` kept in this process's memory: pass it wherever a store is
     taken (the app's ``store=`` argument), or drive it directly.
 

@@ -117,6 +117,8 @@ class Tables:
         self._queue: dict[Key, Entry] = {}
         self._attempts: dict[Key, list[Attempt]] = {}  # each event's timeline, oldest first
         self._seq = itertools.count(1)
+        self._buckets: dict[str, tuple[float, float]] = {}  # provider -> (tokens, refilled at)
+        self._permits: dict[tuple[str, int], tuple[str, float]] = {}  # -> (owner, lease until)
         self._wakers: list[Callable[[str], None]] = []
         self._closed = False
         self._provider_state_rows: dict[str, ProviderState] = {}

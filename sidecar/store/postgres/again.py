@@ -82,6 +82,15 @@ AGAIN: Final[Mapping[str, tuple[str, ...]]] = {
     # complete, the try's record in the timeline comes only from the fenced update's rows: a
     # repeat that writes nothing records nothing.
     "settle_queued": ("settle_queued", "settle_queued_landed"),
+    # Delivery limits. A release deletes the rows its take's owner still holds: a repeat
+    # deletes nothing more and answers what is left to free (nothing, if the first run
+    # committed); the caller only counts.
+    "release_permits": ("release_permits",),
+    # take_tokens, return_tokens and take_permits are not repeated: a repeat after a first run
+    # that committed would take (or put back) tokens a second time, or take more slots under a
+    # new answer while the first run's stay leased to nobody. Failing is harmless: a lost take
+    # of tokens only leaves the bucket emptier for a moment, and slots taken by a lost first
+    # run are free again when their lease ends. The worker waits and asks again.
     # requeue_dead is not repeated: a repeat after a first run that committed finds those
     # events no longer dead and answers none of them. The operator sees the error, looks, and
     # runs it again.
