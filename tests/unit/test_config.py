@@ -48,7 +48,8 @@ def error_path(data: object, env: dict[str, str] | None = None) -> str:
 
 @pytest.mark.parametrize(("listen", "host", "shown"), [
     ("[::1]:8080", "::1", "[::1]:8080"), ("[::]:0", "::", "[::]:0"),
-    ("127.0.0.1:8080", "127.0.0.1", "127.0.0.1:8080"), ("localhost:80", "localhost", "localhost:80"),
+    ("127.0.0.1:8080", "127.0.0.1", "127.0.0.1:8080"),
+    ("localhost:80", "localhost", "localhost:80"),
 ])
 def test_an_address_is_shown_as_it_is_written(listen: str, host: str, shown: str) -> None:
     config = parse_config({**minimal(), "listen": listen}, env={})
