@@ -78,10 +78,11 @@ class Secrets(enum.Enum):
 # The keys each ``Secrets`` leaves unread, with the value they take instead.
 _UNREAD: Final[Mapping[Secrets, Mapping[str, object]]] = {
     Secrets.ALL: {},
-    Secrets.SIGNING: {"admin_token": None, "providers.<key>.secrets": ()},
+    Secrets.SIGNING: {"admin_token": None, "providers.<key>.secrets": (),
+                      "notify.targets[].secret": None},
     Secrets.NONE: {"admin_token": None, "upstream.signing_secrets": (),
                    "providers.<key>.upstream.signing_secrets": None,
-                   "providers.<key>.secrets": ()},
+                   "providers.<key>.secrets": (), "notify.targets[].secret": None},
 }
 
 

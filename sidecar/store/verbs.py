@@ -42,6 +42,7 @@ from sidecar.core.events import (
     Settlement,
     StoredRequest,
 )
+from sidecar.core.notices import NoticeKind
 from sidecar.store import migrations, rows
 from sidecar.store.rows import Params, Record, event_row, result_values, stored_request
 
@@ -257,6 +258,12 @@ class SQLStore(abc.ABC):
 
     async def ping(self) -> None:
         await self._rows("ping", {})
+
+    async def claim_notice(self, target: str, kind: NoticeKind, provider: str,
+                           interval_seconds: float) -> bool:
+        return bool(await self._rows("claim_notice", {
+            "target": target, "kind": NoticeKind(kind).value, "provider": provider,
+            "interval_s": float(interval_seconds)}))
 
     async def applied_migrations(self) -> set[str]:
         """Names of the migrations recorded in the database (empty for a fresh database)."""
