@@ -113,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     _configure_send(send)
     send.set_defaults(func=_send)
 
+    notify = sub.add_parser("notify", help="notification targets (notify:): send a test")
+    from sidecar.cli.notify import configure_parser as configure_notify
+
+    configure_notify(notify, with_config)
+    notify.set_defaults(func=_notify)
+
     completion = sub.add_parser("completion", help="print a shell completion script")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     completion.set_defaults(func=_completion)
@@ -244,6 +250,14 @@ def _send(args: argparse.Namespace) -> int:
     from sidecar.cli.send import run
 
     return run(args)
+
+
+def _notify(args: argparse.Namespace) -> int:
+    from sidecar.cli.notify import run
+
+    config = _load(args)
+    configure_logging("warning", config.log_format)
+    return run(config, args)
 
 
 def _completion(args: argparse.Namespace) -> int:

@@ -7,12 +7,14 @@ import asyncio
 from aiohttp import web
 
 from sidecar.config.model import Config
+from sidecar.core.notices import Notices
 from sidecar.core.ports import AdminStore
 from sidecar.core.tracing import Tracer
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
 from sidecar.forwarding.forwarder import Forwarder
 from sidecar.obs.metrics import Metrics
+from sidecar.ops.notify import SignatureWatch
 
 CONFIG = web.AppKey("config", Config)
 STORE = web.AppKey("store", AdminStore)  # the admin API's; the pipeline gets its own
@@ -26,3 +28,7 @@ GROUP = web.AppKey("group", GroupHealth)
 PENDING: web.AppKey[set[asyncio.Task[bool]]] = web.AppKey("pending")
 # Spans of deliveries (``core.tracing``; the no-op tracer when tracing is off).
 TRACER: web.AppKey[Tracer] = web.AppKey("tracer")
+# Notifications (notify:): the port conditions are handed to, and the signature failures
+# counter the HTTP shell feeds.
+NOTICES: web.AppKey[Notices] = web.AppKey("notices")
+SIGNATURE_WATCH = web.AppKey("signature_watch", SignatureWatch)
