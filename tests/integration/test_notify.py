@@ -13,10 +13,11 @@ import pytest
 
 from sidecar.config.loader import parse_config
 from sidecar.config.model import Config
-from sidecar.core.notices import Notice, NoticeKind
+from sidecar.core.notices import NoNotices, Notice, NoticeKind
 from sidecar.core.ports import NoticeStore, Store
 from sidecar.obs.metrics import Metrics
 from sidecar.ops.notify import Notifier
+from sidecar.runtime.wiring import open_notices
 from sidecar.store.postgres import PostgresStore
 from tests.notify_receiver import SECRET, Receiver
 from tests.support import STRIPE_SECRET, until
@@ -218,3 +219,17 @@ async def test_the_test_message_goes_to_every_target(receiver: Receiver) -> None
     assert receiver.received[0].json["type"] == "notify.test"
     assert receiver.received[0].verified
     assert "hooks/notify" not in results[0].target  # the host only, never the URL's path
+
+
+async def test_a_command_hands_notices_over_and_they_are_sent_when_it_ends(
+        sqlite_store: Store, receiver: Receiver) -> None:
+    config = config_for(standard(receiver))
+    async with open_notices(config, sqlite_store) as notices:
+        notices.notice(Notice(NoticeKind.PAUSED, "stripe", {"by": "cli"}))
+    # The block's end drained it: the message is in before anything is awaited here.
+    assert [r.json["type"] for r in receiver.answered()] == ["provider.paused"]
+
+
+async def test_without_targets_a_command_gets_no_notices(sqlite_store: Store) -> None:
+    async with open_notices(config_for(), sqlite_store) as notices:
+        assert isinstance(notices, NoNotices)
