@@ -202,6 +202,11 @@ def _check_config(args: argparse.Namespace) -> int:
               f"retention={format_duration(p.retention)}")
     for url, keys in _providers_by_upstream(config).items():
         print(f"upstream {url}: {', '.join(keys)}")
+    if config.notify.targets:
+        from sidecar.ops.notify import target_name
+
+        print(f"notify: {', '.join(target_name(t) for t in config.notify.targets)}; at most "
+              f"one message per condition every {format_duration(config.notify.interval)}")
     for warning in config.warnings:
         print(f"warning: {warning}")
     return 0

@@ -199,3 +199,15 @@ async def test_check_config_names_bad_targets_with_their_lines(tmp_path: Path) -
         "secret that signs each message); or set format: slack",
         f"2 problems in {path}",
     ]
+
+
+async def test_check_config_names_targets_by_host_never_by_url(tmp_path: Path) -> None:
+    config = base_config("http://127.0.0.1:9", f"sqlite:///{tmp_path / 'events.db'}")
+    config["notify"] = {"interval": "10m", "targets": [
+        {"url": "https://hooks.slack.com/services/T0/B0/s3cr3t-token", "format": "slack"}]}
+    code, out, err = await run_cli("check-config", "--config",
+                                   str(write_config(tmp_path, config)))
+    assert code == 0, err
+    assert ("notify: hooks.slack.com (slack); at most one message per condition every 10m"
+            in out.splitlines())
+    assert "s3cr3t" not in out + err
