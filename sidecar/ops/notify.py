@@ -120,8 +120,7 @@ class Notifier:
         while True:
             notice, at = await self._queue.get()
             await self._slots.acquire()
-            task = asyncio.create_task(self._send(Message.of(notice, at)),
-                                       name="notification")
+            task = asyncio.create_task(self._send(notice, at), name="notification")
             self._sending.add(task)
             task.add_done_callback(self._sent)
 
@@ -132,7 +131,8 @@ class Notifier:
         if not task.cancelled() and task.exception() is not None:
             log.error("notification_crashed", exc_info=task.exception())
 
-    async def _send(self, message: Message) -> None:
+    async def _send(self, notice: Notice, at: float) -> None:
+        message = Message.of(notice, at)  # here: a bad notice fails alone, not the runner
         kind = NoticeKind(message.type)
         await asyncio.gather(*(self._claimed_send(target, kind, message)
                                for target in self._targets if target.wants(kind)))

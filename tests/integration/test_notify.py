@@ -233,3 +233,15 @@ async def test_a_command_hands_notices_over_and_they_are_sent_when_it_ends(
 async def test_without_targets_a_command_gets_no_notices(sqlite_store: Store) -> None:
     async with open_notices(config_for(), sqlite_store) as notices:
         assert isinstance(notices, NoNotices)
+
+
+async def test_a_bad_notice_fails_alone(memory_store: Store, receiver: Receiver) -> None:
+    metrics = Metrics()
+    notifier = await started(config_for(standard(receiver)), memory_store, metrics)
+    try:
+        notifier.notice(Notice("no.such.kind", "stripe"))  # type: ignore[arg-type]
+        notifier.notice(NOTICE)
+        await receiver.wait_for(1)
+    finally:
+        await notifier.close(5.0)
+    assert [r.json["type"] for r in receiver.received] == ["breaker.opened"]
