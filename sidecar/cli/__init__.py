@@ -120,6 +120,12 @@ def _parser() -> argparse.ArgumentParser:
     _configure_send(send)
     send.set_defaults(func=_send)
 
+    notify = sub.add_parser("notify", help="notification targets (notify:): send a test")
+    from sidecar.cli.notify import configure_parser as configure_notify
+
+    configure_notify(notify, with_config)
+    notify.set_defaults(func=_notify)
+
     completion = sub.add_parser("completion", help="print a shell completion script")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     completion.set_defaults(func=_completion)
@@ -203,6 +209,11 @@ def _check_config(args: argparse.Namespace) -> int:
               f"retention={format_duration(p.retention)}")
     for url, keys in _providers_by_upstream(config).items():
         print(f"upstream {url}: {', '.join(keys)}")
+    if config.notify.targets:
+        from sidecar.ops.notify import target_name
+
+        print(f"notify: {', '.join(target_name(t) for t in config.notify.targets)}; at most "
+              f"one message per condition every {format_duration(config.notify.interval)}")
     for warning in config.warnings:
         print(f"warning: {warning}")
     return 0
@@ -259,6 +270,14 @@ def _send(args: argparse.Namespace) -> int:
     from sidecar.cli.send import run
 
     return run(args)
+
+
+def _notify(args: argparse.Namespace) -> int:
+    from sidecar.cli.notify import run
+
+    config = _load(args)
+    configure_logging("warning", config.log_format)
+    return run(config, args)
 
 
 def _completion(args: argparse.Namespace) -> int:

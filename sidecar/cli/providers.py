@@ -16,9 +16,8 @@ from typing import Any
 
 from sidecar.config.model import Config
 from sidecar.core.errors import OperationError
-from sidecar.core.notices import NoNotices
 from sidecar.ops import providers as operations
-from sidecar.runtime.wiring import open_store
+from sidecar.runtime.wiring import open_notices, open_store
 
 EXIT_USAGE = 2  # as argparse's own usage errors: an unknown provider
 
@@ -67,8 +66,9 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
             else:
                 print("\n".join(status_text(row, time.time()) for row in shown))
         elif command == "pause":
-            row = await operations.pause(config, store, NoNotices(), args.name, by=_who(),
-                                         reason=args.reason, force=args.force)
+            async with open_notices(config, store) as notices:
+                row = await operations.pause(config, store, notices, args.name, by=_who(),
+                                             reason=args.reason, force=args.force)
             if not row["changed"]:
                 print(f"{args.name} was already paused (since {row['paused_at_iso']} by "
                       f"{row['paused_by']}); nothing changed")
@@ -77,7 +77,8 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
                       + ("(events are still accepted and wait)" if row["mode"] == "queue"
                          else "(deliveries are answered 503 + Retry-After)"))
         else:
-            row = await operations.resume(config, store, NoNotices(), args.name, by=_who())
+            async with open_notices(config, store) as notices:
+                row = await operations.resume(config, store, notices, args.name, by=_who())
             print(f"resumed {args.name}" if row["changed"]
                   else f"{args.name} was not paused; nothing changed")
     finally:

@@ -61,6 +61,8 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "queue.max_retry_delay must not be shorter than queue.first_retry; queue.order_key must be "
     "a JSON path such as $.data.object.id (no wildcards)",
     "store.partitioning.interval: on a PostgreSQL store only, whole seconds, 1m at least",
+    "notify.targets[]: a format: slack target takes no secret; a standard target's secret "
+    "must be a whsec_ secret (base64 of at least 24 bytes)",
 )
 
 
@@ -78,10 +80,11 @@ class Secrets(enum.Enum):
 # The keys each ``Secrets`` leaves unread, with the value they take instead.
 _UNREAD: Final[Mapping[Secrets, Mapping[str, object]]] = {
     Secrets.ALL: {},
-    Secrets.SIGNING: {"admin_token": None, "providers.<key>.secrets": ()},
+    Secrets.SIGNING: {"admin_token": None, "providers.<key>.secrets": (),
+                      "notify.targets[].secret": None},
     Secrets.NONE: {"admin_token": None, "upstream.signing_secrets": (),
                    "providers.<key>.upstream.signing_secrets": None,
-                   "providers.<key>.secrets": ()},
+                   "providers.<key>.secrets": (), "notify.targets[].secret": None},
 }
 
 

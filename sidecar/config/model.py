@@ -37,12 +37,14 @@ from sidecar.config.kinds import (
 )
 from sidecar.config.network_kinds import Address as Address  # re-exported: a HostPort's value
 from sidecar.config.network_kinds import HostPort, Networks, StoreURL, TracingURL, UpstreamURL
+from sidecar.config.notify_kinds import NoticeKinds, NotifyURL
 from sidecar.config.presets import preset_names
 from sidecar.core.bodyreplay import unsigned_id_headers
 from sidecar.core.eventid import EventIdSpec
 from sidecar.core.forwarded import Network
 from sidecar.core.handshake import HandshakeSpec
 from sidecar.core.jsonpath import JsonPath
+from sidecar.core.notices import NoticeKind
 from sidecar.core.rates import Rate
 from sidecar.core.signing import SignatureSpec
 
@@ -488,6 +490,67 @@ class TracingConfig:
                                   "headers on unless told otherwise.", yaml_default=False)
 
 
+class NotifyFormat(StrEnum):
+    """The body a notification target receives."""
+
+    STANDARD = "standard"  # Standard Webhooks: signed JSON
+    SLACK = "slack"  # a Slack incoming webhook's {"text": …}, unsigned
+
+
+@block("One notification target: a URL that receives a message when a condition starts.",
+       extra={"if": {"required": ["format"], "properties": {"format": {"const": "slack"}}},
+              "else": {"required": ["secret"]}})
+class NotifyTarget:
+    url: str = setting(NotifyURL(), "Where messages are POSTed, http:// or https://.",
+                       required=True, repr=False)  # a Slack URL carries its token
+    format: NotifyFormat = setting(Choice(NotifyFormat), "standard: a Standard Webhooks "
+                                   "message (JSON, signed with secret). slack: a Slack "
+                                   "incoming webhook's {\"text\": …}, unsigned.",
+                                   yaml_default="standard")
+    secret: SecretRef | None = setting(Custom("secret", ref("secret")), "The whsec_ secret "
+                                       "that signs each message (a string, {env: NAME} or "
+                                       "{file: PATH}); required for the standard format.",
+                                       nullable=True)
+    events: frozenset[NoticeKind] | None = setting(
+        NoticeKinds(), "The notice kinds sent to this target (provider.paused, "
+        "provider.resumed, breaker.opened, breaker.closed, dead_letters.threshold, "
+        "signatures.failing). Empty: all of them.", nullable=True)
+    headers: tuple[tuple[str, str], ...] = setting(
+        StringMap(), "Headers sent with each message, e.g. an Authorization header.",
+        yaml_default={}, repr=False)  # may carry a token
+
+    def wants(self, kind: NoticeKind) -> bool:
+        return self.events is None or kind in self.events
+
+
+@block("When a provider's signature failures are a condition: count failures within window, "
+       "counted in each process. Off while count is empty.", nullable=True)
+class SignatureFailuresConfig:
+    count: int | None = setting(Integer(1), "Deliveries answered 401 for a bad signature "
+                                "within the window that start the condition. Empty: off.",
+                                yaml_default=10, nullable=True)
+    window: float = setting(Duration(positive=True), "How far back failures count.",
+                            yaml_default="5m")
+
+
+@block("Notifications for people without Prometheus: targets that receive a message when a "
+       "provider is paused or resumed, its breaker opens or closes, its dead letters reach a "
+       "threshold or its signatures start failing (see docs/operations.md, Notifications).",
+       nullable=True)
+class NotifyConfig:
+    targets: tuple[NotifyTarget, ...] = setting(
+        Custom("list", {"type": "array", "items": ref("notify_target")}),
+        "The targets (see notify.targets[]). Empty: no notifications.", yaml_default=[])
+    interval: float = setting(Duration(positive=True), "At most one message per condition, "
+                              "provider and target per interval, across every replica "
+                              "sharing the store.", yaml_default="15m")
+    dead_letters: int | None = setting(Integer(1), "A queue-mode provider whose dead events "
+                                       "reach this count is a condition (read by the "
+                                       "maintenance loop). Empty: off.", yaml_default=1,
+                                       nullable=True)
+    signature_failures: SignatureFailuresConfig = nested(SignatureFailuresConfig)
+
+
 PROVIDER_KEY_PATTERN: Final = "^[a-z0-9][a-z0-9_-]{0,62}$"
 
 
@@ -568,6 +631,7 @@ class Config:
                                 yaml_default="16MiB")
     maintenance: MaintenanceConfig = nested(MaintenanceConfig)
     tracing: TracingConfig = nested(TracingConfig)
+    notify: NotifyConfig = nested(NotifyConfig)
     admin_token: str | None = setting(String("string", text({"type": "string", "minLength": 16}),
                                              "must be a string of at least 16 characters",
                                              lambda token: len(token) >= 16),

@@ -134,3 +134,10 @@ def _secret_from_file(file: object, path: str, load: Load) -> tuple[str, str]:
         raise ConfigError(path, "must be a path")
     file_path = Path(file) if Path(file).is_absolute() else load.base / file
     return f"file:{file_path}", read_secret_file(file_path, path)
+
+
+def one_signing_secret(raw: object, path: str, load: Load) -> SecretRef:
+    """One whsec_ secret (a string, {env: NAME} or {file: PATH}) that signs what the proxy
+    sends: a notification target's."""
+    source, value = _secret_value(raw, path, load)
+    return SecretRef(source=source, key=decode_forward_secret(value, path))

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from sidecar.config.hints import fix
 from sidecar.config.model import DeliveryConfig, Mode, ResultCommit, UpstreamConfig
+from sidecar.config.notify_steps import TARGET_RULE, read_targets, target_secret
 from sidecar.config.providers import read_providers
 from sidecar.config.reading import Load, Step, Values, sibling
 from sidecar.config.secret_sources import provider_secrets, signing_secrets
@@ -210,6 +211,8 @@ STEPS: Final[dict[str, Step]] = {
     "store.pool_max_size": _pool_max_size,
     "store.result_commit": _result_commit,
     "store.partitioning.interval": _partition_interval,
+    "notify.targets": read_targets,
+    f"{TARGET_RULE}.secret": target_secret,
     "providers": read_providers,
     "providers.<key>.signature": _signature,
     "providers.<key>.event_id": _event_id,
@@ -231,4 +234,5 @@ STEPS: Final[dict[str, Step]] = {
 # ``read_providers``), and the secrets, item by item (so an empty one can name its variable).
 OWN_INTERPOLATION: Final = frozenset({"providers", "upstream.signing_secrets",
                                       "providers.<key>.secrets",
-                                      "providers.<key>.upstream.signing_secrets"})
+                                      "providers.<key>.upstream.signing_secrets",
+                                      "notify.targets", f"{TARGET_RULE}.secret"})

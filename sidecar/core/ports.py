@@ -12,6 +12,7 @@ Each caller is typed by the role it plays, and sees only that role's verbs:
     UpkeepStore       purge, purge_nonces, stuck_counts, …      maintenance, probes, gauges
     ProviderStateStore  provider_states, pause_provider, …      holds: pause and the breaker
     AdminStore        OperatorStore + UpkeepStore               the admin API (verbs, readiness)
+    NoticeStore       claim_notice                              notifications, once per interval
     Store             all of them, and close                    the adapters, the composition
                                                                 root and the contract suites
 """
@@ -43,6 +44,7 @@ from sidecar.core.events import (
     StoredRequest,
 )
 from sidecar.core.limits import Permit, RateLimit, Tokens
+from sidecar.core.notices import NoticeKind
 
 
 class RowReader(Protocol):
@@ -359,7 +361,22 @@ class AdminStore(OperatorStore, UpkeepStore, Protocol):
     """What the admin API needs: the operator's verbs, and a ping for readiness."""
 
 
-class Store(DeliveryStore, QueueWorkerStore, AdminStore, ProviderStateStore, Protocol):
+class NoticeStore(Protocol):
+    """What the notifier needs: one message per condition and interval across every process
+    sharing the store. Never on the delivery path."""
+
+    async def claim_notice(self, target: str, kind: NoticeKind, provider: str,
+                           interval_seconds: float) -> bool:
+        """Claim the right to send one message of ``kind`` about ``provider`` to ``target``
+        (an opaque id of the target): True if none was claimed within the last
+        ``interval_seconds`` (database clock), and the claim is recorded as now. One guarded
+        statement: of concurrent claims of one key from any number of processes, at most one
+        is True."""
+        ...
+
+
+class Store(DeliveryStore, QueueWorkerStore, AdminStore, ProviderStateStore, NoticeStore,
+            Protocol):
     """Storage of event rows. Every method raises ``StoreError`` (never a driver error) when the
     database is unreachable or too slow.
 

@@ -15,6 +15,7 @@ from sidecar.delivery import Pipeline
 from sidecar.forwarding.forwarder import Forwarder
 from sidecar.forwarding.holds import Holds
 from sidecar.obs.metrics import Metrics
+from sidecar.ops.notify import SignatureWatch
 
 CONFIG = web.AppKey("config", Config)
 STORE = web.AppKey("store", AdminStore)  # the admin API's; the pipeline gets its own
@@ -33,3 +34,4 @@ TRACER: web.AppKey[Tracer] = web.AppKey("tracer")
 PROVIDER_STATES: web.AppKey[ProviderStateStore] = web.AppKey("provider_states")
 HOLDS = web.AppKey("holds", Holds)
 NOTICES: web.AppKey[Notices] = web.AppKey("notices")
+SIGNATURE_WATCH = web.AppKey("signature_watch", SignatureWatch)

@@ -23,7 +23,7 @@ from sidecar.core.body import read_bounded
 from sidecar.core.forwarded import is_trusted, peer_address
 from sidecar.core.tracing import Span
 from sidecar.delivery import Inbound
-from sidecar.http.appkeys import CONFIG, METRICS, PIPELINE, TRACER
+from sidecar.http.appkeys import CONFIG, METRICS, PIPELINE, SIGNATURE_WATCH, TRACER
 from sidecar.http.listener import BoundedConnection, PreparedResponse, ProviderResponse, prepared
 from sidecar.obs.logs import get_logger
 
@@ -227,6 +227,8 @@ def _observe(request: web.Request, provider: ProviderConfig, answer: Answer | No
     status (and, as nothing is written, not timed)."""
     result = answer.result if answer is not None else Result.ERROR
     request.app[METRICS].events.labels(provider.key, result.value).inc()
+    if result is Result.INVALID_SIGNATURE and SIGNATURE_WATCH in request.app:
+        request.app[SIGNATURE_WATCH].failed(provider.key)  # notify.signature_failures
     fields = dict(answer.log) if answer is not None else {"cancelled": True}
     if answer is None:
         emit = log.warning  # cut off by a shutdown past its timeout: not a bug

@@ -158,6 +158,14 @@ class Metrics:
         self.dead_lettered = Counter(
             "webhook_dead_lettered", "Queued events that ran out of attempts or age and are "
             "now dead.", ["provider"], registry=self.registry)
+        # notify: targets (sidecar.ops.notify)
+        self.notifications = Counter(
+            "webhook_notifications", "Notification messages by kind (provider.paused, "
+            "breaker.opened, dead_letters.threshold, signatures.failing, …) and result: sent, "
+            "failed (every try failed, or the target refused it), suppressed (a message of the "
+            "same condition went to the target within notify.interval, from any replica), "
+            "dropped (the process's queue of notices was full).", ["kind", "result"],
+            registry=self.registry)
 
         # held providers (pause, circuit breaker): the store's state as this process last read it
         self.provider_paused = Gauge(

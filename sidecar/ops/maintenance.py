@@ -17,6 +17,8 @@ from sidecar.config.keyring import SIGNING, Keyring
 from sidecar.config.model import Config, Mode
 from sidecar.core.errors import StoreError
 from sidecar.core.events import QueueStats
+from sidecar.core.notices import NoNotices, Notices
+from sidecar.core.notifying import DeadLetters
 from sidecar.core.ports import PartitionUpkeep, UpkeepStore
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
@@ -36,8 +38,13 @@ SCRAPE_REFRESH_WAIT = 2.0
 
 class Maintenance:
     def __init__(self, config: Config, store: UpkeepStore, metrics: Metrics,
-                 keyring: Keyring, *, partitions: PartitionUpkeep | None = None) -> None:
+                 keyring: Keyring, *, partitions: PartitionUpkeep | None = None,
+                 notices: Notices | None = None) -> None:
         self._config = config
+        self._notices = notices or NoNotices()
+        threshold = config.notify.dead_letters
+        self._dead_letters = (DeadLetters(threshold)
+                              if threshold is not None and config.notify.targets else None)
         self._partitions = partitions
         self._store = store
         self._metrics = metrics
@@ -131,6 +138,10 @@ class Maintenance:
             self._metrics.queue_depth.labels(key).set(found.pending)
             self._metrics.queue_oldest.labels(key).set(found.oldest_pending_seconds)
             self._metrics.queue_dead.labels(key).set(found.dead)
+        if self._dead_letters is not None:  # notify.dead_letters: a threshold reached
+            dead = {key: stats[key].dead for key in self._queued if key in stats}
+            for notice in self._dead_letters.observe(dead):
+                self._notices.notice(notice)
 
     async def refresh_queue_on_scrape(self) -> None:
         """Before /metrics renders: the queue gauges as the store has them now (or at most

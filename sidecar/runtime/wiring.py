@@ -1,7 +1,8 @@
 """The composition root: the only module that names concrete adapters (the stores, the client
 to the app). Whoever needs the parts wired — the server, the ``events`` and ``migrate``
 commands, the test kit — asks here: ``open_store``, ``migrate_store``, ``build_forwarder``,
-``build_pipeline``, ``operator_forwarder``, ``build_apps``."""
+``build_pipeline``, ``operator_forwarder``, ``build_notifier``, ``open_notices``,
+``build_apps``."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from sidecar.config.model import Config, ResultCommit, StoreConfig
 from sidecar.core.errors import ConfigError, StoreError
 from sidecar.core.known import KnownAnswers
 from sidecar.core.notices import NoNotices, Notices
-from sidecar.core.ports import DeliveryStore, EventStore, Store
+from sidecar.core.ports import DeliveryStore, EventStore, NoticeStore, Store
 from sidecar.core.tracing import NO_TRACER, Tracer
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
@@ -42,6 +43,7 @@ from sidecar.http.appkeys import (
     PENDING,
     PIPELINE,
     PROVIDER_STATES,
+    SIGNATURE_WATCH,
     STORE,
     TRACER,
 )
@@ -54,6 +56,7 @@ from sidecar.obs.storelog import StoreLog
 from sidecar.obs.telemetry import DeliveryTelemetry
 from sidecar.obs.tracing import build_tracer
 from sidecar.ops.maintenance import Maintenance
+from sidecar.ops.notify import Notifier, SignatureWatch
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.postgres.connections import startup_parameters
 from sidecar.store.postgres.partition_upkeep import PartitionKeeper
@@ -77,6 +80,8 @@ SHUTDOWN_OVERRUN: Final = 2.0
 # Spans still queued at exit are exported for at most this long (and within CLOSE_GRACE): a
 # collector that hangs delays the exit by no more.
 TRACE_FLUSH_BOUND: Final = 1.0
+# Notifications still queued or being sent at exit get at most this long (within CLOSE_GRACE).
+NOTIFY_DRAIN_BOUND: Final = 1.0
 
 
 @dataclass(slots=True)
@@ -213,6 +218,38 @@ async def _first_read(holds: Holds) -> None:
         log.warning("provider_states_unread", error=str(exc))
 
 
+def build_notifier(config: Config, store: NoticeStore | None,
+                   metrics: Metrics | None = None) -> Notifier | None:
+    """The sender of ``config.notify``'s targets (None: no targets), claiming each message in
+    ``store`` (once per condition and interval across replicas); ``start`` it on the loop."""
+    if not config.notify.targets:
+        return None
+    return Notifier(config.notify, store, metrics or Metrics())
+
+
+@contextlib.asynccontextmanager
+async def open_notices(config: Config, store: NoticeStore,
+                       metrics: Metrics | None = None) -> AsyncIterator[Notices]:
+    """The ``Notices`` a command outside the server hands its notices to (``NoNotices``
+    without targets): started here, and what it was given is sent (within
+    ``NOTIFY_DRAIN_BOUND`` + the tries' own bounds, ``drain`` seconds at most) when the block
+    ends."""
+    notifier = build_notifier(config, store, metrics)
+    if notifier is None:
+        yield NoNotices()
+        return
+    notifier.start()
+    try:
+        yield notifier
+    finally:
+        await notifier.close(COMMAND_NOTIFY_DRAIN)
+
+
+# A command (pause, resume) waits this long at most for its notices to be sent: the tries of a
+# target that answers 5xx take ~8 s in all.
+COMMAND_NOTIFY_DRAIN: Final = 15.0
+
+
 def require_secrets(config: Config) -> None:
     """Refuse to serve a config loaded without its secrets (``Secrets.NONE`` or ``SIGNING``,
     as the ``events`` commands load it): its deliveries would be checked against no key, its
@@ -257,8 +294,6 @@ def build_apps(
     proxy[OWNER] = owner
     proxy[PENDING] = pending
     proxy[TRACER] = tracer
-    notices: Notices = NoNotices()  # no notify targets wired yet
-    proxy[NOTICES] = notices
     if store is not None:
         proxy[STORE] = store
     if group is not None:
@@ -269,6 +304,12 @@ def build_apps(
         opened = store or await open_store(config.store, metrics)
         app[STORE] = opened
         app[PROVIDER_STATES] = opened
+        notifier = build_notifier(config, opened, metrics)
+        notices: Notices = notifier or NoNotices()
+        app[NOTICES] = notices
+        app[SIGNATURE_WATCH] = SignatureWatch(config.notify, notices)
+        if notifier is not None:
+            notifier.start()
         await upstream.start()
         forwarder = build_forwarder(opened, upstream, metrics, pending, keyring,
                                     clock=clock or time.time, tracer=tracer)
@@ -285,7 +326,7 @@ def build_apps(
         for warning in config.warnings:
             log.warning("config_warning", message=warning)
         upkeep = Maintenance(config, opened, metrics, keyring,
-                             partitions=partition_keeper(config.store))
+                             partitions=partition_keeper(config.store), notices=notices)
         background = ([asyncio.create_task(upkeep.run_store_upkeep(), name="store-upkeep")]
                       if store_upkeep else [])
         if store_upkeep:  # the process that serves /metrics: its queue gauges are current
@@ -315,6 +356,9 @@ def build_apps(
             try:
                 async with asyncio.timeout(shutdown.left(CLOSE_GRACE)):
                     await asyncio.gather(*background, return_exceptions=True)
+                    if notifier is not None:  # before the store its claims need is closed
+                        await notifier.close(min(NOTIFY_DRAIN_BOUND,
+                                                 shutdown.left(CLOSE_GRACE)))
                     await upstream.close()
                     if store is None:  # opened here, so closed here
                         await opened.close()

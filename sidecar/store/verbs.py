@@ -44,6 +44,7 @@ from sidecar.core.events import (
     StoredRequest,
 )
 from sidecar.core.limits import Permit, RateLimit, Tokens
+from sidecar.core.notices import NoticeKind
 from sidecar.store import migrations, rows
 from sidecar.store.provider_verbs import ProviderStateVerbs
 from sidecar.store.rows import Params, Record, event_row, result_values, stored_request
@@ -295,6 +296,12 @@ class SQLStore(ProviderStateVerbs, abc.ABC):
 
     async def ping(self) -> None:
         await self._rows("ping", {})
+
+    async def claim_notice(self, target: str, kind: NoticeKind, provider: str,
+                           interval_seconds: float) -> bool:
+        return bool(await self._rows("claim_notice", {
+            "target": target, "kind": NoticeKind(kind).value, "provider": provider,
+            "interval_s": float(interval_seconds)}))
 
     async def applied_migrations(self) -> set[str]:
         """Names of the migrations recorded in the database (empty for a fresh database)."""

@@ -510,3 +510,34 @@ INVALID += [
         "path": "/s", "preset": "stripe", "secrets": ["x"], "event_id": {"json": "$.a[\u0663]"}}})),
     Case("superscript-port", base(listen="0.0.0.0:\u00b2")),
 ]
+
+# notify: targets.
+VALID += [
+    Case("notify-targets", base(notify={
+        "interval": "10m", "dead_letters": None, "signature_failures": {"count": None},
+        "targets": [
+            {"url": "https://ops.example.com/hook", "secret": SW_SECRET,
+             "events": ["breaker.opened", "dead_letters.threshold"],
+             "headers": {"Authorization": "Bearer x"}},
+            {"url": "http://chat.internal/hooks/T/B/x", "format": "slack"},
+            {"url": "https://ops.example.com/other", "format": "standard",
+             "secret": {"env": "NOTIFY_SECRET"}}]}), env={**ENV, "NOTIFY_SECRET": SW_SECRET}),
+]
+INVALID += [
+    Case("notify-url-not-http", base(notify={"targets": [
+        {"url": "ftp://ops.example.com/hook", "secret": SW_SECRET}]})),
+    Case("notify-standard-without-secret", base(notify={"targets": [
+        {"url": "https://ops.example.com/hook"}]})),
+    Case("notify-unknown-kind", base(notify={"targets": [
+        {"url": "https://ops.example.com/hook", "secret": SW_SECRET,
+         "events": ["breaker.open"]}]})),
+    Case("notify-unknown-key", base(notify={"targets": [
+        {"uri": "https://ops.example.com/hook", "format": "slack"}]})),
+]
+LOADER_ONLY += [
+    Case("notify-slack-with-secret", base(notify={"targets": [
+        {"url": "https://chat.example.com/x", "format": "slack", "secret": SW_SECRET}]}),
+         rule=14),
+    Case("notify-secret-not-whsec", base(notify={"targets": [
+        {"url": "https://ops.example.com/hook", "secret": "not-a-whsec-secret"}]}), rule=14),
+]

@@ -21,7 +21,8 @@ from tests.pgserver import free_port
 
 MakeDb = Callable[[], Awaitable[str]]
 
-ALL_PG = [m.name for m in migrations.load_migrations("postgres")]
+ALL_MIGRATIONS_PG = migrations.load_migrations("postgres")
+ALL_PG = [m.name for m in ALL_MIGRATIONS_PG]
 
 # The declared shape of webhook_event (column -> type), for both dialects.
 PG_COLUMNS = {
@@ -566,8 +567,8 @@ async def test_postgres_schema_4_keeps_the_rows_of_schema_3(pg_database_factory:
         await conn.execute("INSERT INTO webhook_nonce VALUES ('mailgun', 'tok', '\\x02', now())")
         before = await conn.fetch("SELECT * FROM webhook_event ORDER BY provider, event_id")
 
-        assert await migrate_postgres(dsn) == [m.name for m in migrations.load_migrations(
-            "postgres") if m.version > 3]
+        assert await migrate_postgres(dsn) == [m.name for m in ALL_MIGRATIONS_PG
+                                               if m.version > 3]
 
         after = await conn.fetch("SELECT * FROM webhook_event ORDER BY provider, event_id")
         assert [dict(r) for r in after] == [dict(r) for r in before]

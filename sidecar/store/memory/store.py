@@ -21,6 +21,7 @@ from sidecar.core.events import (
     Replayed,
     StoredRequest,
 )
+from sidecar.core.notices import NoticeKind
 from sidecar.store.memory.limits import LimitVerbs
 from sidecar.store.memory.providers import ProviderStateVerbs
 from sidecar.store.memory.queue import QueueVerbs
@@ -244,6 +245,16 @@ class MemoryStore(ProviderStateVerbs, QueueVerbs, LimitVerbs):
 
     async def ping(self) -> None:
         await self._now("ping")
+
+    async def claim_notice(self, target: str, kind: NoticeKind, provider: str,
+                           interval_seconds: float) -> bool:
+        now = await self._now("claim_notice")
+        key = (target, NoticeKind(kind).value, provider)
+        sent = self._notices.get(key)
+        if sent is not None and sent > now - float(interval_seconds):
+            return False
+        self._notices[key] = now
+        return True
 
     async def close(self) -> None:
         self._closed = True

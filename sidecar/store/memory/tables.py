@@ -116,6 +116,7 @@ class Tables:
         self._held: set[Key] = set()  # rows "another session" has locked
         self._queue: dict[Key, Entry] = {}
         self._attempts: dict[Key, list[Attempt]] = {}  # each event's timeline, oldest first
+        self._notices: dict[tuple[str, str, str], float] = {}  # (target, kind, provider) -> sent
         self._seq = itertools.count(1)
         self._buckets: dict[str, tuple[float, float]] = {}  # provider -> (tokens, refilled at)
         self._permits: dict[tuple[str, int], tuple[str, float]] = {}  # -> (owner, lease until)
