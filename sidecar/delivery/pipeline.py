@@ -16,10 +16,12 @@ from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore
 from sidecar.core.tracing import NO_TRACER, Tracer
 from sidecar.delivery.context import Delivery, Inbound, Trace
+from sidecar.delivery.filtering import Filters
 from sidecar.delivery.forward import ForwardMode
 from sidecar.delivery.ports import Forwarding, Keys, Observer
 from sidecar.delivery.queue import QueueMode
 from sidecar.delivery.steps import Steps
+from sidecar.delivery.unclaimed import UnclaimedForwards, fails_open
 
 
 class Pipeline:
@@ -35,8 +37,11 @@ class Pipeline:
         known = known if known is not None else KnownAnswers(0)
         self._steps = Steps(store=store, keyring=keyring, known=known, observer=observer,
                             clock=clock, trusted_proxies=trusted_proxies, tracer=tracer)
+        self._filters = Filters(self._steps, store=store, known=known, owner=owner)
         self._forward = ForwardMode(self._steps, store=store, forwarder=forwarder, known=known,
-                                    owner=owner, clock=clock)
+                                    owner=owner, clock=clock, filters=self._filters)
+        self._unclaimed = UnclaimedForwards(self._steps, forwarder=forwarder,
+                                            observer=observer)
         self._queue = QueueMode(self._steps, store=store, known=known, on_queued=on_queued,
                                 tracer=tracer)
 
@@ -57,14 +62,21 @@ class Pipeline:
         phases.mark("verify")
         if isinstance(admitted, Answer):
             return admitted
+        admitted = self._filters.judge(admitted)
         if admitted.provider.mode is Mode.QUEUE:
             # The enqueue does not carry the replay guard: bound alone first.
             checked = await self._steps.bind_guard(admitted)
             if isinstance(checked, Answer):
                 return checked
-            answer = await self._queue.accept(checked)
+            answer = (await self._filters.accept_dropped(checked) if checked.dropped
+                      else None) or await self._queue.accept(checked)
             if answer is not None:
                 return answer
             # The event was first seen in forward mode: it finishes in forward mode.
             return await self._forward.deliver(checked)
-        return await self._forward.deliver(admitted)
+        try:
+            return await self._forward.deliver(admitted)
+        except StoreError as exc:
+            if not fails_open(admitted, exc):
+                raise
+            return await self._unclaimed.forward(admitted, exc)

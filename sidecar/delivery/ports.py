@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from sidecar.config.model import ProviderConfig
-from sidecar.core.events import Forwarded, StoredRequest
+from sidecar.core.events import AttemptResult, Forwarded, RecordedResponse, StoredRequest
 
 
 class Forwarding(Protocol):
@@ -17,6 +17,25 @@ class Forwarding(Protocol):
     async def forward(self, provider: ProviderConfig, rows: Sequence[tuple[str, int]],
                       request: StoredRequest) -> Forwarded: ...
 
+    async def send(self, provider: ProviderConfig, ids: Sequence[str], attempt: int,
+                   request: StoredRequest, *, unclaimed: bool = False) -> Sent:
+        """Send once, record nothing (``unclaimed``: no row holds these events, the store
+        could not be reached; the app is told so)."""
+        ...
+
+
+class Sent(Protocol):
+    """One send to the app, classified (``sidecar.forwarding.forwarder.Sent``)."""
+
+    @property
+    def result(self) -> AttemptResult: ...
+
+    @property
+    def response(self) -> RecordedResponse | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
 
 class Observer(Protocol):
     """What the pipeline reports besides its answer (metrics and warnings)."""
@@ -24,6 +43,9 @@ class Observer(Protocol):
     def claimed(self, provider: str, seconds: float) -> None: ...
 
     def payload_mismatch(self, provider: str, event_id: str) -> None: ...
+
+    def unclaimed_forward(self, provider: str, event_ids: tuple[str, ...], error: str
+                          ) -> None: ...
 
 
 class Keys(Protocol):

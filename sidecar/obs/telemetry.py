@@ -19,3 +19,8 @@ class DeliveryTelemetry:
     def payload_mismatch(self, provider: str, event_id: str) -> None:
         self._metrics.payload_mismatches.labels(provider).inc()
         log.warning("payload_mismatch", provider=provider, event_id=event_id)
+
+    def unclaimed_forward(self, provider: str, event_ids: tuple[str, ...], error: str) -> None:
+        self._metrics.unclaimed_forwards.labels(provider).inc()
+        log.warning("unclaimed_forward", provider=provider, event_ids=list(event_ids),
+                    store_error=error)
