@@ -61,6 +61,9 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "queue.max_retry_delay must not be shorter than queue.first_retry; queue.order_key must be "
     "a JSON path such as $.data.object.id (no wildcards)",
     "store.partitioning.interval: on a PostgreSQL store only, whole seconds, 1m at least",
+    "providers.<key>.filter: types needs an event type (the preset's event_type or the "
+    "provider's own); a glob's [ must be closed; a JSON path selects one value (no [*]); "
+    "store_outage: forward is for forward mode only",
 )
 
 

@@ -194,7 +194,7 @@ def filtered(event_id: str, *, queued: bool = False) -> Answer:
     (``core.filtering``). In queue mode the answer is queue mode's "accepted", marked."""
     if queued:
         answer = accepted(event_id, first=True)
-        return Answer(200, answer.headers + ((FILTERED_HEADER, "true"),), answer.body,
+        return Answer(200, (*answer.headers, (FILTERED_HEADER, "true")), answer.body,
                       Result.FILTERED)
     body = json.dumps({"filtered": True, "event_id": event_id}).encode()
     return Answer(200, (("Content-Type", "application/json; charset=utf-8"),
