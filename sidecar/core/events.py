@@ -346,6 +346,7 @@ class EventQuery:
     received_before: float | None = None  # epoch seconds, exclusive
     id_prefix: str | None = None
     status_class: StatusClass | None = None
+    outcome: Outcome | None = None  # the last attempt's outcome (filtered: dropped by a filter)
     after: PageKey | None = None  # the previous page's `next`
     limit: int = 50
 
