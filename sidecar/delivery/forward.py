@@ -104,7 +104,7 @@ class ForwardMode:
         ours, settled = claimed
         if delivery.dropped:  # the filter's: recorded, answered 200, never forwarded
             ours, dropped = _split(ours, delivery.dropped)
-            settled += await self._record_filtered(delivery, dropped)
+            settled += await self._record_filtered(delivery, dropped, ours)
         if delivery.provider.event_id.is_batch:
             trace.fields["batch_forwarded"] = len(ours)
         forwarded: Answer | None = None
@@ -116,17 +116,22 @@ class ForwardMode:
             trace.attempt = settled[0].attempt
         return batch_answer(forwarded, [s.answer for s in settled])
 
-    async def _record_filtered(self, delivery: Delivery, dropped: Sequence[_Ours]
-                               ) -> list[_Settled]:
+    async def _record_filtered(self, delivery: Delivery, dropped: Sequence[_Ours],
+                               kept: Sequence[_Ours]) -> list[_Settled]:
         """The dropped events this delivery owns, recorded as filtered (``delivery.filtering``)
-        and answered so; remembered as done like a forwarded event's rows."""
+        and answered so; remembered as done like a forwarded event's rows. If the store fails,
+        the ``kept`` ones are freed for the retry as after a failed claim (``_abandon``)."""
         if not dropped:
             return []
         answers = [filtered(o.item.event_id) for o in dropped]
         # One recorded answer per event: each names its own id.
-        written = await asyncio.gather(*(
-            self._filters.record(delivery, [(o.item.event_id, o.attempt)], answer)
-            for o, answer in zip(dropped, answers, strict=True)))
+        try:
+            written = await asyncio.gather(*(
+                self._filters.record(delivery, [(o.item.event_id, o.attempt)], answer)
+                for o, answer in zip(dropped, answers, strict=True)))
+        except StoreError:
+            await self._abandon(delivery, kept)
+            raise
         for o, answer, landed in zip(dropped, answers, written, strict=True):
             if landed:
                 self._remember_done(delivery, [o], filtered_result(answer))

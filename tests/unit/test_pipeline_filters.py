@@ -19,7 +19,7 @@ from sidecar.config.loader import parse_config
 from sidecar.config.model import Config
 from sidecar.core.answers import Result
 from sidecar.core.errors import RowLocked, StoreError
-from sidecar.core.events import EventState, Outcome, RecordedResponse
+from sidecar.core.events import AttemptResult, EventState, Outcome, RecordedResponse
 from sidecar.runtime.testing import MemoryStore
 from tests.support import base_config, stripe_event, stripe_headers
 from tests.unit.test_pipeline import SENDGRID_KEY, SENDGRID_PUBLIC, World, sendgrid
@@ -151,6 +151,26 @@ async def test_queue_mode_does_not_queue_a_dropped_event() -> None:
     kept = await world.stripe("evt_2", type="invoice.paid")
     assert kept.result is Result.QUEUED
     assert await world.store.queue_entry("stripe", "evt_2") is not None
+
+
+class FilteredRecordFails(MemoryStore):
+    async def complete(self, provider: str, event_id: str, attempt: int,
+                       result: AttemptResult) -> bool:
+        if result.outcome is Outcome.FILTERED:
+            raise StoreError("complete: connection lost")
+        return await super().complete(provider, event_id, attempt, result)
+
+
+async def test_a_failed_filtered_record_is_503_and_frees_the_kept_items() -> None:
+    world = World(config=config(sendgrid_filter={"types": {"drop": ["open"]}}),
+                  store=FilteredRecordFails())
+    body = json.dumps([{"sg_event_id": "a", "event": "delivered"},
+                       {"sg_event_id": "b", "event": "open"}]).encode()
+    answer = await world.send("sendgrid", *_signed(body))
+    assert (answer.status, answer.result) == (503, Result.STORE_ERROR)
+    assert world.upstream.requests == []
+    kept = await world.store.get("sendgrid", "a")
+    assert kept.state is EventState.FAILED and not kept.lease_live, "free for the retry at once"
 
 
 # -- store_outage --------------------------------------------------------------------------
