@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import asyncpg
 import pytest
 import yaml
 
@@ -105,6 +106,36 @@ async def test_a_dropped_stripe_event_is_answered_200_listed_and_never_reaches_t
         for result in totals:
             totals[result] += counted(text, result)
     assert totals == {"filtered": 1, "duplicate": 1}
+
+
+async def test_concurrent_copies_of_a_dropped_event_over_two_processes_record_it_once(
+    pg_deployment: Deployment,
+) -> None:
+    dep = pg_deployment
+    dep.config["providers"]["stripe"]["filter"] = FILTER
+    await dep.start(2)
+    client = dep.client
+    assert client is not None
+    body = stripe_event("evt_burst", type="charge.succeeded")
+    results = await asyncio.gather(*(
+        post(client, dep.url(i, STRIPE), body, stripe_headers(body)) for i in range(40)))
+    statuses = [status for status, _, _ in results]
+    assert set(statuses) <= {200, 409}, sorted(set(statuses))
+    assert statuses.count(200) >= 1
+    first = [h for status, h, _ in results
+             if status == 200 and "X-Webhook-Sidecar-Replay" not in h]
+    assert len(first) == 1, "one delivery dropped it; the others were answered from its row"
+    assert dep.stub.count() == 0
+    conn = await asyncpg.connect(dep.store_url)  # plain SQL, not the store adapter
+    try:
+        event = await conn.fetch("SELECT state, outcome, response_status FROM webhook_event"
+                                 " WHERE provider = 'stripe' AND event_id = 'evt_burst'")
+        attempts = await conn.fetch("SELECT outcome, state FROM webhook_attempt"
+                                    " WHERE provider = 'stripe' AND event_id = 'evt_burst'")
+    finally:
+        await conn.close()
+    assert [tuple(r) for r in event] == [("done", "filtered", 200)]
+    assert [tuple(r) for r in attempts] == [("filtered", "done")]
 
 
 async def test_check_config_names_bad_filters_with_file_and_line(tmp_path: Path) -> None:
