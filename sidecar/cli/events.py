@@ -18,7 +18,7 @@ from sidecar.core.durations import parse_duration
 from sidecar.core.errors import OperationError
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
-from sidecar.ops.listing import MAX_PAGE_LIMIT, PAGE_LIMIT, STATES, STATUS_CLASSES
+from sidecar.ops.listing import MAX_PAGE_LIMIT, OUTCOMES, PAGE_LIMIT, STATES, STATUS_CLASSES
 from sidecar.runtime.wiring import open_store, operator_forwarder
 
 log = get_logger("sidecar.cli")
@@ -37,6 +37,9 @@ def configure_parser(parser: argparse.ArgumentParser,
     listing.add_argument("--id-prefix", help="event ids starting with this")
     listing.add_argument("--status", choices=STATUS_CLASSES,
                          help="the app's last status class (none: no answer recorded)")
+    listing.add_argument("--outcome", choices=OUTCOMES,
+                         help="the last attempt's outcome (filtered: dropped by the "
+                              "provider's filter, never forwarded)")
     listing.add_argument("--cursor", help="the next page: the cursor the previous page printed")
     listing.add_argument("--limit", type=int, default=PAGE_LIMIT,
                          help=f"rows per page, at most {MAX_PAGE_LIMIT}")
@@ -105,7 +108,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
             params = {name: str(value) for name, value in (
                 ("provider", args.provider), ("state", args.state), ("since", args.since),
                 ("until", args.until), ("id_prefix", args.id_prefix), ("status", args.status),
-                ("cursor", args.cursor), ("older_than", args.older_than),
+                ("outcome", args.outcome), ("cursor", args.cursor), ("older_than", args.older_than),
                 ("limit", args.limit)) if value is not None}
             page = await operations.list_page(
                 store, operations.query_from(params, [p.key for p in config.providers]))
@@ -195,11 +198,12 @@ def _print_rows(rows: list[dict[str, Any]], *, as_json: bool) -> None:
             print(json.dumps(row))
         return
     print(f"{'PROVIDER':<16} {'EVENT ID':<40} {'STATE':<11} {'ATTEMPT':>7} {'AGE':>10} "
-          f"{'STATUS':>6}")
+          f"{'STATUS':>8}")
     for row in rows:
-        status = row["response_status"] if row["response_status"] is not None else "-"
+        status = ("filtered" if row["outcome"] == "filtered"  # the app never answered
+                  else row["response_status"] if row["response_status"] is not None else "-")
         print(f"{row['provider']:<16} {row['event_id']:<40} {row['state']:<11} "
-              f"{row['attempt']:>7} {_age(row['age_seconds']):>10} {status!s:>6}")
+              f"{row['attempt']:>7} {_age(row['age_seconds']):>10} {status!s:>8}")
 
 
 def _age(seconds: float) -> str:

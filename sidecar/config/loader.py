@@ -63,6 +63,9 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "store.partitioning.interval: on a PostgreSQL store only, whole seconds, 1m at least",
     "notify.targets[]: a format: slack target takes no secret; a standard target's secret "
     "must be a whsec_ secret (base64 of at least 24 bytes)",
+    "providers.<key>.filter: types needs an event type (the preset's event_type or the "
+    "provider's own); a glob's [ must be closed; a JSON path selects one value (no [*]); "
+    "store_outage: forward is for forward mode only",
 )
 
 

@@ -41,6 +41,7 @@ from sidecar.config.notify_kinds import NoticeKinds, NotifyURL
 from sidecar.config.presets import preset_names
 from sidecar.core.bodyreplay import unsigned_id_headers
 from sidecar.core.eventid import EventIdSpec
+from sidecar.core.filtering import EventTypeSpec, FilterSpec
 from sidecar.core.forwarded import Network
 from sidecar.core.handshake import HandshakeSpec
 from sidecar.core.jsonpath import JsonPath
@@ -81,6 +82,13 @@ class Mode(StrEnum):
 
     FORWARD = "forward"  # forwarded while the provider waits; the app's answer is relayed
     QUEUE = "queue"  # stored durably and answered 200 at once; delivery workers forward it
+
+
+class StoreOutage(StrEnum):
+    """What a verified delivery gets when the store cannot be reached at its claim."""
+
+    REFUSE = "refuse"  # 503 with Retry-After: the provider retries later (dedupe kept)
+    FORWARD = "forward"  # forwarded without a claim, marked unclaimed (dedupe given up)
 
 
 class ResultCommit(StrEnum):
@@ -321,6 +329,23 @@ class DeliveryConfig:
     breaker: BreakerConfig = nested(BreakerConfig)
 
 
+_GLOBS: Final = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
+_SCALAR: Final = {"type": ["string", "number", "boolean", "null"]}
+_FILTER_SCHEMA: Final = {
+    "type": "object", "additionalProperties": False, "minProperties": 1,
+    "properties": {
+        "types": {"type": "object", "additionalProperties": False, "minProperties": 1,
+                  "properties": {"allow": _GLOBS, "drop": _GLOBS}},
+        "when": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "additionalProperties": False, "required": ["path"],
+            "minProperties": 2, "maxProperties": 2,
+            "properties": {"path": {"type": "string", "pattern": "^\\$"},
+                           "equals": _SCALAR,
+                           "in": {"type": "array", "minItems": 1, "items": _SCALAR},
+                           "exists": {"type": "boolean"}}}},
+    },
+}
+
 # A provider block without a preset must declare these; with one, they are merged over the
 # preset's.
 REQUIRED_WITHOUT_PRESET: Final = ("signature", "event_id")
@@ -358,6 +383,22 @@ class ProviderConfig:
     event_id: EventIdSpec = setting(Custom("mapping", {}), "Where the stable event id is: "
                                     "{header: Name}, {json: \"$.id\"}, {composite: [...]} or "
                                     "{batch: {...}}.")
+    event_type: EventTypeSpec | None = setting(
+        Custom("mapping", {"type": "object", "additionalProperties": False,
+                           "properties": {"header": {"anyOf": [
+                               {"type": "string"}, {"type": "array", "items": {"type": "string"},
+                                                    "minItems": 1}]},
+                                          "json": {"type": "string", "pattern": "^\\$"}},
+                           "minProperties": 1, "maxProperties": 1}),
+        "Where the event's type is (what filter.types matches): {header: Name} or {json: "
+        "\"$.type\"} (relative to the item for a batch provider). Set by most presets.",
+        nullable=True)
+    filter: FilterSpec | None = setting(
+        Custom("mapping", _FILTER_SCHEMA),
+        "Events the app does not want: types (allow/drop globs over the event type) and when "
+        "(conditions on JSON fields, all must hold). A dropped event is recorded as filtered "
+        "and answered 200; it never reaches the app. See Filters in configuration.md.",
+        nullable=True)
     secrets: tuple[SecretRef, ...] = setting(Custom("list", ref("secrets")), "A list; each a "
                                              "string, {env: NAME} or {file: PATH}; all are "
                                              "accepted at once (rotation).", required=True)
@@ -402,6 +443,11 @@ class ProviderConfig:
                          "retries (see queue).", yaml_default="forward")
     queue: QueueConfig = nested(QueueConfig)
     delivery: DeliveryConfig = nested(DeliveryConfig)
+    store_outage: StoreOutage = setting(
+        Choice(StoreOutage), "When the store cannot be reached at a delivery's claim: refuse "
+        "(503 with Retry-After; the provider retries) or forward (forward mode only: the "
+        "verified delivery is forwarded without a claim, marked X-Webhook-Sidecar-Unclaimed: "
+        "true, giving up dedupe for the outage).", yaml_default="refuse")
     replay_nonce: EventIdSpec | None = setting(Custom("mapping", ref("event_id_item")), "For "
                                                "schemes that sign a nonce but not the body "
                                                "(Mailgun): where the nonce is, as {header: …} or "

@@ -142,6 +142,8 @@ def _replaces(where: tuple[str, ...], value: dict[str, Any], preset: dict[str, A
     type, another handshake condition), merging would mix the two."""
     if where == ("handshake",):
         return "when" in value
+    if where == ("event_type",):  # one source, header or json: a user's names its own
+        return True
     if where == ("event_id",):
         return any(source in value for source in _EVENT_ID_SOURCES)
     if where == ("signature", "format"):

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from sidecar.config.hints import fix
-from sidecar.config.model import DeliveryConfig, Mode, ResultCommit, UpstreamConfig
+from sidecar.config.model import (
+    DeliveryConfig,
+    Mode,
+    ResultCommit,
+    StoreOutage,
+    UpstreamConfig,
+)
 from sidecar.config.notify_steps import TARGET_RULE, read_targets, target_secret
 from sidecar.config.providers import read_providers
 from sidecar.config.reading import Load, Step, Values, sibling
@@ -19,6 +25,7 @@ from sidecar.config.secret_sources import provider_secrets, signing_secrets
 from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
+from sidecar.core.filtering import FilterSpec, parse_event_type_spec, parse_filter_spec
 from sidecar.core.handshake import parse_handshake_spec
 from sidecar.core.jsonpath import parse_json_path
 from sidecar.core.signing import SignatureSpec, parse_signature_spec
@@ -204,6 +211,32 @@ def _replay_nonce(raw: object, path: str, values: Values, load: Load) -> Any:
     return nonce
 
 
+def _event_type(raw: object, path: str, values: Values, load: Load) -> Any:
+    return parse_event_type_spec(raw, path)
+
+
+def _filter(raw: object, path: str, values: Values, load: Load) -> FilterSpec:
+    """Type rules need to know where the event type is (the preset's, or the provider's own
+    ``event_type``)."""
+    spec = parse_filter_spec(raw, path)
+    if spec.uses_types and values.get("event_type") is None:
+        preset = values.get("preset")
+        whose = (f"preset {preset} declares no event type" if isinstance(preset, str)
+                 else "this provider declares no event type")
+        raise ConfigError(f"{path}.types", f"{whose}: declare where it is with "
+                          f"{sibling(path, 'event_type')} ({{header: Name}} or {{json: "
+                          '"$.type"}), or filter with when conditions only')
+    return spec
+
+
+def _store_outage(outage: StoreOutage, path: str, values: Values, load: Load) -> StoreOutage:
+    if outage is StoreOutage.FORWARD and values.known("mode") is Mode.QUEUE:
+        raise ConfigError(path, "forward is for forward mode: queue mode answers only once the "
+                          "event is stored, so without the store it has nothing to accept "
+                          "with; use refuse (the provider retries)")
+    return outage
+
+
 STEPS: Final[dict[str, Step]] = {
     "admin_listen": _admin_listen,
     "upstream.signing_secrets": signing_secrets,
@@ -225,6 +258,9 @@ STEPS: Final[dict[str, Step]] = {
     "providers.<key>.handshake": _handshake,
     "providers.<key>.replay_nonce": _replay_nonce,
     "providers.<key>.mode": _mode,
+    "providers.<key>.event_type": _event_type,
+    "providers.<key>.filter": _filter,
+    "providers.<key>.store_outage": _store_outage,
     "providers.<key>.queue.order_key": _order_key,
     "providers.<key>.delivery": _delivery,
     "providers.<key>.queue.max_retry_delay": _max_retry_delay,

@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from sidecar.core.events import Outcome, RecordedResponse
-from sidecar.core.headers import ATTEMPT_HEADER, QUEUED_HEADER, REPLAY_HEADER
+from sidecar.core.headers import (
+    ATTEMPT_HEADER,
+    FILTERED_HEADER,
+    QUEUED_HEADER,
+    REPLAY_HEADER,
+    UNCLAIMED_HEADER,
+)
 
 
 class Result(enum.StrEnum):
@@ -22,12 +28,16 @@ class Result(enum.StrEnum):
     TAKEOVER = "takeover"  # forwarded as attempt > 1 after a failure or a crashed attempt
     DUPLICATE = "duplicate"  # answered from the recorded row; the app was not contacted
     QUEUED = "queued"  # queue mode: stored durably and answered 200; workers deliver it
+    FILTERED = "filtered"  # the provider's filter drops it: recorded done, 200, never forwarded
     QUEUE_FULL = "queue_full"  # queue mode: max_queue_depth reached: 503, the provider retries
     HELD = "held"  # forward mode: the provider is paused, or its breaker open: 503, it retries
     RATE_LIMITED = "rate_limited"  # forward mode: over delivery.rate: 429, the provider retries
     IN_FLIGHT = "in_flight"  # another attempt is still running: 409
     MIRRORED_FAILURE = "mirrored_failure"  # the attempt it waited for failed
     UPSTREAM_ERROR = "upstream_error"  # forwarded; the app failed or gave no answer
+    # store_outage: forward: the store could not be reached at the claim; forwarded without a
+    # claim (no dedupe), the app's answer relayed
+    UNCLAIMED = "unclaimed"
     PAYLOAD_MISMATCH = "payload_mismatch"  # same id, other body, policy `reject`
     INVALID_SIGNATURE = "invalid_signature"
     REPLAYED_BODY = "replayed_body"  # a verified body already seen under another event id
@@ -187,6 +197,28 @@ def accepted(event_id: str, *, first: bool) -> Answer:
     if not first:
         headers += ((REPLAY_HEADER, "true"),)
     return Answer(200, headers, body, Result.QUEUED if first else Result.DUPLICATE)
+
+
+def filtered(event_id: str, *, queued: bool = False) -> Answer:
+    """The provider's filter dropped the event: recorded done and answered 200, never forwarded
+    (``core.filtering``). In queue mode the answer is queue mode's "accepted", marked."""
+    if queued:
+        answer = accepted(event_id, first=True)
+        return Answer(200, (*answer.headers, (FILTERED_HEADER, "true")), answer.body,
+                      Result.FILTERED)
+    body = json.dumps({"filtered": True, "event_id": event_id}).encode()
+    return Answer(200, (("Content-Type", "application/json; charset=utf-8"),
+                        (FILTERED_HEADER, "true")), body, Result.FILTERED)
+
+
+def unclaimed(response: RecordedResponse) -> Answer:
+    """The app's answer to a forward made without a claim (the store could not be reached and
+    the provider's ``store_outage`` is ``forward``): relayed, marked; a failure keeps the app's
+    ``Retry-After`` or gets a short one."""
+    extra = [(UNCLAIMED_HEADER, "true")]
+    if response.status >= 300:
+        extra.append(("Retry-After", header(response, "Retry-After") or UPSTREAM_RETRY_AFTER))
+    return Answer(response.status, _with(response, extra), response.body, Result.UNCLAIMED)
 
 
 def replayed(response: RecordedResponse | None, attempt: int) -> Answer:

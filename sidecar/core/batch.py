@@ -65,8 +65,10 @@ def batch_answer(forwarded: Answer | None, settled: Sequence[Answer]) -> Answer:
 
     The provider may only hear 2xx when every event it carried is done: if ours were done but
     another item is still in flight or failed elsewhere, it gets that item's answer and
-    retries (our items are then duplicates). A failed forward is answered as such."""
-    unfinished = [answer for answer in settled if answer.result is not Result.DUPLICATE]
+    retries (our items are then duplicates). A failed forward is answered as such. Items the
+    filter dropped are done (``Result.FILTERED``)."""
+    unfinished = [answer for answer in settled
+                  if answer.result is not Result.DUPLICATE and answer.result is not Result.FILTERED]
     if forwarded is not None and (not unfinished or forwarded.status >= 300):
         return forwarded
     if unfinished:

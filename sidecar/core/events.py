@@ -47,6 +47,7 @@ class Outcome(enum.StrEnum):
     TIMEOUT = "timeout"  # no answer within upstream.timeout (the app may have processed it)
     CONNECT_ERROR = "connect_error"  # could not connect: the app certainly did not see it
     DISCONNECTED = "disconnected"  # connection lost before an answer (outcome unknown)
+    FILTERED = "filtered"  # never sent: the provider's filter drops it (done, 200 recorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +346,7 @@ class EventQuery:
     received_before: float | None = None  # epoch seconds, exclusive
     id_prefix: str | None = None
     status_class: StatusClass | None = None
+    outcome: Outcome | None = None  # the last attempt's outcome (filtered: dropped by a filter)
     after: PageKey | None = None  # the previous page's `next`
     limit: int = 50
 

@@ -18,10 +18,14 @@ ATTEMPT_HEADER: Final = "X-Webhook-Sidecar-Attempt"  # also on answers relayed o
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 EVENT_HEADER: Final = "X-Webhook-Sidecar-Event-Id"  # single events
 BATCH_SIZE_HEADER: Final = "X-Webhook-Sidecar-Batch-Size"  # batch forwards
+# "true": forwarded without a claim while the store could not be reached (store_outage:
+# forward); the app may see this event again. Also on the answer relayed to the provider.
+UNCLAIMED_HEADER: Final = "X-Webhook-Sidecar-Unclaimed"
 
 # on answers to providers
 REPLAY_HEADER: Final = "X-Webhook-Sidecar-Replay"  # "true": answered from the recorded row
 QUEUED_HEADER: Final = "X-Webhook-Sidecar-Queued"  # "true": accepted in queue mode
+FILTERED_HEADER: Final = "X-Webhook-Sidecar-Filtered"  # "true": dropped by the filter
 
 
 _NOT_ALNUM: Final = re.compile(r"[^A-Za-z0-9]")

@@ -61,6 +61,9 @@ class Delivery:
     # The replay guard's binding, still to be made (``Steps.admit``): the mode makes it with
     # its claim (``DeliveryStore.claim_guarded``), or alone (``Steps.bind_guard``).
     guard: Guard | None = None
+    # The positions of the items the provider's filter drops (``delivery.filtering``): claimed
+    # and recorded as filtered, never forwarded.
+    dropped: frozenset[int] = frozenset()
 
     @property
     def key(self) -> str:
@@ -70,7 +73,12 @@ class Delivery:
     def with_items(self, items: Sequence[BatchItem]) -> Delivery:
         # Not dataclasses.replace: this is on every delivery's path, and replace is slower.
         return Delivery(self.provider, self.inbound, self.body, self.trace, tuple(items),
-                        self.guard)
+                        self.guard, self.dropped)
 
     def with_guard(self, guard: Guard | None) -> Delivery:
-        return Delivery(self.provider, self.inbound, self.body, self.trace, self.items, guard)
+        return Delivery(self.provider, self.inbound, self.body, self.trace, self.items, guard,
+                        self.dropped)
+
+    def with_dropped(self, dropped: frozenset[int]) -> Delivery:
+        return Delivery(self.provider, self.inbound, self.body, self.trace, self.items,
+                        self.guard, dropped)

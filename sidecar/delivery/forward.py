@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sidecar.core.answers import (
     Answer,
     Result,
+    filtered,
     mirrored,
     no_answer,
     refuse,
@@ -47,6 +48,7 @@ from sidecar.core.events import (
 from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore
 from sidecar.delivery.context import Delivery, Trace
+from sidecar.delivery.filtering import Filters, filtered_result
 from sidecar.delivery.limits import RateGate
 from sidecar.delivery.ports import Forwarding
 from sidecar.delivery.steps import Steps
@@ -78,9 +80,10 @@ class _Settled:
 class ForwardMode:
     def __init__(self, steps: Steps, *, store: DeliveryStore, forwarder: Forwarding,
                  known: KnownAnswers, owner: str, clock: Callable[[], float],
-                 rate: RateGate) -> None:
+                 rate: RateGate, filters: Filters) -> None:
         self._steps = steps
         self._rate = rate
+        self._filters = filters
         self._store = store
         self._forwarder = forwarder
         self._known = known
@@ -106,6 +109,9 @@ class ForwardMode:
         if isinstance(claimed, Answer):  # the replay guard refused at the claim
             return claimed
         ours, settled = claimed
+        if delivery.dropped:  # the filter's: recorded, answered 200, never forwarded
+            ours, dropped = _split(ours, delivery.dropped)
+            settled += await self._record_filtered(delivery, dropped, ours)
         if delivery.provider.event_id.is_batch:
             trace.fields["batch_forwarded"] = len(ours)
         forwarded: Answer | None = None
@@ -116,6 +122,28 @@ class ForwardMode:
         else:
             trace.attempt = settled[0].attempt
         return batch_answer(forwarded, [s.answer for s in settled])
+
+    async def _record_filtered(self, delivery: Delivery, dropped: Sequence[_Ours],
+                               kept: Sequence[_Ours]) -> list[_Settled]:
+        """The dropped events this delivery owns, recorded as filtered (``delivery.filtering``)
+        and answered so; remembered as done like a forwarded event's rows. If the store fails,
+        the ``kept`` ones are freed for the retry as after a failed claim (``_abandon``)."""
+        if not dropped:
+            return []
+        answers = [filtered(o.item.event_id) for o in dropped]
+        # One recorded answer per event: each names its own id.
+        try:
+            written = await asyncio.gather(*(
+                self._filters.record(delivery, [(o.item.event_id, o.attempt)], answer)
+                for o, answer in zip(dropped, answers, strict=True)))
+        except StoreError:
+            await self._abandon(delivery, kept)
+            raise
+        for o, answer, landed in zip(dropped, answers, written, strict=True):
+            if landed:
+                self._remember_done(delivery, [o], filtered_result(answer))
+        delivery.trace.attempt = dropped[0].attempt
+        return [_Settled(answer, o.attempt) for o, answer in zip(dropped, answers, strict=True)]
 
     def _claim_carries_guard(self, delivery: Delivery) -> bool:
         """Whether the replay guard's binding rides in the claim's statement: one event, whose
@@ -302,6 +330,12 @@ class ForwardMode:
         for outcome in await asyncio.gather(*writes, return_exceptions=True):
             if isinstance(outcome, BaseException) and not isinstance(outcome, StoreError):
                 raise outcome
+
+
+def _split(ours: Sequence[_Ours], dropped: frozenset[int]) -> tuple[list[_Ours], list[_Ours]]:
+    """The owned items to forward, and those the filter drops."""
+    return ([o for o in ours if o.item.position not in dropped],
+            [o for o in ours if o.item.position in dropped])
 
 
 def _note(trace: Trace, done: Forwarded, upstream: str) -> None:

@@ -17,12 +17,14 @@ from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore
 from sidecar.core.tracing import NO_TRACER, Tracer
 from sidecar.delivery.context import Delivery, Inbound, Trace
+from sidecar.delivery.filtering import Filters
 from sidecar.delivery.forward import ForwardMode
 from sidecar.delivery.held import attempt_end, held_answer
 from sidecar.delivery.limits import RateGate
 from sidecar.delivery.ports import Forwarding, Holds, Keys, NoHolds, Observer
 from sidecar.delivery.queue import QueueMode
 from sidecar.delivery.steps import Steps
+from sidecar.delivery.unclaimed import UnclaimedForwards, fails_open
 
 
 class Pipeline:
@@ -38,9 +40,13 @@ class Pipeline:
         known = known if known is not None else KnownAnswers(0)
         self._steps = Steps(store=store, keyring=keyring, known=known, observer=observer,
                             clock=clock, trusted_proxies=trusted_proxies, tracer=tracer)
+        self._filters = Filters(self._steps, store=store, known=known, owner=owner)
         self._forward = ForwardMode(self._steps, store=store, forwarder=forwarder, known=known,
                                     owner=owner, clock=clock,
-                                    rate=RateGate(store, known, observer))
+                                    rate=RateGate(store, known, observer),
+                                    filters=self._filters)
+        self._unclaimed = UnclaimedForwards(self._steps, forwarder=forwarder,
+                                            observer=observer)
         self._store = store
         self._known = known
         self._holds: Holds = holds if holds is not None else NoHolds()
@@ -64,12 +70,14 @@ class Pipeline:
         phases.mark("verify")
         if isinstance(admitted, Answer):
             return admitted
+        admitted = self._filters.judge(admitted)
         if admitted.provider.mode is Mode.QUEUE:
             # The enqueue does not carry the replay guard: bound alone first.
             checked = await self._steps.bind_guard(admitted)
             if isinstance(checked, Answer):
                 return checked
-            answer = await self._queue.accept(checked)
+            answer = (await self._filters.accept_dropped(checked) if checked.dropped
+                      else None) or await self._queue.accept(checked)
             if answer is not None:
                 return answer
             # The event was first seen in forward mode: it finishes in forward mode.
@@ -84,10 +92,20 @@ class Pipeline:
         if isinstance(gate, Held):
             return await held_answer(delivery, gate, self._store, self._known)
         try:
-            answer = await self._forward.deliver(delivery)
+            answer = await self._forward_or_fail_open(delivery)
         except BaseException:
             if gate.probe is not None:  # no attempt made (the store failed): give it back
                 await self._holds.ended(delivery.provider, gate, ProbeEnd.UNUSED, "")
             raise
         await self._holds.ended(delivery.provider, gate, *attempt_end(answer))
         return answer
+
+    async def _forward_or_fail_open(self, delivery: Delivery) -> Answer:
+        """Forward mode; with ``store_outage: forward``, a delivery whose claim the store could
+        not make is forwarded unclaimed."""
+        try:
+            return await self._forward.deliver(delivery)
+        except StoreError as exc:
+            if not fails_open(delivery, exc):
+                raise
+            return await self._unclaimed.forward(delivery, exc)

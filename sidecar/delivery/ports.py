@@ -8,7 +8,7 @@ from typing import Protocol
 
 from sidecar.config.model import ProviderConfig
 from sidecar.core.breaker import Admitted, Held, ProbeEnd
-from sidecar.core.events import Forwarded, StoredRequest
+from sidecar.core.events import AttemptResult, Forwarded, RecordedResponse, StoredRequest
 
 
 class Forwarding(Protocol):
@@ -17,6 +17,25 @@ class Forwarding(Protocol):
 
     async def forward(self, provider: ProviderConfig, rows: Sequence[tuple[str, int]],
                       request: StoredRequest) -> Forwarded: ...
+
+    async def send(self, provider: ProviderConfig, ids: Sequence[str], attempt: int,
+                   request: StoredRequest, *, unclaimed: bool = False) -> Sent:
+        """Send once, record nothing (``unclaimed``: no row holds these events, the store
+        could not be reached; the app is told so)."""
+        ...
+
+
+class Sent(Protocol):
+    """One send to the app, classified (``sidecar.forwarding.forwarder.Sent``)."""
+
+    @property
+    def result(self) -> AttemptResult: ...
+
+    @property
+    def response(self) -> RecordedResponse | None: ...
+
+    @property
+    def error(self) -> str | None: ...
 
 
 class Observer(Protocol):
@@ -27,6 +46,8 @@ class Observer(Protocol):
     def payload_mismatch(self, provider: str, event_id: str) -> None: ...
 
     def limited(self, provider: str, limit: str) -> None: ...
+    def unclaimed_forward(self, provider: str, event_ids: tuple[str, ...], error: str
+                          ) -> None: ...
 
 
 class Keys(Protocol):

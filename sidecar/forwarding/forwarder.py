@@ -34,6 +34,7 @@ from sidecar.core.headers import (
     EVENT_HEADER,
     IDEMPOTENCY_HEADER,
     PROVIDER_HEADER,
+    UNCLAIMED_HEADER,
 )
 from sidecar.core.hops import forwardable_headers
 from sidecar.core.ports import EventStore, RowReader
@@ -112,14 +113,16 @@ class Forwarder:
                          record_error)
 
     async def send(self, provider: ProviderConfig, ids: Sequence[str], attempt: int,
-                   request: StoredRequest) -> Sent:
+                   request: StoredRequest, *, unclaimed: bool = False) -> Sent:
         """Send ``request`` once to the app on behalf of the events ``ids``, telling it
         ``attempt``, and classify its answer (nothing recorded: the caller writes the
-        result)."""
-        added = {
-            PROVIDER_HEADER: provider.key,
-            ATTEMPT_HEADER: str(attempt),
-        }
+        result). ``unclaimed``: no row holds the events (the store could not be reached):
+        the app is told so instead of an attempt number."""
+        added = {PROVIDER_HEADER: provider.key}
+        if unclaimed:
+            added[UNCLAIMED_HEADER] = "true"
+        else:
+            added[ATTEMPT_HEADER] = str(attempt)
         if provider.event_id.is_batch:
             # Items are grouped per delivery, so the key names this group; apps dedupe per
             # item id, which each item in the body carries.

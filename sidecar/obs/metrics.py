@@ -48,7 +48,8 @@ class Metrics:
             "webhook_events", "Deliveries by provider and result "
             "(new, duplicate, in_flight, takeover, upstream_error, mirrored_failure, "
             "payload_mismatch, invalid_signature, replayed_body, bad_request, too_large, "
-            "handshake, store_error, error; queue mode: queued, queue_full).",
+            "handshake, store_error, error; filtered, unclaimed; queue mode: queued, "
+            "queue_full).",
             ["provider", "result"], registry=self.registry)
         # Sub-millisecond replays of known answers up to the longest upstream timeout.
         self.delivery_duration = Histogram(
@@ -81,6 +82,10 @@ class Metrics:
         self.payload_mismatches = Counter(
             "webhook_payload_mismatches", "Deliveries whose body differs from the first one "
             "seen for the same event id.", ["provider"], registry=self.registry)
+        self.unclaimed_forwards = Counter(
+            "webhook_unclaimed_forwards", "Deliveries forwarded without a claim because the "
+            "store could not be reached (store_outage: forward): not deduplicated.",
+            ["provider"], registry=self.registry)
         self.superseded = Counter(
             "webhook_superseded_results", "Attempt results not recorded because a newer "
             "attempt had taken the event over.", ["provider"], registry=self.registry)

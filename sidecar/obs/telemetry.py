@@ -22,3 +22,8 @@ class DeliveryTelemetry:
 
     def limited(self, provider: str, limit: str) -> None:
         self._metrics.delivery_limited.labels(provider, limit).inc()
+
+    def unclaimed_forward(self, provider: str, event_ids: tuple[str, ...], error: str) -> None:
+        self._metrics.unclaimed_forwards.labels(provider).inc()
+        log.warning("unclaimed_forward", provider=provider, event_ids=list(event_ids),
+                    store_error=error)

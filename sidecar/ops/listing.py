@@ -15,10 +15,10 @@ from typing import TypeVar
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, OperationError
-from sidecar.core.events import EventQuery, EventState, PageKey, StatusClass
+from sidecar.core.events import EventQuery, EventState, Outcome, PageKey, StatusClass
 from sidecar.core.ports import OperatorStore
 
-Choice = TypeVar("Choice", EventState, StatusClass)
+Choice = TypeVar("Choice", EventState, StatusClass, Outcome)
 
 # Listed by the CLI and named in errors; the store accepts each ``EventState``.
 STATES = tuple(state.value for state in EventState)
@@ -28,6 +28,7 @@ PAGE_LIMIT = 100
 MAX_PAGE_LIMIT = 500
 
 STATUS_CLASSES = tuple(c.value for c in StatusClass)
+OUTCOMES = tuple(o.value for o in Outcome)
 
 # The instants the listing accepts, epoch seconds [first, last): the years 0001…9999, which
 # ISO-8601 can write and both databases represent. PostgreSQL refuses a timestamp beyond its
@@ -41,13 +42,15 @@ def query_from(params: Mapping[str, str], providers: Sequence[str], *,
     """The listing's query from request parameters (the admin API's query string, the CLI's
     options): ``provider``, ``state``, ``since`` and ``until`` (ISO-8601, or epoch seconds;
     ``since`` inclusive, ``until`` exclusive), ``id_prefix``, ``status`` (2xx…5xx, or none: no
-    answer recorded), ``cursor`` (a page's ``next``), ``limit`` (1…500). ``older_than`` (a
+    answer recorded), ``outcome`` (the last attempt's: response, timeout, …, filtered),
+    ``cursor`` (a page's ``next``), ``limit`` (1…500). ``older_than`` (a
     duration, from before these) still works: received before ``now`` minus it (this
     process's clock). ``providers``: every configured one, listed when no ``provider`` is given.
     Raises ``OperationError(400)`` naming what is wrong."""
     provider = params.get("provider") or None
     state = _choice(params, "state", EventState, STATES)
     status = _choice(params, "status", StatusClass, STATUS_CLASSES)
+    outcome = _choice(params, "outcome", Outcome, OUTCOMES)
     since = _time(params, "since")
     until = _time(params, "until")
     if params.get("older_than"):
@@ -83,7 +86,7 @@ def query_from(params: Mapping[str, str], providers: Sequence[str], *,
     return EventQuery(
         providers=(provider,) if provider else tuple(sorted(set(providers))),
         state=state, received_after=since, received_before=until,
-        id_prefix=id_prefix, status_class=status, after=after, limit=limit)
+        id_prefix=id_prefix, status_class=status, outcome=outcome, after=after, limit=limit)
 
 
 # Listing pages running at once on one store, and how many more may wait their turn; past

@@ -109,6 +109,7 @@ def page_params(query: EventQuery) -> dict[str, object]:
         "state": query.state.value if query.state is not None else None,
         "id_prefix": query.id_prefix,
         "status_class": query.status_class.value if query.status_class is not None else None,
+        "outcome": query.outcome.value if query.outcome is not None else None,
         "limit": int(query.limit),
     }
 

@@ -126,6 +126,18 @@ KITCHEN_SINK = base(
 
 VALID: list[Case] = [
     Case("minimal-preset", base()),
+    Case("filter-types-and-conditions", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "store_outage": "forward",
+        "filter": {"types": {"allow": ["invoice.*"], "drop": ["invoice.upcoming"]},
+                   "when": [{"path": "$.livemode", "equals": True},
+                            {"path": "$.data.object.currency", "in": ["eur", None, 1.5]},
+                            {"path": "$['data'].x", "exists": False}]}}})),
+    Case("filter-own-event-type", provider({
+        "signature": {"algorithm": "hmac-sha256", "header": "X-Sig",
+                      "format": {"type": "plain"}, "encoding": "hex", "message": "{body}",
+                      "secret": {"encoding": "utf8"}},
+        "event_id": {"header": "X-Id"}, "event_type": {"header": ["X-Type", "X-Kind"]},
+        "filter": {"types": {"drop": ["ping"]}}})),
     Case("kitchen-sink", KITCHEN_SINK),
     Case("nullable-blocks", base(store=None, log=None, maintenance=None, admin_token=None)),
     Case("sqlite-absolute-and-ports", base(listen="127.0.0.1:0", admin_listen="localhost:65535",
@@ -498,6 +510,39 @@ LOADER_ONLY: list[Case] = [
          rule=13),
 ]
 
+
+# filters: what JSON Schema says alike
+INVALID += [
+    Case("filter-empty", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "filter": {}}})),
+    Case("filter-unknown-operator", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"],
+        "filter": {"when": [{"path": "$.a", "matches": "b"}]}}})),
+    Case("filter-two-operators", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"],
+        "filter": {"when": [{"path": "$.a", "equals": 1, "exists": True}]}}})),
+    Case("filter-empty-types", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "filter": {"types": {}}}})),
+    Case("filter-bad-path", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"],
+        "filter": {"when": [{"path": "livemode", "equals": True}]}}})),
+    Case("event-type-two-sources", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"],
+        "event_type": {"header": "X-T", "json": "$.type"}}})),
+    Case("store-outage-unknown", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "store_outage": "open"}})),
+]
+LOADER_ONLY += [
+    Case("filter-types-without-event-type", base(providers={"svix": {
+        "path": "/s", "preset": "svix", "secrets": [SW_SECRET],
+        "filter": {"types": {"drop": ["a.*"]}}}}), rule=14),
+    Case("filter-unclosed-bracket", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"],
+        "filter": {"types": {"allow": ["invoice.[paid"]}}}}), rule=14),
+    Case("store-outage-forward-in-queue-mode", base(providers={"stripe": {
+        "path": "/s", "preset": "stripe", "secrets": ["x"], "mode": "queue",
+        "store_outage": "forward"}}), rule=14),
+]
 
 # Once loader findings (found by the schema agreement tests), now rejected by both.
 INVALID += [

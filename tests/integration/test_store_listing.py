@@ -56,6 +56,15 @@ class Spec:
     received_us: int
     state: EventState
     status: int | None
+    filtered: bool = False  # recorded done by a filter: outcome filtered, the proxy's 200
+
+    @property
+    def outcome(self) -> Outcome | None:
+        if self.filtered:
+            return Outcome.FILTERED
+        if self.state in (EventState.PROCESSING, EventState.QUEUED):
+            return None
+        return Outcome.TIMEOUT if self.status is None else Outcome.RESPONSE
 
     @property
     def status_class(self) -> StatusClass:
@@ -71,7 +80,8 @@ def table() -> list[Spec]:
     times a microsecond apart."""
     kinds = [(EventState.DONE, 200), (EventState.DONE, 302), (EventState.FAILED, 404),
              (EventState.FAILED, 503), (EventState.FAILED, None), (EventState.PROCESSING, None),
-             (EventState.QUEUED, None), (EventState.DEAD, 500), (EventState.DONE, 204)]
+             (EventState.QUEUED, None), (EventState.DEAD, 500), (EventState.DONE, 204),
+             (EventState.DONE, -200)]  # -200: filtered (recorded 200, never forwarded)
     times = [BASE_US + offset for offset in (0, 1, 2, 1_000_000, 1_000_001, 5_000_000,
                                              7_250_003, 60_000_000, 3_600_000_000)]
     specs = []
@@ -80,7 +90,9 @@ def table() -> list[Spec]:
         state, status = kinds[n % len(kinds)]
         # Ids whose prefixes the filter tests use: "evt_a…", "evt_b…", and a few others.
         event_id = f"{'evt_a' if n % 4 == 0 else 'evt_b' if n % 4 == 1 else 'ch_'}{n:03d}"
-        specs.append(Spec(provider, event_id, times[(n * 5) % len(times)], state, status))
+        specs.append(Spec(provider, event_id, times[(n * 5) % len(times)], state,
+                          abs(status) if status is not None else None,
+                          filtered=status is not None and status < 0))
     return specs
 
 
@@ -96,7 +108,10 @@ async def write(store: Store, spec: Spec) -> None:
             assert await store.settle_queued(p, e, work.tries, settled)
         return
     assert (await store.claim(p, e, BODY, LEASE, "o")).won
-    if spec.state is not EventState.PROCESSING:
+    if spec.filtered:
+        assert await store.complete(p, e, 1, AttemptResult(
+            EventState.DONE, Outcome.FILTERED, RecordedResponse(200, (), b"{}"), 0.0))
+    elif spec.state is not EventState.PROCESSING:
         assert await store.complete(p, e, 1, result(spec.state, spec.status))
 
 
@@ -151,7 +166,8 @@ def oracle(specs: list[Spec], query: EventQuery) -> list[tuple[str, str]]:
                 and (query.received_after is None or received >= query.received_after)
                 and (query.received_before is None or received < query.received_before)
                 and (query.id_prefix is None or s.event_id.startswith(query.id_prefix))
-                and (query.status_class is None or s.status_class is query.status_class))
+                and (query.status_class is None or s.status_class is query.status_class)
+                and (query.outcome is None or s.outcome is query.outcome))
     return [(s.provider, s.event_id) for s in sorted(filter(passes, specs), key=Spec.key)]
 
 
@@ -182,6 +198,9 @@ FILTERS = {
     "unknown provider": EventQuery(("nobody",)),
     **{f"state {s.value}": EventQuery(PROVIDERS, state=s) for s in EventState},
     **{f"status {c.value}": EventQuery(PROVIDERS, status_class=c) for c in StatusClass},
+    **{f"outcome {o.value}": EventQuery(PROVIDERS, outcome=o) for o in Outcome},
+    "combined, filtered": EventQuery(("stripe", "github"), state=EventState.DONE,
+                                     outcome=Outcome.FILTERED, received_after=T0),
     "prefix evt_a": EventQuery(PROVIDERS, id_prefix="evt_a"),
     "prefix ch_0": EventQuery(PROVIDERS, id_prefix="ch_0"),
     "prefix matching none": EventQuery(PROVIDERS, id_prefix="zz"),
@@ -206,7 +225,8 @@ async def test_each_filter_alone_and_combined_gives_the_rows_it_names(
     page = await store.list_page(EventQuery(**{**_fields(query), "limit": 500}))
     assert [(r.provider, r.event_id) for r in page.rows] == expected
     assert page.next is None
-    if name in ("all", "state queued", "state dead", "status 5xx"):
+    if name in ("all", "state queued", "state dead", "status 5xx", "outcome filtered",
+                "outcome timeout"):
         assert expected, "the table holds rows for this filter"  # the check is not vacuous
 
 

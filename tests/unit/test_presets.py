@@ -8,6 +8,7 @@ from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
+from sidecar.core.filtering import parse_event_type_spec
 from sidecar.core.signing import parse_signature_spec
 
 EXPECTED = [
@@ -19,7 +20,11 @@ EXPECTED = [
 # URL-signed schemes: the public URL can only come from the user's config.
 NEEDS_URL = {"square", "hubspot", "twilio"}
 ALLOWED_KEYS = {"description", "signature", "event_id", "retention", "inflight_wait", "lease",
-                "handshake", "retry_window", "replay_nonce", "retries"}
+                "handshake", "retry_window", "replay_nonce", "retries", "event_type"}
+# No event type in the preset: Discord's app answers the interaction itself (a filter's 200
+# would be no interaction response); Svix carries any payload its sender chooses; Twilio
+# posts forms whose fields depend on the product.
+WITHOUT_EVENT_TYPE = {"discord", "svix", "twilio"}
 
 # providers.md §0/§1/§2: (window in which the same event can arrive again, delivery timeout),
 # in seconds; None where unpublished. GitHub has no automatic retries but allows manual
@@ -74,6 +79,9 @@ def test_preset_parses(name: str) -> None:
         signature["url"] = "https://hooks.example.com/webhooks/x"
     parse_signature_spec(signature, f"presets.{name}.signature")
     parse_event_id_spec(data["event_id"], f"presets.{name}.event_id")
+    assert ("event_type" not in data) is (name in WITHOUT_EVENT_TYPE)
+    if "event_type" in data:
+        parse_event_type_spec(data["event_type"], f"presets.{name}.event_type")
     retry_window, timeout = FACTS[name]
     retention = parse_duration(data["retention"], f"presets.{name}.retention")
     assert retention >= retry_window  # a redelivery inside the window is still recognised

@@ -246,14 +246,15 @@ class Inspector:
                                           gone=lambda: client_gone(request))
         filters = {name: request.query.get(name, "")
                    for name in ("provider", "state", "since", "until", "id_prefix", "status",
-                                "limit")}
+                                "outcome", "limit")}
         older = None
         if page["next"] is not None:
             kept = {name: value for name, value in filters.items() if value}
             older = PREFIX + "?" + urlencode({**kept, "cursor": page["next"]})
         return self._render(request, "events.html", operator=operator, events=page["events"],
                             filters=filters, providers=self._providers, states=listing.STATES,
-                            status_classes=listing.STATUS_CLASSES, older=older,
+                            status_classes=listing.STATUS_CLASSES,
+                            outcomes=listing.OUTCOMES, older=older,
                             paged="cursor" in request.query,
                             default_limit=listing.PAGE_LIMIT)
 

@@ -171,6 +171,7 @@ class MemoryStore(ProviderStateVerbs, QueueVerbs, LimitVerbs):
                 and (query.state is None or e.state is query.state)
                 and (query.id_prefix is None or e.event_id.startswith(query.id_prefix))
                 and (query.status_class is None or status_class == query.status_class.value)
+                and (query.outcome is None or e.outcome is query.outcome)
             )
 
         found = sorted((e for e in self._events.values() if passes(e)), key=key)

@@ -29,3 +29,15 @@ def test_each_preset_is_documented_with_its_defaults(name: str) -> None:
     row = f"| `{name}` |"
     [line] = [line for line in DOC.splitlines() if line.startswith(row)]
     assert line.endswith(f"| {preset['retention']} | {preset['inflight_wait']} |")
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_each_preset_documents_its_event_type(name: str) -> None:
+    """Where filter.types reads the type, as the preset declares it (or that it has none)."""
+    event_type = load_preset(name).get("event_type")
+    [line] = [line for line in section(name).splitlines() if line.startswith("- Event type:")]
+    if event_type is None:
+        assert line.startswith("- Event type: none")
+    else:
+        source = event_type.get("header") or event_type.get("json")
+        assert line.startswith(f"- Event type: `{source}`")

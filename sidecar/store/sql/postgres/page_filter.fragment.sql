@@ -4,3 +4,4 @@
 AND (:id_prefix::text IS NULL OR starts_with(e.event_id, :id_prefix::text))
 AND (:status_class::text IS NULL
      OR coalesce((e.response_status / 100)::text || 'xx', 'none') = :status_class::text)
+AND (:outcome::text IS NULL OR e.outcome = :outcome::text)

@@ -14,3 +14,4 @@ AND (:state IS NULL OR e.state = :state)
 AND (:id_prefix IS NULL OR substr(e.event_id, 1, length(:id_prefix)) = :id_prefix)
 AND (:status_class IS NULL
      OR coalesce((e.response_status / 100) || 'xx', 'none') = :status_class)
+AND (:outcome IS NULL OR e.outcome = :outcome)
