@@ -104,14 +104,16 @@ class ForwardMode:
         if isinstance(spent, Answer):
             return spent
         claimed = await self._claim_all(delivery, app_headers)
-        if spent is not None and (isinstance(claimed, Answer) or not claimed[0]):
-            await self._rate.unspent(delivery, spent)  # not forwarded: no token spent
         if isinstance(claimed, Answer):  # the replay guard refused at the claim
+            if spent is not None:
+                await self._rate.unspent(delivery, spent)  # not forwarded: no token spent
             return claimed
         ours, settled = claimed
         if delivery.dropped:  # the filter's: recorded, answered 200, never forwarded
             ours, dropped = _split(ours, delivery.dropped)
             settled += await self._record_filtered(delivery, dropped, ours)
+        if spent is not None and not ours:
+            await self._rate.unspent(delivery, spent)  # nothing forwarded: no token spent
         if delivery.provider.event_id.is_batch:
             trace.fields["batch_forwarded"] = len(ours)
         forwarded: Answer | None = None

@@ -10,6 +10,8 @@ from dataclasses import replace
 
 from sidecar.core.answers import Result
 from tests.unit.test_pipeline import World, config
+from tests.unit.test_pipeline_filters import DROP_UPCOMING
+from tests.unit.test_pipeline_filters import config as filter_config
 
 
 def limited(*, answer_cache: int | None = None) -> World:
@@ -61,3 +63,15 @@ async def test_without_a_rate_nothing_is_counted_or_refused() -> None:
     for n in range(5):
         assert (await world.stripe(f"evt_{n}")).result is Result.NEW
     assert world.store._buckets == {}
+
+
+async def test_a_filtered_event_gives_its_token_back() -> None:
+    """A dropped event is claimed and recorded, never forwarded: it spends no token."""
+    limits = filter_config({"filter": DROP_UPCOMING, "delivery": {"rate": "1/m", "burst": 1}})
+    world = World(config=limits)
+    dropped = await world.stripe("evt_a", type="invoice.upcoming")
+    assert (dropped.status, dropped.result) == (200, Result.FILTERED)
+    kept = await world.stripe("evt_b", type="invoice.paid")
+    assert (kept.status, kept.result) == (200, Result.NEW)  # the token was given back
+    assert (await world.stripe("evt_c", type="invoice.paid")).status == 429
+    assert world.upstream.event_ids() == ["evt_b"]
