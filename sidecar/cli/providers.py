@@ -100,6 +100,10 @@ def status_text(row: dict[str, Any], now: float) -> str:
     if row["paused"]:
         reason = f": {row['pause_reason']}" if row["pause_reason"] else ""
         lines.append(f"  paused      since {row['paused_at_iso']} by {row['paused_by']}{reason}")
+    limited = row["limits"]
+    shown = ([f"rate {limited['rate']} (burst {limited['burst']})"] if limited["rate"] else []) \
+        + ([f"concurrency {limited['concurrency']}"] if limited["concurrency"] else [])
+    lines.append(f"  limits      {', '.join(shown) or 'none'}")
     breaker = row["breaker"]
     if not breaker["enabled"]:
         lines.append("  breaker     off")

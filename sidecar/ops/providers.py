@@ -14,6 +14,7 @@ from typing import Any
 from sidecar.config.model import Config, Mode, ProviderConfig
 from sidecar.core.breaker import BreakerState, ProviderState
 from sidecar.core.errors import OperationError
+from sidecar.core.limits import rate_limit
 from sidecar.core.notices import Notices
 from sidecar.core.ports import ProviderStateStore
 from sidecar.forwarding.holds import announce, breaker_policy
@@ -64,7 +65,18 @@ def describe(provider: ProviderConfig, state: ProviderState) -> dict[str, Any]:
         "paused_by": paused.by if paused else None,
         "pause_reason": paused.reason if paused else None,
         "breaker": breaker,
+        "limits": limits(provider),
     }
+
+
+def limits(provider: ProviderConfig) -> dict[str, Any]:
+    """The provider's ``delivery`` limits as configured (``burst``: the bucket's size, its
+    default filled in); None where a limit is not set."""
+    delivery = provider.delivery
+    bucket = rate_limit(delivery.rate, delivery.burst)
+    return {"rate": None if delivery.rate is None else str(delivery.rate),
+            "burst": None if bucket is None else bucket.burst,
+            "concurrency": delivery.concurrency}
 
 
 async def status(config: Config, store: ProviderStateStore,
