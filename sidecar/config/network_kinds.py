@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 import re
 from dataclasses import dataclass
+from typing import Final
 
 from sidecar.config.kinds import JSON, SharedDef, text
 from sidecar.core.errors import ConfigError
@@ -44,9 +45,21 @@ class HostPort(SharedDef):
         return Address(host, int(port_text))
 
 
+HTTP_URL_PATTERN: Final = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\s]+"
+
+
 def url_scheme(url: str) -> str:
     scheme, sep, _ = url.partition("://")
     return scheme.lower() if sep else ""
+
+
+def http_url(raw: object, path: str, problem: str) -> str:
+    """``raw`` if it is an http(s) URL with a host; a ``ConfigError`` saying ``problem``
+    otherwise."""
+    if (not isinstance(raw, str) or url_scheme(raw) not in ("http", "https")
+            or not raw.partition("://")[2].split("/", 1)[0]):
+        raise ConfigError(path, problem)
+    return raw
 
 
 @dataclass(frozen=True)
@@ -57,10 +70,8 @@ class UpstreamURL(SharedDef):
     defs = "upstream_url"
 
     def parse(self, raw: object, path: str) -> str:
-        if (not isinstance(raw, str) or url_scheme(raw) not in ("http", "https")
-                or not raw.partition("://")[2].split("/", 1)[0]):
-            raise ConfigError(path, "must be an http:// or https:// URL of the app, with a host")
-        return raw.rstrip("/")
+        return http_url(
+            raw, path, "must be an http:// or https:// URL of the app, with a host").rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -70,13 +81,11 @@ class TracingURL:
     label = "URL"
 
     def schema(self) -> JSON:
-        return text({"type": "string", "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\s]+"})
+        return text({"type": "string", "pattern": HTTP_URL_PATTERN})
 
     def parse(self, raw: object, path: str) -> str:
-        if (not isinstance(raw, str) or url_scheme(raw) not in ("http", "https")
-                or not raw.partition("://")[2].split("/", 1)[0]):
-            raise ConfigError(path, "must be an http:// or https:// URL of the collector")
-        return raw.rstrip("/")
+        return http_url(
+            raw, path, "must be an http:// or https:// URL of the collector").rstrip("/")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sidecar.config.kinds import JSON, text
-from sidecar.config.network_kinds import url_scheme
+from sidecar.config.network_kinds import HTTP_URL_PATTERN, http_url
 from sidecar.config.problems import did_you_mean
 from sidecar.core.errors import ConfigError
 from sidecar.core.notices import NoticeKind
@@ -20,13 +20,10 @@ class NotifyURL:
     label = "URL"
 
     def schema(self) -> JSON:
-        return text({"type": "string", "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\s]+"})
+        return text({"type": "string", "pattern": HTTP_URL_PATTERN})
 
     def parse(self, raw: object, path: str) -> str:
-        if (not isinstance(raw, str) or url_scheme(raw) not in ("http", "https")
-                or not raw.partition("://")[2].split("/", 1)[0]):
-            raise ConfigError(path, "must be an http:// or https:// URL with a host")
-        return raw
+        return http_url(raw, path, "must be an http:// or https:// URL with a host")
 
 
 @dataclass(frozen=True)

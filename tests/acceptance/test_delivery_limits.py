@@ -23,14 +23,13 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 
+from bench.limits import InFlight, most_in_window
 from tests.acceptance.conftest import create_database, drop_database, run_cli
 from tests.acceptance.test_queue_mode import all_in, queued
 from tests.support import (
     ProxyProcess,
     Rows,
-    Seen,
     StubApp,
     base_config,
     post,
@@ -42,36 +41,6 @@ from tests.support import (
 pytestmark = pytest.mark.timeout(120)
 
 STRIPE = "/webhooks/stripe"
-
-
-class Gauge:
-    """The app's work: each request held ``seconds`` (the app's own processing time), with how
-    many were in its handler at once."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.now = 0
-        self.most = 0
-
-    async def __call__(self, seen: Seen) -> web.StreamResponse:
-        self.now += 1
-        self.most = max(self.most, self.now)
-        try:
-            await asyncio.sleep(self.seconds)  # the app's processing time, not a wait
-        finally:
-            self.now -= 1
-        return web.json_response({"ok": True})
-
-
-def most_in_window(times: list[float], window: float) -> int:
-    """The most arrivals within any ``window`` seconds (a window starting at each arrival)."""
-    ordered = sorted(times)
-    most, first = 0, 0
-    for last, at in enumerate(ordered):
-        while ordered[first] <= at - window:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 RATE = 40  # events a second (delivery.rate: 40/s)
@@ -88,7 +57,7 @@ async def test_queue_mode_three_processes_hold_the_rate_and_concurrency_each_eve
     async with queued("postgres", tmp_path, pg_dsn, concurrency=8) as dep:
         dep.config["providers"]["stripe"]["delivery"] = {
             "rate": f"{RATE}/s", "burst": BURST, "concurrency": CONCURRENCY}
-        gauge = Gauge(APP_SECONDS)
+        gauge = InFlight(APP_SECONDS)
         dep.app.behaviour = gauge
         await dep.start(3)
         ids = [f"evt_lim_{i:04d}" for i in range(EVENTS)]
@@ -128,7 +97,7 @@ async def test_sqlite_one_process_holds_the_rate_and_concurrency(tmp_path: Path)
     async with queued("sqlite", tmp_path, None) as dep:
         dep.config["providers"]["stripe"]["delivery"] = {
             "rate": f"{rate}/s", "burst": burst, "concurrency": concurrency}
-        gauge = Gauge(APP_SECONDS)
+        gauge = InFlight(APP_SECONDS)
         dep.app.behaviour = gauge
         await dep.start(1)
         ids = [f"evt_sq_{i:03d}" for i in range(events)]

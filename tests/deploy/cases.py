@@ -535,13 +535,13 @@ INVALID += [
 LOADER_ONLY += [
     Case("filter-types-without-event-type", base(providers={"svix": {
         "path": "/s", "preset": "svix", "secrets": [SW_SECRET],
-        "filter": {"types": {"drop": ["a.*"]}}}}), rule=14),
+        "filter": {"types": {"drop": ["a.*"]}}}}), rule=15),
     Case("filter-unclosed-bracket", base(providers={"stripe": {
         "path": "/s", "preset": "stripe", "secrets": ["x"],
-        "filter": {"types": {"allow": ["invoice.[paid"]}}}}), rule=14),
+        "filter": {"types": {"allow": ["invoice.[paid"]}}}}), rule=15),
     Case("store-outage-forward-in-queue-mode", base(providers={"stripe": {
         "path": "/s", "preset": "stripe", "secrets": ["x"], "mode": "queue",
-        "store_outage": "forward"}}), rule=14),
+        "store_outage": "forward"}}), rule=15),
 ]
 
 # Once loader findings (found by the schema agreement tests), now rejected by both.
