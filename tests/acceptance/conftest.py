@@ -20,6 +20,7 @@ import aiohttp
 import asyncpg
 import pytest
 
+from tests.pgserver import ThrowawayCluster
 from tests.support import REPO, ProxyProcess, Rows, StubApp, base_config, write_config
 
 
@@ -121,3 +122,14 @@ async def deploy(kind: str, tmp_path: Path, admin_dsn: str | None) -> AsyncItera
         await stub.stop()
         if admin_dsn is not None:
             await drop_database(admin_dsn, store_url)
+
+
+@pytest.fixture
+async def own_cluster(tmp_path: Path) -> AsyncIterator[ThrowawayCluster]:
+    """A throwaway PostgreSQL cluster of the test's own, for a test that stops or kills it."""
+    cluster = ThrowawayCluster(tmp_path / "pg")
+    await asyncio.to_thread(cluster.start)
+    try:
+        yield cluster
+    finally:
+        await asyncio.to_thread(cluster.cleanup)

@@ -8,12 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import asyncpg
-import pytest
 import yaml
 
 from tests.acceptance.conftest import Deployment, run_cli
@@ -197,16 +195,6 @@ providers:
 
 
 # -- store_outage ------------------------------------------------------------------------------
-
-@pytest.fixture
-async def own_cluster(tmp_path: Path) -> AsyncIterator[ThrowawayCluster]:
-    cluster = ThrowawayCluster(tmp_path / "pg")
-    await asyncio.to_thread(cluster.start)
-    try:
-        yield cluster
-    finally:
-        await asyncio.to_thread(cluster.cleanup)
-
 
 async def test_with_the_store_gone_forward_sends_unclaimed_and_refuse_answers_503(
     own_cluster: ThrowawayCluster, tmp_path: Path

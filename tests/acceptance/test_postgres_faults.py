@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -96,16 +95,6 @@ async def test_sigkill_after_claim_then_takeover_by_exactly_one(pg_deployment: D
     assert dep.stub.attempts("evt_crash") == [1, 2]  # exactly one takeover, marked attempt 2
     row = await dep.rows.one("stripe", "evt_crash")
     assert row is not None and row["state"] == "done" and row["attempt"] == 2
-
-
-@pytest.fixture
-async def own_cluster(tmp_path: Path) -> AsyncIterator[ThrowawayCluster]:
-    cluster = ThrowawayCluster(tmp_path / "pg")
-    await asyncio.to_thread(cluster.start)
-    try:
-        yield cluster
-    finally:
-        await asyncio.to_thread(cluster.cleanup)
 
 
 async def test_postgres_stopped_mid_run_gives_503_then_recovers(
