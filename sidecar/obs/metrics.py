@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Self
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import prometheus_client
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client import values as _values
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -26,6 +28,47 @@ from prometheus_client.registry import Collector
 from sidecar.core.workergroup import GroupHealth
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+class _KnownChildren:
+    """``labels(*values)`` answers a label set asked for before from a plain dict: the
+    library's own lookup converts, checks and takes a lock on every call, and a delivery asks
+    for the same few children (its provider, its result) every time. A child is the library's
+    own (made once by ``labels``), so what it counts is unchanged."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._known: dict[tuple[object, ...], Self] = {}
+
+    def labels(self, *values: object, **named: object) -> Self:
+        if named:
+            return super().labels(*values, **named)  # type: ignore[misc, no-any-return]
+        try:
+            return self._known[values]
+        except KeyError:
+            child: Self = super().labels(*values)  # type: ignore[misc]
+            self._known[values] = child
+            return child
+
+    def remove(self, *values: Any) -> None:
+        self._known.clear()
+        super().remove(*values)  # type: ignore[misc]
+
+    def clear(self) -> None:
+        self._known.clear()
+        super().clear()  # type: ignore[misc]
+
+
+class Counter(_KnownChildren, prometheus_client.Counter):
+    pass
+
+
+class Gauge(_KnownChildren, prometheus_client.Gauge):
+    pass
+
+
+class Histogram(_KnownChildren, prometheus_client.Histogram):
+    pass
+
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
