@@ -25,7 +25,7 @@ from sidecar.core.tracing import Span
 from sidecar.delivery import Inbound
 from sidecar.http.appkeys import CONFIG, METRICS, PIPELINE, SIGNATURE_WATCH, TRACER
 from sidecar.http.listener import BoundedConnection, PreparedResponse, ProviderResponse, prepared
-from sidecar.obs.logs import get_logger
+from sidecar.obs.logs import delivery_line, get_logger
 
 log = get_logger("sidecar.delivery")
 
@@ -208,9 +208,13 @@ async def _read(provider: ProviderConfig, request: web.Request) -> bytes | Answe
     if encoding != "identity":
         # Signatures cover the bytes as sent and the app expects them so: no decoding here.
         return refuse("content_encoding", encoding=encoding)
+    content = request.content
     try:
-        async with asyncio.timeout(request.app[CONFIG].body_read_timeout):
-            body = await read_bounded(request.content, limit + 1)
+        if content.is_eof():  # the whole body came with the headers: no wait, so no timer
+            body = await read_bounded(content, limit + 1)
+        else:
+            async with asyncio.timeout(request.app[CONFIG].body_read_timeout):
+                body = await read_bounded(content, limit + 1)
     except TimeoutError:
         return refuse("body_timeout")
     except (ConnectionError, web.RequestPayloadError):
@@ -229,18 +233,22 @@ def _observe(request: web.Request, provider: ProviderConfig, answer: Answer | No
     request.app[METRICS].events.labels(provider.key, result.value).inc()
     if result is Result.INVALID_SIGNATURE and SIGNATURE_WATCH in request.app:
         request.app[SIGNATURE_WATCH].failed(provider.key)  # notify.signature_failures
-    fields = dict(answer.log) if answer is not None else {"cancelled": True}
+    latency_ms = round(seconds * 1000, 2)
     if answer is None:
-        emit = log.warning  # cut off by a shutdown past its timeout: not a bug
-    elif result is Result.ERROR:
+        # Cut off by a shutdown past its timeout: not a bug.
+        log.warning("delivery", provider=provider.key, result=result.value, status=None,
+                    latency_ms=latency_ms, cancelled=True)
+        return result
+    if result is Result.ERROR:
         emit = log.error  # a bug, logged with its traceback
     elif result in (Result.STORE_ERROR, Result.QUEUE_FULL):
         emit = log.warning  # the database is down or slow, or the queue full: retry later
+    elif delivery_line(provider.key, result.value, answer.status, latency_ms, answer.log):
+        return result  # the common case, written without structlog's chain (same bytes)
     else:
         emit = log.info
-    emit("delivery", provider=provider.key, result=result.value,
-         status=answer.status if answer is not None else None,
-         latency_ms=round(seconds * 1000, 2), **fields)
+    emit("delivery", provider=provider.key, result=result.value, status=answer.status,
+         latency_ms=latency_ms, **answer.log)
     return result
 
 
