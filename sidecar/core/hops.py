@@ -17,9 +17,9 @@ HOP_BY_HOP = frozenset({
 })
 # Framing and identity the client sets itself for the new hop.
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length"}
-# Not replayed: framing (the body may be truncated and is already decoded), per-hop metadata.
-_RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "date", "server",
-                               "set-cookie"}
+# Not replayed: framing (the body may be truncated), per-hop metadata. Content-Encoding is:
+# the body is kept as the app encoded it.
+_RESPONSE_DROP = HOP_BY_HOP | {"content-length", "date", "server", "set-cookie"}
 
 
 _TRACEPARENT: Final = cgi_name("traceparent")

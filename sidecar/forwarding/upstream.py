@@ -35,7 +35,14 @@ class Upstream:
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=self._config.timeout,
                                           sock_connect=self._config.connect_timeout),
-            auto_decompress=True,
+            # The app's answer is relayed and recorded as it came, Content-Encoding included
+            # (``core.hops.replayable_headers``): nothing to decode, no decoder per answer.
+            auto_decompress=False,
+            # A proxy keeps no cookies: an app's Set-Cookie is not sent back to it.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            # No trace configs: tracing makes its own spans (``Forwarder``). No skipped auto
+            # headers: aiohttp adds Accept, Accept-Encoding and User-Agent only where the
+            # provider sent none, and the app has always had them then.
         )
 
     async def close(self) -> None:
