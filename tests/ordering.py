@@ -3,8 +3,9 @@
 With ``-n 2 --dist loadfile`` every file runs whole in one worker, handed out in the order the
 files were collected: a long file handed out last finishes long after the other worker is idle.
 So the files are collected longest first (the tests inside a file keep their order), and
-xdist's own reordering (by number of tests, not by time) is turned off. A file missing from the
-record (a new one) goes first: it may be long. Without the record the order is the default one.
+xdist's own reordering (by number of tests, not by time) is turned off. Files missing from the
+record come after the recorded ones, in collection order: record the long ones (a new long file
+left out of the record runs late). Without the record the order is the default one.
 
 Re-record after adding or reshaping slow tests (any run, xdist or not, sums each file's setup,
 call and teardown seconds)::
@@ -49,7 +50,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     def key(item: pytest.Item) -> tuple[float, int]:
         name = _file(item.nodeid)
-        return (-recorded.get(name, float("inf")), first[name])
+        return (-recorded.get(name, 0.0), first[name])
 
     items.sort(key=key)  # stable: a file's tests keep their order
 
