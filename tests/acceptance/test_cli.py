@@ -9,11 +9,9 @@ import re
 import shlex
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from sidecar import __version__
 from tests.acceptance.conftest import Deployment, deploy, run_cli
@@ -89,22 +87,6 @@ async def test_sigterm_lets_inflight_forwards_finish_and_record(deployment: Depl
     assert sorted((r["event_id"], r["state"]) for r in rows) == [
         (f"evt_drain_{i:02d}", "done") for i in range(20)]
     deployment.procs = []
-
-
-@pytest.mark.skipif(os.environ.get("SIDECAR_SKIP_FRESH_VENV") == "1",
-                    reason="explicitly disabled for a quick local run")
-def test_readme_first_command_in_a_fresh_virtualenv(tmp_path: Path) -> None:
-    """The README's run command, in a new virtualenv with nothing but this checkout."""
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    python = env_dir / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    str(REPO)], check=True, timeout=600, cwd=tmp_path)
-    demo = subprocess.run([str(env_dir / "bin" / "webhook-sidecar"), "demo"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert demo.returncode == 0, demo.stdout + demo.stderr
-    assert "demo OK" in demo.stdout
-    assert sys.executable != str(python)
 
 
 async def test_sigterm_past_the_timeout_marks_nothing_done(deployment: Deployment) -> None:
