@@ -43,8 +43,8 @@ built and written), log, metrics (prometheus_client calls wherever they happen) 
 forward, answer, metrics, loop. Prints Ir per request by phase, the marked total beside the
 plain one (the markers' own cost: a few %) and the boundaries each tree had. Work a background
 task does on a timer (the provider states read every 0.5 s) is its own row, "background": under
-valgrind a request takes ~100 times longer, so it weighs ~100 times more per request than it
-does at full speed, and the marked run, slower still (its dumps), has more of it than the plain
+valgrind a request takes tens of times longer, so it weighs that much more per request than
+at full speed, and the marked run, slower still (its dumps), has more of it than the plain
 one; compare totals without it. A new event is cut about 90 times (each prometheus_client call
 twice): each cut is a dump of tens of KB, so keep ``--requests`` at 50 to 100 (a marked run of
 100 new events takes minutes).
