@@ -136,10 +136,14 @@ class Target:
 
 def config(tmp: Path, name: str, app_url: str, store_url: str) -> Path:
     path = tmp / f"{name}.yaml"
+    store: dict[str, object] = {"url": store_url, "pool_max_size": 10}
+    if not store_url.startswith("sqlite"):
+        # Under valgrind, on a loaded machine, a call can take seconds: no 503 for that.
+        store.update(statement_timeout="60s", acquire_timeout="30s", lock_timeout="30s")
     path.write_text(yaml.safe_dump({
         "listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "shutdown_timeout": "2s",
-        "upstream": {"url": app_url, "timeout": "5s"},
-        "store": {"url": store_url, "pool_max_size": 10},
+        "upstream": {"url": app_url, "timeout": "20s"},
+        "store": store,
         "log": {"level": "info", "format": "json"},
         "maintenance": {"interval": "1h"},
         "providers": {"github": {"path": PATH, "preset": "github", "secrets": [SECRET]}},
