@@ -41,13 +41,13 @@ boundary ended: parse (the request read), verify, claim, forward, record, answer
 built and written), log, metrics (prometheus_client calls wherever they happen) and loop
 (between an answer written and the next request's first byte); the pass-through has parse,
 forward, answer, metrics, loop. Prints Ir per request by phase, the marked total beside the
-plain one (the markers' own cost: a few %) and the boundaries each tree had. Work a background
-task does on a timer (the provider states read every 0.5 s) is its own row, "background": under
-valgrind a request takes tens of times longer, so it weighs that much more per request than
-at full speed, and the marked run, slower still (its dumps), has more of it than the plain
-one; compare totals without it. A new event is cut about 90 times (each prometheus_client call
-twice): each cut is a dump of tens of KB, so keep ``--requests`` at 50 to 100 (a marked run of
-100 new events takes minutes).
+plain one (the markers' own cost) and the boundaries each tree had. Both runs go through
+bench/phase_marks.py, which stretches the provider states' refresh (a background read every
+0.5 s) to an hour: under valgrind a request takes tens of times longer, so that timer would
+weigh tens of times more per request than at full speed, more still in the slower marked run.
+What is left of background work is its own row, "background". A new event is cut about 90
+times (each prometheus_client call twice), each cut a dump of tens of KB: keep ``--requests``
+at 30 to 100 (a marked run of 50 new events took 9 minutes on a loaded 2-core machine).
 
 Counts user-space instructions only: system calls' kernel time is not in it, so a lever that
 saves a write() or an epoll turn shows less here than in CPU time. Needs valgrind
@@ -217,7 +217,7 @@ class Bench:
         await migrate(config(self.tmp, f"{name}-migrate", self.app.url, dsn), target.tree)
         return dsn
 
-    async def start(self, target: Target, marked: bool) -> Started:
+    async def start(self, target: Target, marked: bool, lone: bool) -> Started:
         """The proxy under callgrind, listening."""
         self.serial += 1
         name = f"{target.server}-{self.serial}"
@@ -227,11 +227,12 @@ class Bench:
         database = f"bench_instr_{os.getpid()}_{self.serial}"
         env = {"PYTHONUNBUFFERED": "1", "WEBHOOK_SIDECAR_LOOP": target.loop,
                "PHASE_MARKS_ARM": str(arm),
-               "PHASE_MARKS_REQUESTS": str(self.args.requests), "PHASE_MARKS_OUT": str(cuts)}
+               "PHASE_MARKS_REQUESTS": str(self.args.requests), "PHASE_MARKS_OUT": str(cuts),
+               "PHASE_MARKS_PLAIN": "0" if marked else "1"}
         if target.server == "sidecar":
             store = await self.store_url(target, database)
             args = ["run", "--config", str(config(self.tmp, name, self.app.url, store))]
-            if marked:
+            if lone:  # the background refresh stretched, plain or marked (phase_marks.py)
                 launch = [str(MARKER), target.loop, "sidecar", *args]
             else:
                 launch = [*(["-c", UVLOOP] if target.loop == "uvloop" else ["-m", "sidecar"]),
@@ -239,7 +240,7 @@ class Bench:
             cwd = target.tree
         else:
             args = ["--upstream", self.app.url]
-            launch = ([str(MARKER), target.loop, "passthrough", *args] if marked else
+            launch = ([str(MARKER), target.loop, "passthrough", *args] if lone else
                       ["-m", "bench.passthrough", *args, "--loop", target.loop])
             cwd = REPO
         env["PYTHONPATH"] = str(cwd)
@@ -257,7 +258,7 @@ class Bench:
         args = self.args
         connections = 1 if lone else args.connections
         replay = target.kind == "dups" and target.server == "sidecar"
-        started = await self.start(target, marked)
+        started = await self.start(target, marked, lone)
         proc, url, out, cuts = started.proc, started.url, started.out, started.cuts
         try:
             ids = new_ids(args.ids)

@@ -10,7 +10,10 @@ measured need not have this file)::
     python bench/phase_marks.py asyncio|uvloop sidecar run --config FILE
     python bench/phase_marks.py asyncio|uvloop passthrough --upstream URL
 
-Environment: ``PHASE_MARKS_ARM`` (a path: cutting starts at the first byte of the first request
+webhook-sidecar's provider states, read every 0.5 s by a background task, are read every hour
+instead (:func:`quiet_background`). Environment: ``PHASE_MARKS_PLAIN=1`` (the same launch,
+refresh stretched, without boundaries: the reference the marked run is compared with),
+``PHASE_MARKS_ARM`` (a path: cutting starts at the first byte of the first request
 to arrive once that file exists), ``PHASE_MARKS_REQUESTS`` (N: it stops at the first byte of
 request N + 1, so N whole requests with their event-loop turns are cut), ``PHASE_MARKS_OUT``
 (where the boundaries are written, as JSON, when it stops). For one connection, one request
@@ -299,6 +302,27 @@ def _hook_sidecar(cuts: Cuts) -> None:
     cuts.on_arm.append(lambda: _wrap_loggers(cuts))
 
 
+QUIET_REFRESH = 3600.0
+
+
+def quiet_background() -> list[str]:
+    """The provider states' refresh (every 0.5 s: time-driven, so under valgrind, tens of
+    times slower, it would weigh tens of times more per request) stretched to an hour."""
+    try:
+        from sidecar.forwarding import holds
+    except ImportError:
+        return []
+    init = holds.Holds.__init__
+
+    @functools.wraps(init)
+    def quiet(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["refresh"] = QUIET_REFRESH
+        init(self, *args, **kwargs)
+
+    holds.Holds.__init__ = quiet  # type: ignore[method-assign]
+    return [f"provider states read every {QUIET_REFRESH:.0f} s"]
+
+
 def _hook_passthrough(cuts: Cuts) -> None:
     from aiohttp import client_reqrep, web_request
 
@@ -313,18 +337,23 @@ def launch(argv: Sequence[str]) -> None:
     loop, target, *rest = argv
     cuts = Cuts(os.environ["PHASE_MARKS_ARM"], int(os.environ["PHASE_MARKS_REQUESTS"]),
                 os.environ["PHASE_MARKS_OUT"])
-    _hook_common(cuts)
+    plain = os.environ.get("PHASE_MARKS_PLAIN") == "1"  # no boundaries: the reference run
+    if not plain:
+        _hook_common(cuts)
     if target == "sidecar":
         if loop == "uvloop":  # for trees that do not read WEBHOOK_SIDECAR_LOOP themselves
             import uvloop
 
             asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        _hook_sidecar(cuts)
+        cuts.hooks += quiet_background()
+        if not plain:
+            _hook_sidecar(cuts)
         from sidecar.cli import main as sidecar_main
 
         raise SystemExit(sidecar_main(list(rest)))
     if target == "passthrough":
-        _hook_passthrough(cuts)
+        if not plain:
+            _hook_passthrough(cuts)
         from bench import passthrough
 
         sys.argv = ["passthrough", *rest, "--loop", loop]
