@@ -38,9 +38,10 @@ Each proxy runs twice: plain (its total Ir per request) and through bench/phase_
 which calls libc ``getsid`` at every phase boundary, valgrind cutting its counts there
 (``--dump-before=getsid --combine-dumps=yes``); each cut's instructions go to the phase the
 boundary ended: parse (the request read), verify, claim, forward, record, answer (the answer
-built and written), log, metrics (prometheus_client calls wherever they happen) and loop
-(between an answer written and the next request's first byte); the pass-through has parse,
-forward, answer, metrics, loop. Prints Ir per request by phase, the marked total beside the
+built and written), observe (the delivery's log line and count) and loop (between an
+answer written and the next request's first byte; other metrics are in the phase that records
+them); the pass-through has parse, forward, answer, loop. Arming runs ``gc.collect();
+gc.freeze()`` in both runs. Prints Ir per request by phase, the marked total beside the
 plain one (the markers' own cost) and the boundaries each tree had. Both runs go through
 bench/phase_marks.py, which stretches the provider states' refresh (a background read every
 0.5 s) to an hour: under valgrind a request takes tens of times longer, so that timer would
@@ -245,7 +246,7 @@ class Bench:
             cwd = REPO
         env["PYTHONPATH"] = str(cwd)
         argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                f"--callgrind-out-file={out}", *(CUT_OPTIONS if marked else []),
+                f"--callgrind-out-file={out}", *(CUT_OPTIONS if lone else []),
                 sys.executable, *launch]
         proc = await self.procs.start(name, argv, self.tmp / f"{name}.log", env=env, cwd=cwd)
         url = "http://" + await wait_listening(proc, timeout=300)
@@ -271,9 +272,10 @@ class Bench:
                 counted = new_ids(args.requests + 1)
             await control("-i", "on", str(proc.pid))
             before = cpu_us(proc.pid)
-            if marked:
+            if lone:
+                # Plain or marked, the same window: from arming (the heap frozen) to request
+                # N + 1's first byte, i.e. N whole requests.
                 started.arm.touch()
-                # The cuts stop at request N + 1's first byte: N whole requests.
                 await send_all(url, counted, args.requests + 1, 1, replay=replay)
                 await wait_for_file(cuts, proc)
             else:
@@ -286,7 +288,7 @@ class Bench:
                 await self.pg.drop(started.database)
         requests = args.requests
         parts = await asyncio.to_thread(callgrind_parts, str(out))
-        if not marked:
+        if not lone:
             if len(parts) != 1:
                 raise BenchError(f"{len(parts)} totals in {out}, expected 1")
             return Measured(parts[0] / requests, spent / requests)
@@ -295,8 +297,11 @@ class Bench:
         if len(parts) != len(events) + 1:
             raise BenchError(f"{len(parts)} cuts in {out} for {len(events)} boundaries: "
                              "something else calls getsid?")
-        by_phase = attribute(events, parts[:len(events)])
         await asyncio.to_thread(out.unlink)
+        if not marked:  # arm, then the last request's first byte
+            return Measured(parts[1] / requests, spent / requests, hooks=seen["hooks"],
+                            loop=seen["loop"])
+        by_phase = attribute(events, parts[:len(events)])
         return Measured(0.0, spent / requests,
                         {name: value / requests for name, value in by_phase.items()},
                         sum(by_phase.values()) / requests, seen["hooks"], seen["loop"])
@@ -356,29 +361,39 @@ async def count(bench: Bench) -> dict[tuple[str, str, str], list[Measured]]:
     return results
 
 
+def tree_names(trees: list[Path]) -> dict[Path, str]:
+    """Each tree as the table shows it: its directory's name, or its whole path when two
+    trees share a name."""
+    names = [tree.name for tree in trees]
+    return {tree: tree.name if names.count(tree.name) == 1 else str(tree) for tree in trees}
+
+
 def show_counts(args: argparse.Namespace, results: dict[tuple[str, str, str], list[Measured]],
                 app_kind: str) -> int:
-    """The medians table and the goals; 0, or 3 when a goal is missed."""
+    """The medians table — one row per tree, loop and kind, beside the pass-through on the
+    same loop for the same requests — and the goals; 0, or 3 when a goal is missed."""
     print(f"\nmedians of {args.runs}: Ir per request, {args.requests} requests per proxy over "
           f"{args.connections} connections, GitHub deliveries, app: {app_kind}\n")
-    print("| proxy | loop | requests | store | Ir/req | × pass-through | goal | runs |")
-    print("|---|---|---|---|---:|---:|---|---|")
+    print("| tree | loop | requests | store | Ir/req | pass-through Ir/req | × | goal | "
+          "runs (Ir/req) |")
+    print("|---|---|---|---|---:|---:|---:|---|---|")
     missed = 0
+    names = tree_names(args.trees)
     for sidecar, through in targets(args):
-        for target in ([through] if sidecar.tree == args.trees[0] else []) + [sidecar]:
-            values = results[key(target)]
-            median = statistics.median(v.ir for v in values)
-            base = statistics.median(v.ir for v in results[key(through)])
-            ratio = median / base
-            goal = ""
-            if target.server == "sidecar":
-                ok = ratio <= GOALS[target.kind]
-                missed += not ok
-                goal = f"≤ {GOALS[target.kind]}× {'met' if ok else 'MISSED'}"
-            name = "pass-through" if target.server == "passthrough" else str(target.tree)
-            print(f"| {name} | {target.loop} | {KIND_NAMES[target.kind]} | "
-                  f"{target.store or '—'} | {median:,.0f} | {ratio:.2f} | {goal} | "
-                  + ", ".join(f"{v.ir:,.0f}" for v in values) + " |")
+        values = results[key(sidecar)]
+        median = statistics.median(v.ir for v in values)
+        base = statistics.median(v.ir for v in results[key(through)])
+        ratio = median / base
+        ok = ratio <= GOALS[sidecar.kind]
+        missed += not ok
+        print(f"| {names[sidecar.tree]} | {sidecar.loop} | {KIND_NAMES[sidecar.kind]} | "
+              f"{sidecar.store} | {median:,.0f} | {base:,.0f} | {ratio:.2f} | "
+              f"≤ {GOALS[sidecar.kind]}× {'met' if ok else 'MISSED'} | "
+              + ", ".join(f"{v.ir:,.0f}" for v in values) + " |")
+    print()
+    for tree, name in names.items():
+        if name != str(tree):
+            print(f"{name}: {tree}")
     return 3 if missed else 0
 
 

@@ -12,12 +12,20 @@ measured need not have this file)::
 
 webhook-sidecar's provider states, read every 0.5 s by a background task, are read every hour
 instead (:func:`quiet_background`). Environment: ``PHASE_MARKS_PLAIN=1`` (the same launch,
-refresh stretched, without boundaries: the reference the marked run is compared with),
+refresh stretched, cut only where the marked run's window starts and ends: the reference the
+marked run is compared with),
 ``PHASE_MARKS_ARM`` (a path: cutting starts at the first byte of the first request
 to arrive once that file exists), ``PHASE_MARKS_REQUESTS`` (N: it stops at the first byte of
 request N + 1, so N whole requests with their event-loop turns are cut), ``PHASE_MARKS_OUT``
 (where the boundaries are written, as JSON, when it stops). For one connection, one request
 at a time (bench.instructions' lone variant).
+
+Plain or marked, arming runs ``gc.collect(); gc.freeze()``: what was allocated before is
+never scanned again, so no full collection of the warm-up's objects lands in one phase of
+one run and not the other. The hooks are plain function wrappers at a few points, and a
+boundary cuts only when the phase changes (a second call of the delivery's log line right
+after the first is one cut): each cut costs a Python call of ``os.getsid``, and the hooks
+are the only difference from the plain run.
 
 Boundaries, each named by what just ended:
 
@@ -30,9 +38,9 @@ Boundaries, each named by what just ended:
   it per request; shown as its own "background" phase); for the
   pass-through ``m:read`` (``BaseRequest.read`` returned) and ``m:forward``
   (``ClientResponse.read`` returned);
-- ``b:log``/``e:log``: around each call of a structlog logger held by a ``sidecar.*`` module;
-- ``b:metrics``/``e:metrics``: around prometheus_client's ``labels``, ``inc``, ``dec``,
-  ``set``, ``observe`` (the outermost call only);
+- ``b:observe``/``e:observe``: around the delivery's log line and count
+  (``sidecar.http.proxy._observe``), the one place a delivery logs and counts itself; other
+  prometheus_client calls (e.g. the upstream's latency) stay in the phase they happen in;
 - ``A``: aiohttp's ``finish_response`` returned: the answer is written.
 """
 
@@ -41,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import json
 import os
 import sys
@@ -48,7 +57,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 # Phases of a delivery, in order, and the marks (sidecar.core.phases names) that end each.
-PHASES = ("parse", "verify", "claim", "forward", "record", "answer", "log", "metrics", "loop",
+PHASES = ("parse", "verify", "claim", "forward", "record", "answer", "observe", "loop",
           "background")
 
 
@@ -118,10 +127,11 @@ def callgrind_parts(path: str) -> list[int]:
 # -- the launcher (runs inside the measured process) -------------------------------------------
 
 class Cuts:
-    """The boundaries taken so far, and whether cutting is on."""
+    """The boundaries taken so far, and whether cutting is on (when ``plain``, only where the
+    marked run's window starts and ends: ``arm`` and the last ``L``)."""
 
-    def __init__(self, arm: str, requests: int, out: str) -> None:
-        self.arm_path, self.requests, self.out = arm, requests, out
+    def __init__(self, arm: str, requests: int, out: str, *, plain: bool = False) -> None:
+        self.arm_path, self.requests, self.out, self.plain = arm, requests, out, plain
         self.armed = False
         self.done = False
         self.between = True  # the next byte received starts a request
@@ -129,7 +139,6 @@ class Cuts:
         self.depth = 0
         self.events: list[str] = []
         self.hooks: list[str] = []
-        self.on_arm: list[Callable[[], None]] = []
         self._getsid = os.getsid
 
     def cut(self, event: str) -> None:
@@ -142,14 +151,16 @@ class Cuts:
         if not self.armed:
             if not os.path.exists(self.arm_path):
                 return
-            for hook in self.on_arm:
-                hook()
+            gc.collect()
+            gc.freeze()  # the warm-up's objects: never scanned again, in either run
             self.armed, self.count = True, 1
             self.cut("arm")
             return
         self.count += 1
-        self.cut("L")
-        if self.count > self.requests:
+        last = self.count > self.requests
+        if last or not self.plain:
+            self.cut("L")
+        if last:
             self.armed, self.done = False, True
             loop = type(asyncio.get_running_loop())
             with open(self.out + ".tmp", "w") as handle:
@@ -163,7 +174,9 @@ class Cuts:
 
     def begin(self, kind: str) -> None:
         if self.armed:
-            if self.depth == 0:
+            # Right after the same kind of call ended: one cut for both (only a return and a
+            # call between them).
+            if self.depth == 0 and self.events[-1] != "e:" + kind:
                 self.cut("b:" + kind)
             self.depth += 1
 
@@ -175,13 +188,14 @@ class Cuts:
 
 
 def _around(cuts: Cuts, kind: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(function)
+    begin, end = cuts.begin, cuts.end
+
     def call(*args: Any, **kwargs: Any) -> Any:
-        cuts.begin(kind)
+        begin(kind)
         try:
             return function(*args, **kwargs)
         finally:
-            cuts.end(kind)
+            end(kind)
 
     return call
 
@@ -196,46 +210,6 @@ def _after(cuts: Cuts, name: str, function: Callable[..., Any]) -> Callable[...,
         return result
 
     return call
-
-
-class _Logged:
-    """A structlog logger whose log calls are cut around."""
-
-    _METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical",
-                          "msg", "log", "fatal"})
-
-    def __init__(self, cuts: Cuts, real: Any) -> None:
-        self._cuts, self._real = cuts, real
-
-    def __getattr__(self, name: str) -> Any:
-        if name not in self._METHODS:
-            return getattr(self._real, name)
-        cuts, real = self._cuts, self._real
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            cuts.begin("log")
-            try:
-                return getattr(real, name)(*args, **kwargs)
-            finally:
-                cuts.end("log")
-
-        return call
-
-
-def _wrap_loggers(cuts: Cuts) -> None:
-    """Every structlog logger a loaded ``sidecar.*`` module holds at module level."""
-    import structlog
-
-    kinds = (structlog.BoundLoggerBase, structlog._config.BoundLoggerLazyProxy)
-    wrapped = 0
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("sidecar") or module is None:
-            continue
-        for attr, value in list(vars(module).items()):
-            if isinstance(value, kinds):
-                setattr(module, attr, _Logged(cuts, value))
-                wrapped += 1
-    cuts.hooks.append(f"log: {wrapped} module loggers")
 
 
 def _hook_common(cuts: Cuts) -> None:
@@ -256,22 +230,13 @@ def _hook_common(cuts: Cuts) -> None:
         try:
             return await finish(self, *args, **kwargs)
         finally:
-            if cuts.armed:
+            if cuts.armed and not cuts.plain:
                 cuts.cut("A")
             cuts.between = True
 
     handler.data_received = data_received  # type: ignore[method-assign]
     handler.finish_response = finish_response  # type: ignore[method-assign]
     cuts.hooks += ["aiohttp data_received", "aiohttp finish_response"]
-
-    import prometheus_client.metrics as metrics
-
-    for cls, names in ((metrics.MetricWrapperBase, ("labels",)), (metrics.Counter, ("inc",)),
-                       (metrics.Gauge, ("inc", "dec", "set")),
-                       (metrics.Histogram, ("observe",)), (metrics.Summary, ("observe",))):
-        for name in names:
-            setattr(cls, name, _around(cuts, "metrics", getattr(cls, name)))
-    cuts.hooks.append("prometheus_client")
 
 
 def _hook_sidecar(cuts: Cuts) -> None:
@@ -299,7 +264,12 @@ def _hook_sidecar(cuts: Cuts) -> None:
 
             proxy._phase_marks = phase_marks
             cuts.hooks.append("sidecar.http.proxy._phase_marks")
-    cuts.on_arm.append(lambda: _wrap_loggers(cuts))
+    with contextlib.suppress(ImportError):
+        from sidecar.http import proxy
+
+        if hasattr(proxy, "_observe"):
+            proxy._observe = _around(cuts, "observe", proxy._observe)
+            cuts.hooks.append("sidecar.http.proxy._observe")
 
 
 QUIET_REFRESH = 3600.0
@@ -335,11 +305,10 @@ def _hook_passthrough(cuts: Cuts) -> None:
 
 def launch(argv: Sequence[str]) -> None:
     loop, target, *rest = argv
-    cuts = Cuts(os.environ["PHASE_MARKS_ARM"], int(os.environ["PHASE_MARKS_REQUESTS"]),
-                os.environ["PHASE_MARKS_OUT"])
     plain = os.environ.get("PHASE_MARKS_PLAIN") == "1"  # no boundaries: the reference run
-    if not plain:
-        _hook_common(cuts)
+    cuts = Cuts(os.environ["PHASE_MARKS_ARM"], int(os.environ["PHASE_MARKS_REQUESTS"]),
+                os.environ["PHASE_MARKS_OUT"], plain=plain)
+    _hook_common(cuts)  # plain too: the same two calls per request, and arming
     if target == "sidecar":
         if loop == "uvloop":  # for trees that do not read WEBHOOK_SIDECAR_LOOP themselves
             import uvloop
