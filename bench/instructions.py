@@ -297,6 +297,9 @@ class Bench:
         if len(parts) != len(events) + 1:
             raise BenchError(f"{len(parts)} cuts in {out} for {len(events)} boundaries: "
                              "something else calls getsid?")
+        if args.keep is not None:  # for callgrind_annotate
+            await asyncio.to_thread(shutil.copy, out, args.keep / out.name)
+            await asyncio.to_thread(shutil.copy, cuts, args.keep / cuts.name)
         await asyncio.to_thread(out.unlink)
         if not marked:  # arm, then the last request's first byte
             return Measured(parts[1] / requests, spent / requests, hooks=seen["hooks"],
@@ -419,6 +422,9 @@ async def by_phase(bench: Bench) -> dict[tuple[str, str, str], list[Measured]]:
     return results
 
 
+SCALE_ABOVE = 0.05  # markers' cost beyond which the phases are also shown scaled
+
+
 def show_phases(args: argparse.Namespace,
                 results: dict[tuple[str, str, str], list[Measured]]) -> None:
     print(f"\nmedians of {args.runs}: Ir per lone delivery by phase, {args.requests} requests "
@@ -429,19 +435,25 @@ def show_phases(args: argparse.Namespace,
             columns.append(target)
     names = [n for n in PHASES if any(n in v.phases for c in columns for v in results[key(c)])]
     names += sorted({n for c in columns for v in results[key(c)] for n in v.phases} - set(names))
-    heads = [f"{'pass-through' if c.server == 'passthrough' else c.tree.name}, {c.loop}, "
+    trees = tree_names(args.trees)
+    heads = [f"{'pass-through' if c.server == 'passthrough' else trees[c.tree]}, {c.loop}, "
              f"{c.kind}" for c in columns]
-    print("| phase | " + " | ".join(heads) + " |")
-    print("|---|" + "---:|" * len(columns))
 
-    def median(column: Target, pick: str) -> float:
+    def median(column: Target, pick: str, scaled: bool = False) -> float:
         values = results[key(column)]
         if pick == "ir":
             return statistics.median(v.ir for v in values)
         if pick == "marked":
             return statistics.median(v.marked_ir for v in values)
-        return statistics.median(v.phases.get(pick, 0.0) for v in values)
+        # Scaled: each run's phases times its plain total over its marked one.
+        return statistics.median(v.phases.get(pick, 0.0) * (v.ir / v.marked_ir if scaled else 1)
+                                 for v in values)
 
+    def cost(column: Target) -> float:
+        return (median(column, "marked") - median(column, "background")) / median(column, "ir") - 1
+
+    print("| phase (as counted in the marked run) | " + " | ".join(heads) + " |")
+    print("|---|" + "---:|" * len(columns))
     for name in names:
         print(f"| {name} | " + " | ".join(f"{median(c, name):,.0f}" for c in columns) + " |")
     print("| **total, marked** | " + " | ".join(f"{median(c, 'marked'):,.0f}"
@@ -451,8 +463,18 @@ def show_phases(args: argparse.Namespace,
     print("| total, plain (background included) | " + " | ".join(
         f"{median(c, 'ir'):,.0f}" for c in columns) + " |")
     print("| markers' cost (without background) | " + " | ".join(
-        f"{(median(c, 'marked') - median(c, 'background')) / median(c, 'ir') - 1:+.1%}"
-        for c in columns) + " |")
+        f"{cost(c):+.1%}" for c in columns) + " |")
+    if any(abs(cost(c)) > SCALE_ABOVE for c in columns):
+        print(f"\nThe marked runs differ from the plain ones by more than {SCALE_ABOVE:.0%}: the "
+              "same phases, each run's scaled so they add up to its plain total\n")
+        print("| phase (scaled to the plain total) | " + " | ".join(heads) + " |")
+        print("|---|" + "---:|" * len(columns))
+        for name in names:
+            print(f"| {name} | " + " | ".join(f"{median(c, name, True):,.0f}"
+                                              for c in columns) + " |")
+        print("| total, plain | " + " | ".join(f"{median(c, 'ir'):,.0f}" for c in columns)
+              + " |")
+    print()
     for column in columns:
         hooks = results[key(column)][0].hooks
         print(f"{column.label}: boundaries {', '.join(hooks)}")
@@ -497,6 +519,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--ids", type=int, default=100, help="warm-up events")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="--phases: copy each run's callgrind file and boundaries here")
     args = parser.parse_args(argv)
     args.trees = [Path(tree).resolve() for tree in args.tree] or [REPO]
     args.loops = args.loop.split(",")
