@@ -46,16 +46,19 @@ request N + 1's first byte. Prints Ir per request by phase, the marked total bes
 one (the markers' cost) and the boundaries each tree had; when a marked total is more than 5 %
 off its plain one, the phases again, each run's scaled to add up to its plain total (the
 header says so). ``--keep DIR`` keeps each run's callgrind file and boundaries there, for
-``callgrind_annotate``. Both runs go through
-bench/phase_marks.py, which stretches the provider states' refresh (a background read every
-0.5 s) to an hour: under valgrind a request takes tens of times longer, so that timer would
-weigh tens of times more per request than at full speed, more still in the slower marked run.
-What is left of background work is its own row, "background". A new event is cut 16 times, a
-known duplicate 8, each cut a dump of tens of KB; the hooks alone (no cuts) add about 1 %, the
-cuts some 10 % more for a new event: a guest-side effect of the dumps, not the hooks' code.
-``--phases --kind new,dups --requests 30 --runs 1`` on one tree and loop takes 4 to 5 minutes
-on a loaded 2-core machine; a counting run (without ``--phases``) of one tree, one loop, both
-kinds at 200 requests, about 2.
+``callgrind_annotate``.
+
+Time-driven background work is stretched to an hour: under valgrind a request takes tens of
+times longer, so a timer would weigh tens of times more per request than at full speed,
+more still in the slower marked run. Every run's configuration sets ``maintenance.interval``
+and ``maintenance.secrets_reload_interval`` (where the tree has it); the lone runs, plain
+and marked, also go through bench/phase_marks.py, which stretches the provider states'
+refresh (every 0.5 s) and the overview page's counter sample (every 10 s, some 3.3 M
+instructions each time). What is left of background work is its own row, "background". A new
+event is cut 16 times, a known duplicate 8, each cut a dump of tens of KB; the hooks alone
+(without the cuts) add about 1 %. ``--phases --kind new,dups --requests 30 --runs 1`` on
+one tree and loop takes 4 to 5 minutes on a loaded 2-core machine; a counting run (without
+``--phases``) of one tree, one loop, both kinds at 200 requests, about 2.
 
 Counts user-space instructions only: system calls' kernel time is not in it, so a lever that
 saves a write() or an epoll turn shows less here than in CPU time. Needs valgrind
