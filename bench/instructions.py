@@ -154,8 +154,8 @@ def knows(tree: Path, key: str) -> bool:
 def config(tmp: Path, name: str, app_url: str, store_url: str, tree: Path = REPO) -> Path:
     path = tmp / f"{name}.yaml"
     # Time-driven background work, stretched: under valgrind tens of times slower, it would
-    # weigh tens of times more per request than at full speed (the secret files' check, every
-    # 10 s by default, costs some 3.5 M instructions in a thread).
+    # weigh tens of times more per request than at full speed (the secret files' check runs
+    # every 10 s by default, in a thread).
     maintenance = {"interval": "1h"}
     if knows(tree, "secrets_reload_interval"):
         maintenance["secrets_reload_interval"] = "1h"
