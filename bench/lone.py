@@ -27,6 +27,12 @@ as medians over runs.
 answer's last byte handed to the kernel); the bench prints the median of each phase. Proxies
 from a tree without phase marks print none.
 
+With ``--phases`` it also checks a lone delivery's goals, from the medians over runs: the
+proxy's "own time" — its added p50 minus the median claim statement and the median record
+statement (the ``*_statement`` marks: claim, a replay guard's bind, the result's write) — at
+most 0.5 ms; and each of those statements no slower than the bare prepared ``INSERT … ON
+CONFLICT DO NOTHING`` + commit's p50 timed in the same run.
+
 Not part of the test suite. Results: docs/benchmarks.md, "A lone delivery".
 """
 
@@ -60,6 +66,8 @@ from bench.wrk.stores import PgStore, migrate
 SECRET = "whsec_bench_lone_0123456789abcdef"
 PATH = "/webhooks/stripe"
 PATHS = {"stripe": PATH, "github": github.PATH}
+PROBE = "pg: INSERT+commit"
+OWN_GOAL_MS = 0.5  # a lone delivery's own time beyond its store round trips, at p50
 WARMUP = 30  # deliveries per target before the measured ones (connections, caches, plans)
 PERCENTILES = (50, 90, 99)
 
@@ -249,7 +257,7 @@ async def one_run(args: argparse.Namespace, run: int, pg: PgStore, tmp: Path
             targets.append(Target(name, host, int(port), path, proc, log))
         if args.probes:
             await pg.create(probe_db)
-            targets += [PgProbe("pg: INSERT+commit", pg.dsn(probe_db),
+            targets += [PgProbe(PROBE, pg.dsn(probe_db),
                                 "INSERT INTO bench_probe VALUES ($1) ON CONFLICT DO NOTHING"),
                         PgProbe("pg: SELECT 1", pg.dsn(probe_db), "SELECT 1")]
         for target in targets:
@@ -333,6 +341,52 @@ def show_medians(results: list[dict[str, Any]]) -> None:
                 for k in names))
 
 
+def statement_times(phases: dict[str, float]) -> tuple[float, float]:
+    """(claim, record): the median ms of the delivery's claim statements (the claim, a replay
+    guard's bind riding with it) and of its record statements, from its phase marks named
+    ``<statement>_statement`` (``sidecar.core.phases``)."""
+    claim = record = 0.0
+    for name, value in phases.items():
+        if not name.endswith("_statement"):
+            continue
+        if name.startswith(("claim", "bind", "guard")):
+            claim += value
+        elif name.startswith(("complete", "record", "result")):
+            record += value
+    return claim, record
+
+
+def show_goals(results: list[dict[str, Any]]) -> None:
+    """A lone delivery's goals, from the medians over runs: the proxy's own time (added p50
+    minus its claim and record statements) at most ``OWN_GOAL_MS``; each statement no slower
+    than the bare prepared ``INSERT`` + commit (p50) timed beside it."""
+    names = list(results[0]["targets"])
+    bare = None
+    if PROBE in names:
+        bare = statistics.median(r["targets"][PROBE]["pct"][50] for r in results)
+    print("goals (medians over runs, ms):")
+    for name in names:
+        entries = [r["targets"][name] for r in results]
+        if "added" not in entries[0]:
+            continue
+        if not entries[0].get("phases"):
+            print(f"  {name:<24} own time needs --phases (the statement marks)")
+            continue
+        added = statistics.median(e["added"][50] for e in entries)
+        claim = statistics.median(statement_times(e["phases"])[0] for e in entries)
+        record = statistics.median(statement_times(e["phases"])[1] for e in entries)
+        own = added - claim - record
+        line = (f"  {name:<24} added p50 {added:+.2f} - claim {claim:.2f} - record "
+                f"{record:.2f} = own {own:.2f} "
+                f"({'met' if own <= OWN_GOAL_MS else 'MISSED'}: <= {OWN_GOAL_MS})")
+        if bare is not None:
+            verdicts = ", ".join(
+                f"{what} {'met' if value <= bare else 'MISSED'}"
+                for what, value in (("claim", claim), ("record", record)) if value)
+            line += f"; statements <= bare INSERT+commit p50 {bare:.2f}: {verdicts}"
+        print(line)
+
+
 def keep_logs(tmp: Path, run: int, keep: Path) -> None:
     keep.mkdir(parents=True, exist_ok=True)
     for log in (tmp / f"run{run}").glob(f"run{run}-*.log"):
@@ -371,6 +425,7 @@ async def main_async(args: argparse.Namespace) -> int:
     finally:
         await pg.close()
     show_medians(results)
+    show_goals(results)
     print(f"load average after: {load()}")
     return 0
 
