@@ -25,9 +25,10 @@ if selected:
         base = Path(*module.split("."))
         return str(base / "__init__.py" if (HERE / base).is_dir() else base.with_suffix(".py"))
 
-    # One shared library for all of them (sidecar__mypyc), so calls between compiled modules
-    # are native calls; the mypy options are pyproject.toml's [tool.mypy] (strict).
-    ext_modules = mypycify([path_of(m) for m in selected], group_name="sidecar",
+    # One shared library for all of them (sidecar/native__mypyc, inside the package so an
+    # in-place build is found wherever the package is), so calls between compiled modules are
+    # native calls; the mypy options are pyproject.toml's [tool.mypy] (strict).
+    ext_modules = mypycify([path_of(m) for m in selected], group_name="sidecar.native",
                            opt_level=os.environ.get("MYPYC_OPT_LEVEL", "3"))
 
 setup(ext_modules=ext_modules)
