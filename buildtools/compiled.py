@@ -2,6 +2,8 @@
 by group. setup.py reads this file; nothing at runtime does. Why compile at all, what it buys
 and how to tell a compiled install: docs/design.md, "Compiled modules".
 
+No package ``__init__`` is here: compiled into the shared library inside the package, a
+package gets a wrong ``__path__`` and its submodules are not found (and they only re-export).
 A module is here only if it is fully typed (``mypy --strict``), is on a delivery's path, and
 its group was measured to pay (``bench.instructions``); one that mypyc cannot take as it is
 stays out, with the reason beside the group.
@@ -15,7 +17,6 @@ GROUPS: dict[str, list[str]] = {
     # The pure rules every delivery runs through: the decision, the answers, the body, the
     # event ids, the headers and the signatures. Plain values and functions, no I/O.
     "core": [
-        "sidecar.core",
         "sidecar.core.answers",
         "sidecar.core.batch",
         "sidecar.core.body",
@@ -25,7 +26,6 @@ GROUPS: dict[str, list[str]] = {
         "sidecar.core.durations",
         # not sidecar.core.errors: the exception root, subclassed by uncompiled modules
         # (config, ops), which a compiled class does not allow; raising is not the hot path
-        "sidecar.core.eventid",
         "sidecar.core.eventid.extract",
         "sidecar.core.eventid.spec",
         "sidecar.core.events",
@@ -44,7 +44,6 @@ GROUPS: dict[str, list[str]] = {
         "sidecar.core.ports",
         "sidecar.core.queueing",
         "sidecar.core.rates",
-        "sidecar.core.signing",
         "sidecar.core.signing.algorithms",
         # not sidecar.core.signing.asymmetric: its key types subclass bytes, which mypyc's
         # native classes cannot (and its time is the cryptography library's)
@@ -53,7 +52,6 @@ GROUPS: dict[str, list[str]] = {
         "sidecar.core.signing.formats",
         "sidecar.core.signing.forward",
         "sidecar.core.signing.keys",
-        "sidecar.core.signing.plugins",
         "sidecar.core.signing.plugins.adyen_items",
         "sidecar.core.signing.plugins.base",
         "sidecar.core.signing.plugins.mailgun_token",
@@ -69,7 +67,6 @@ GROUPS: dict[str, list[str]] = {
     ],
     # The pipeline: an inbound value in, an answer value out, each step a call on frozen values.
     "delivery": [
-        "sidecar.delivery",
         "sidecar.delivery.context",
         "sidecar.delivery.filtering",
         "sidecar.delivery.forward",
