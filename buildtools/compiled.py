@@ -51,7 +51,9 @@ GROUPS: dict[str, list[str]] = {
         "sidecar.core.signing.encodings",
         "sidecar.core.signing.formats",
         "sidecar.core.signing.forward",
-        "sidecar.core.signing.keys",
+        # not sidecar.core.signing.keys: compiled, `raise ... from None` leaves
+        # __suppress_context__ False, so a codec error quoting the secret would stay chained
+        # to the ConfigError; it decodes secrets once, at start-up and reload, not per delivery
         "sidecar.core.signing.plugins.adyen_items",
         "sidecar.core.signing.plugins.base",
         "sidecar.core.signing.plugins.mailgun_token",
