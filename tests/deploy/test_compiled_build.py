@@ -75,3 +75,32 @@ def test_mypy_is_a_build_requirement_only_when_compiling() -> None:
     [pin] = mypy.specifier
     assert pin.operator == "==" and "mypyc" in mypy.extras
     assert lint.specifier.contains(pin.version)
+
+
+def _source(module: str) -> ast.Module:
+    path = REPO.joinpath(*module.split(".")).with_suffix(".py")
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _bare_raise_after_await(handler: ast.ExceptHandler) -> bool:
+    """Whether the handler's body re-raises with a bare ``raise`` after an ``await`` (in
+    source order), which compiled by mypyc re-raises a lost exception and crashes."""
+    awaits = [n.lineno for n in ast.walk(handler) if isinstance(n, ast.Await)]
+    if not awaits:
+        return False
+    first_await = min(awaits)
+    return any(isinstance(n, ast.Raise) and n.exc is None and n.lineno > first_await
+               for n in ast.walk(handler))
+
+
+def test_no_listed_module_re_raises_bare_after_an_await() -> None:
+    found = [f"{module}:{handler.lineno}" for module in modules("1")
+             for handler in ast.walk(_source(module))
+             if isinstance(handler, ast.ExceptHandler) and _bare_raise_after_await(handler)]
+    assert found == [], "name the exception: except E as exc: ... raise exc"
+
+
+def test_the_secret_decoding_module_stays_uncompiled() -> None:
+    # Compiled, `raise ... from None` keeps the context: a codec error may quote the secret.
+    assert "sidecar.core.signing.keys" not in modules("1")
+    assert "raise ConfigError" in (REPO / "sidecar/core/signing/keys.py").read_text()
