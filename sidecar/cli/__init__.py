@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sidecar import __version__
+from sidecar.compiled import compiled
 from sidecar.config.loader import Secrets, load_config_file, load_config_text, read_config_file
 from sidecar.config.model import Config
 from sidecar.config.problems import ConfigProblems
@@ -71,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="webhook-sidecar",
         description="A verifying, deduplicating reverse proxy for inbound webhooks.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    build = f"compiled: {str(compiled()).lower()}"  # mypyc's modules, or the pure source
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} ({build})")
     sub = parser.add_subparsers(dest="command")
 
     def with_config(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Protocol
+from typing import Protocol, TypeAlias
+
+# Any value ``parse_json`` returns. A named alias, not a bare ``object``, in dataclass fields:
+# mypyc's dataclasses look each field's annotation up in the module (docs/design.md,
+# "Compiled modules").
+JsonValue: TypeAlias = object
 
 
 class NotJson(ValueError):

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.core.body import Body, NotJson
+from sidecar.core.body import Body, JsonValue, NotJson
 from sidecar.core.errors import ConfigError
 from sidecar.core.fields import get_header_name
 from sidecar.core.headers import header_value
@@ -46,7 +46,7 @@ class HmacHex:
 @dataclass(frozen=True, slots=True)
 class HandshakeSpec:
     when_path: JsonPath | None
-    equals: object
+    equals: JsonValue
     respond: tuple[tuple[str, JsonPath | HmacHex | object], ...] = ()
     text: JsonPath | None = None  # respond with this body value as text/plain
     when_header: str | None = None

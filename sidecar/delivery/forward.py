@@ -138,9 +138,9 @@ class ForwardMode:
             written = await asyncio.gather(*(
                 self._filters.record(delivery, [(o.item.event_id, o.attempt)], answer)
                 for o, answer in zip(dropped, answers, strict=True)))
-        except StoreError:
+        except StoreError as exc:
             await self._abandon(delivery, kept)
-            raise
+            raise exc  # not a bare raise: see _claim_all
         for o, answer, landed in zip(dropped, answers, written, strict=True):
             if landed:
                 self._remember_done(delivery, [o], filtered_result(answer))
@@ -176,9 +176,11 @@ class ForwardMode:
                     ours.append(resolved)
                 else:
                     settled.append(resolved)
-        except StoreError:
+        except StoreError as exc:
             await self._abandon(delivery, ours)
-            raise
+            # Named, not a bare raise: compiled by mypyc, a bare raise after an await in an
+            # except block loses the exception (a crash).
+            raise exc
         return ours, settled
 
     async def _resolve(self, delivery: Delivery, item: BatchItem,

@@ -93,10 +93,10 @@ class Pipeline:
             return await held_answer(delivery, gate, self._store, self._known)
         try:
             answer = await self._forward_or_fail_open(delivery)
-        except BaseException:
+        except BaseException as exc:
             if gate.probe is not None:  # no attempt made (the store failed): give it back
                 await self._holds.ended(delivery.provider, gate, ProbeEnd.UNUSED, "")
-            raise
+            raise exc  # named: compiled, a bare raise after an await loses it (a crash)
         await self._holds.ended(delivery.provider, gate, *attempt_end(answer))
         return answer
 

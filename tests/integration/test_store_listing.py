@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -186,7 +186,8 @@ async def every_page(store: Store, query: EventQuery) -> list[list[tuple[str, st
 
 
 def _fields(query: EventQuery) -> dict[str, object]:
-    return {name: getattr(query, name) for name in EventQuery.__slots__}
+    # dataclasses.fields, not __slots__: a mypyc-compiled class has no __slots__.
+    return {f.name: getattr(query, f.name) for f in fields(EventQuery)}
 
 
 T0 = BASE_US / 1e6

@@ -11,7 +11,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sidecar.core.body import Body, NotJson
+from sidecar.core.body import Body, JsonValue, NotJson
 from sidecar.core.errors import EventIdError
 from sidecar.core.eventid.spec import EventIdSpec, IdPart
 from sidecar.core.headers import first_header
@@ -108,7 +108,7 @@ def extract_event_id(spec: EventIdSpec, body: Body | bytes, headers: Mapping[str
 class BatchItem:
     event_id: str
     position: int  # index in the array the items path's ``[*]`` expands
-    value: object  # the item as parsed
+    value: JsonValue  # the item as parsed
 
 
 def batch_items(spec: EventIdSpec, body: Body | bytes,
