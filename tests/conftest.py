@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -142,20 +143,27 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         await store.close()
 
 
-@pytest.fixture
-def output() -> Iterator[io.StringIO]:
-    """Logging as the CLI sets it up at ``log.level: debug``, into a buffer (restored after)."""
+@contextlib.contextmanager
+def logging_into(level: str) -> Iterator[io.StringIO]:
+    """Logging as the CLI sets it up at ``level`` in JSON, into a buffer (restored after)."""
     root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
+    handlers, previous = root.handlers[:], root.level
     stream = io.StringIO()
-    configure_logging("debug", "json", stream)
+    configure_logging(level, "json", stream)
     try:
         yield stream
     finally:
         root.handlers[:] = handlers
-        root.setLevel(level)
+        root.setLevel(previous)
         logging.getLogger("aiohttp.access").setLevel(logging.NOTSET)
         structlog.reset_defaults()
+
+
+@pytest.fixture
+def output() -> Iterator[io.StringIO]:
+    """Logging as the CLI sets it up at ``log.level: debug``, into a buffer (restored after)."""
+    with logging_into("debug") as stream:
+        yield stream
 
 
 @pytest.fixture

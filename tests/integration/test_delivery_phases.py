@@ -28,6 +28,7 @@ from tests.support import StubApp, base_config, stripe_event
 pytestmark = pytest.mark.postgres
 
 GAP = 0.2  # the sender's pause inside the body, and the app's before it answers (seconds)
+EARLY_MS = 25  # how much later than the sender's write the listener may note the first byte
 
 PHASES = ["headers", "read", "verify", "claim_wait", "claim_statement", "claim_return",
           "forward_prepare", "forward", "complete_wait", "complete_statement",
@@ -91,7 +92,9 @@ async def test_phases_hold_the_known_gaps_in_order_and_add_up(
     print(phases)
     assert list(phases) == PHASES
     assert all(ms >= 0 for ms in phases.values())
-    assert phases["read"] >= GAP * 1000
+    # The listener notes the first byte when its loop turn reads it, a few ms after the sender
+    # wrote it and began its pause on a busy machine: the read phase holds the pause, less that.
+    assert phases["read"] >= GAP * 1000 - EARLY_MS
     assert phases["forward"] >= GAP * 1000
     others = sum(ms for name, ms in phases.items() if name not in ("read", "forward"))
     assert others < GAP * 1000  # the gaps are in their own phases, not spread over others

@@ -13,6 +13,7 @@ import pytest
 import structlog
 
 from sidecar.obs.logs import configure_logging, delivery_line, get_logger
+from tests.conftest import logging_into
 
 TIMESTAMP = re.compile(r'"timestamp": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"')
 
@@ -35,17 +36,8 @@ DELIVERIES: list[tuple[str, str, int | None, float, dict[str, object]]] = [
 
 @pytest.fixture
 def info_output() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    stream = io.StringIO()
-    configure_logging("info", "json", stream)
-    try:
+    with logging_into("info") as stream:
         yield stream
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        logging.getLogger("aiohttp.access").setLevel(logging.NOTSET)
-        structlog.reset_defaults()
 
 
 def _both(stream: io.StringIO, delivery: tuple[str, str, int | None, float, dict[str, object]]
