@@ -50,9 +50,6 @@ from tests.pgserver import (
 # ``pgbouncer``: Debian's pgbouncer in transaction mode in front of the suite's server.
 pytest_plugins = ["tests.node_oracle", "tests.browser", "tests.pgbouncer"]
 
-# Test ordering: longest files first (``tests/ordering.py``, from ``tests/durations.json``).
-pytest_plugins += ["tests.ordering"]
-
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
