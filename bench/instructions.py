@@ -80,6 +80,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -369,22 +370,27 @@ def key(target: Target) -> tuple[str, str, str]:
     return (target.label, target.kind, target.store)
 
 
-async def count(bench: Bench) -> dict[tuple[str, str, str], list[Measured]]:
-    """``--runs`` times every target pair (the pass-through once per loop, kind and run)."""
-    results: dict[tuple[str, str, str], list[Measured]] = {}
-    for run in range(1, bench.args.runs + 1):
+def in_order(args: argparse.Namespace) -> Iterator[tuple[int, Target]]:
+    """``--runs`` times every target pair: each tree's proxy, and the pass-through once per
+    loop, kind and run."""
+    for run in range(1, args.runs + 1):
         measured_through: set[tuple[str, str]] = set()
-        for sidecar, through in targets(bench.args):
-            pair = [sidecar]
+        for sidecar, through in targets(args):
+            yield run, sidecar
             if (through.loop, through.kind) not in measured_through:
                 measured_through.add((through.loop, through.kind))
-                pair.append(through)
-            for target in pair:
-                got = await bench.measure(target, lone=False)
-                results.setdefault(key(target), []).append(got)
-                print(f"run {run}: {target.label}, {KIND_NAMES[target.kind]}: "
-                      f"{got.ir:,.0f} Ir/req ({got.cpu:,.0f} µs/req under valgrind)",
-                      flush=True)
+                yield run, through
+
+
+async def count(bench: Bench) -> dict[tuple[str, str, str], list[Measured]]:
+    """Every target's instructions per request, ``--runs`` times (:func:`in_order`)."""
+    results: dict[tuple[str, str, str], list[Measured]] = {}
+    for run, target in in_order(bench.args):
+        got = await bench.measure(target, lone=False)
+        results.setdefault(key(target), []).append(got)
+        print(f"run {run}: {target.label}, {KIND_NAMES[target.kind]}: "
+              f"{got.ir:,.0f} Ir/req ({got.cpu:,.0f} µs/req under valgrind)",
+              flush=True)
     return results
 
 
@@ -427,22 +433,15 @@ def show_counts(args: argparse.Namespace, results: dict[tuple[str, str, str], li
 async def by_phase(bench: Bench) -> dict[tuple[str, str, str], list[Measured]]:
     """``--runs`` times every target: plain, then cut by phase; lone deliveries."""
     results: dict[tuple[str, str, str], list[Measured]] = {}
-    for run in range(1, bench.args.runs + 1):
-        done: set[tuple[str, str]] = set()
-        for sidecar, through in targets(bench.args):
-            pair = [sidecar]
-            if (through.loop, through.kind) not in done:
-                done.add((through.loop, through.kind))
-                pair.append(through)
-            for target in pair:
-                plain = await bench.measure(target, lone=True)
-                got = await bench.measure(target, lone=True, marked=True)
-                got.ir = plain.ir
-                results.setdefault(key(target), []).append(got)
-                print(f"run {run}: {target.label}, lone {KIND_NAMES[target.kind]}: "
-                      f"{plain.ir:,.0f} Ir/req plain, {got.marked_ir:,.0f} marked "
-                      f"({got.marked_ir / plain.ir - 1:+.1%}); loop {got.loop}; "
-                      + ", ".join(f"{k} {v:,.0f}" for k, v in got.phases.items()), flush=True)
+    for run, target in in_order(bench.args):
+        plain = await bench.measure(target, lone=True)
+        got = await bench.measure(target, lone=True, marked=True)
+        got.ir = plain.ir
+        results.setdefault(key(target), []).append(got)
+        print(f"run {run}: {target.label}, lone {KIND_NAMES[target.kind]}: "
+              f"{plain.ir:,.0f} Ir/req plain, {got.marked_ir:,.0f} marked "
+              f"({got.marked_ir / plain.ir - 1:+.1%}); loop {got.loop}; "
+              + ", ".join(f"{k} {v:,.0f}" for k, v in got.phases.items()), flush=True)
     return results
 
 
