@@ -166,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from sidecar.runtime.wiring import migrate_store
+    from sidecar.runtime.stores import migrate_store
 
     config = _load(args)
     configure_logging(config.log_level, config.log_format)
@@ -181,7 +181,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _store_partition(args: argparse.Namespace) -> int:
-    from sidecar.runtime.wiring import partition_existing_store
+    from sidecar.runtime.stores import partition_existing_store
 
     config = _load(args)
     configure_logging(config.log_level, config.log_format)

@@ -19,7 +19,7 @@ from sidecar.core.errors import OperationError
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
 from sidecar.ops.listing import MAX_PAGE_LIMIT, OUTCOMES, PAGE_LIMIT, STATES, STATUS_CLASSES
-from sidecar.runtime.wiring import open_store, operator_forwarder
+from sidecar.runtime.stores import open_store
 
 log = get_logger("sidecar.cli")
 
@@ -178,6 +178,8 @@ async def _redrive(config: Config, store: Any, args: argparse.Namespace) -> int:
         print(f"re-queued {count} dead {args.provider} event{'' if count == 1 else 's'}: the "
               "running proxies' delivery workers deliver them", file=sys.stderr)
         return 0
+    from sidecar.runtime.wiring import operator_forwarder  # the app client: only a re-drive
+
     owner = f"cli:{socket.gethostname()}:{os.getpid()}"
     async with operator_forwarder(config, store) as forwarder:
         result = await operations.redrive(config, store, forwarder, owner, args.provider,

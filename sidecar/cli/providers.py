@@ -17,7 +17,8 @@ from typing import Any
 from sidecar.config.model import Config
 from sidecar.core.errors import OperationError
 from sidecar.ops import providers as operations
-from sidecar.runtime.wiring import open_notices, open_store
+from sidecar.runtime.stores import open_store
+from sidecar.runtime.wiring import open_notices
 
 EXIT_USAGE = 2  # as argparse's own usage errors: an unknown provider
 

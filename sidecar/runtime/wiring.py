@@ -2,7 +2,7 @@
 to the app). Whoever needs the parts wired — the server, the ``events`` and ``migrate``
 commands, the test kit — asks here: ``open_store``, ``migrate_store``, ``build_forwarder``,
 ``build_pipeline``, ``operator_forwarder``, ``build_notifier``, ``open_notices``,
-``build_apps``."""
+``build_apps``. Which store a URL opens is ``sidecar.runtime.stores``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Final
 from aiohttp import web
 
 from sidecar.config.keyring import Keyring
-from sidecar.config.model import Config, ResultCommit, StoreConfig
+from sidecar.config.model import Config
 from sidecar.core.errors import ConfigError, StoreError
 from sidecar.core.known import KnownAnswers
 from sidecar.core.notices import NoNotices, Notices
@@ -52,16 +52,11 @@ from sidecar.http.proxy import delivery_handler, unrouted
 from sidecar.http.ui import install as install_inspector
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
-from sidecar.obs.storelog import StoreLog
 from sidecar.obs.telemetry import DeliveryTelemetry
 from sidecar.obs.tracing import build_tracer
 from sidecar.ops.maintenance import Maintenance
 from sidecar.ops.notify import Notifier, SignatureWatch
-from sidecar.store.postgres import PostgresStore, migrate_postgres
-from sidecar.store.postgres.connections import startup_parameters
-from sidecar.store.postgres.partition_upkeep import PartitionKeeper
-from sidecar.store.postgres.partitioning import partition_store
-from sidecar.store.sqlite import SQLiteStore
+from sidecar.runtime.stores import open_store, partition_keeper
 
 log = get_logger("sidecar.app")
 
@@ -110,65 +105,6 @@ class Apps:
     proxy: web.Application  # bound to `listen`: provider routes only
     admin: web.Application  # bound to `admin_listen`: health, metrics, admin API, inspector
     shutdown: Shutdown  # set going by serve.stop; read by the proxy app's cleanup
-
-
-async def open_store(config: StoreConfig, metrics: Metrics | None = None) -> Store:
-    """The store ``config`` names, reporting its outages as log lines and, given ``metrics``,
-    its coalesced writes as metrics."""
-    observer = StoreLog(metrics)
-    if config.kind == "sqlite":
-        return await SQLiteStore.open(config.sqlite_path, observer=observer)
-    return await PostgresStore.connect(
-        config.url,
-        min_size=config.pool_min_size,
-        max_size=config.pool_max_size,
-        acquire_timeout=config.acquire_timeout,
-        statement_timeout=config.statement_timeout,
-        lock_timeout=config.lock_timeout,
-        command_timeout=config.statement_timeout + 1.0,
-        statement_cache_size=config.statement_cache_size,
-        session_settings=config.session_settings,
-        partition_interval=config.partitioning.interval,
-        observer=observer,
-        result_commit_waits=config.result_commit is ResultCommit.WAIT,
-    )
-
-
-async def migrate_store(config: StoreConfig) -> list[str]:
-    """Bring the store's schema up to date; the migrations applied. The embedded store
-    migrates itself when opened, so for it this is an open and a close (and ``[]``)."""
-    if config.kind == "sqlite":
-        store = await open_store(config)
-        await store.close()
-        return []
-    applied = await migrate_postgres(config.url)
-    interval = config.partitioning.interval
-    if interval is not None and await partition_store(
-            config.url, interval=interval, ahead=config.partitioning.ahead, only_if_empty=True):
-        applied.append("partitioned")
-    return applied
-
-
-async def partition_existing_store(config: StoreConfig) -> bool:
-    """``webhook-sidecar store partition``: switch the live store to partitions (False: it
-    was partitioned already). Needs the schema this release ships (run ``migrate`` first)."""
-    assert config.partitioning.interval is not None
-    return await partition_store(config.url, interval=config.partitioning.interval,
-                                 ahead=config.partitioning.ahead)
-
-
-def partition_keeper(config: StoreConfig) -> PartitionKeeper | None:
-    """The upkeep of a partitioned store's partitions, or None (unpartitioned, SQLite)."""
-    if config.kind == "sqlite" or config.partitioning.interval is None:
-        return None
-    return PartitionKeeper(config.url, interval=config.partitioning.interval,
-                           ahead=config.partitioning.ahead,
-                           statement_cache_size=config.statement_cache_size,
-                           server_settings=startup_parameters(
-                               statement_timeout=config.statement_timeout,
-                               lock_timeout=config.lock_timeout,
-                               idle_in_transaction_timeout=10.0,
-                               session_settings=config.session_settings))
 
 
 def build_forwarder(store: EventStore, upstream: Sender | Mapping[str, Sender],

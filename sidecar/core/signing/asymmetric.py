@@ -12,7 +12,8 @@ Key formats (the bytes inside ``PublicKey`` / ``PrivateKey``):
   NaCl "secret key", seed followed by the public key, is accepted too).
 - ``ecdsa-p256-sha256``: public key = DER SubjectPublicKeyInfo; private key = DER PKCS#8.
 
-Pure computation: no I/O.
+Pure computation: no I/O. ``cryptography`` is imported at the first key used, so a proxy
+whose providers all sign with HMAC never loads it (it starts faster).
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import load_der_private_key, load_der_public_key
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 
 class PublicKey(bytes):
@@ -42,11 +42,17 @@ class PrivateKey(bytes):
 
 @functools.lru_cache(maxsize=64)
 def _ed25519_public(key: bytes) -> Ed25519PublicKey:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     return Ed25519PublicKey.from_public_bytes(bytes(key))
 
 
 @functools.lru_cache(maxsize=64)
 def _p256_public(key: bytes) -> ec.EllipticCurvePublicKey:
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import load_der_public_key
+
     try:
         loaded = load_der_public_key(bytes(key))
     except (ValueError, UnsupportedAlgorithm):
@@ -73,6 +79,8 @@ class _PublicKeyAlgorithm:
         raise NotImplementedError
 
     def verify(self, key: bytes, message: bytes, signatures: Sequence[bytes]) -> bool:
+        from cryptography.exceptions import InvalidSignature
+
         try:
             check = self._verifier(key)
         except ValueError:
@@ -97,6 +105,8 @@ class Ed25519(_PublicKeyAlgorithm):
     def sign(self, key: bytes, message: bytes) -> bytes:
         if len(key) not in (32, 64):
             raise ValueError("an Ed25519 signing key is a 32-byte seed (or 64-byte seed+public)")
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         return Ed25519PrivateKey.from_private_bytes(bytes(key[:32])).sign(message)
 
 
@@ -107,11 +117,19 @@ class EcdsaP256Sha256(_PublicKeyAlgorithm):
     name: str = "ecdsa-p256-sha256"
 
     def _verifier(self, key: bytes) -> Callable[[bytes, bytes], None]:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         public = _p256_public(key)
         return lambda signature, message: public.verify(signature, message,
                                                         ec.ECDSA(hashes.SHA256()))
 
     def sign(self, key: bytes, message: bytes) -> bytes:
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.serialization import load_der_private_key
+
         try:
             private = load_der_private_key(bytes(key), password=None)
         except (ValueError, TypeError, UnsupportedAlgorithm):

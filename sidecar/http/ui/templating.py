@@ -4,11 +4,12 @@ printable first, so that no stored byte can stop a page from being written."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from sidecar.http.ui.paths import urlpart
+
+if TYPE_CHECKING:
+    import jinja2
 
 # What an action's redirect may announce: fixed texts, chosen by a code in the query string.
 NOTICES = {
@@ -25,6 +26,10 @@ _COUNT_DIGITS = 9
 
 
 def environment() -> jinja2.Environment:
+    """Made at the first page shown: a proxy whose inspector nobody opens never imports
+    Jinja2 (it starts faster)."""
+    import jinja2
+
     env = jinja2.Environment(loader=jinja2.PackageLoader("sidecar.http.ui", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, finalize=_printable)

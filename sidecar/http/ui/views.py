@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -47,6 +47,9 @@ from sidecar.ops import events as operations
 from sidecar.ops import listing
 from sidecar.ops import providers as provider_ops
 
+if TYPE_CHECKING:
+    import jinja2
+
 log = get_logger("sidecar.ui")
 
 ASSETS = {"inspector.css": "text/css", "favicon.svg": "image/svg+xml"}
@@ -65,7 +68,7 @@ class Inspector:
         self._providers = tuple(provider.key for provider in config.providers)
         self._gate = Gate(config.admin_token, trusted=config.trusted_proxies)
         self._masker = Masker(config)
-        self._env = environment()
+        self._env: jinja2.Environment | None = None  # made at the first page (templating)
         folder = resources.files("sidecar.http.ui").joinpath("static")
         self._assets = {name: (folder.joinpath(name).read_bytes(), kind)
                         for name, kind in ASSETS.items()}
@@ -110,6 +113,8 @@ class Inspector:
             assert operator is not None
             return self._gate.csrf(operator, action)
 
+        if self._env is None:
+            self._env = environment()
         html = self._env.get_template(template).render(
             operator=operator, csrf=csrf, csrf_field=CSRF_FIELD, notice=notice(request.query),
             logout=self._gate.needs_login and operator is not None, **values)
