@@ -18,7 +18,6 @@ from sidecar.config.model import Config
 from sidecar.core.errors import OperationError
 from sidecar.ops import providers as operations
 from sidecar.runtime.stores import open_store
-from sidecar.runtime.wiring import open_notices
 
 EXIT_USAGE = 2  # as argparse's own usage errors: an unknown provider
 
@@ -54,6 +53,8 @@ def run(config: Config, args: argparse.Namespace) -> int:
 
 
 async def _run(config: Config, args: argparse.Namespace) -> int:
+    from sidecar.runtime.wiring import open_notices  # the server's parts: pause and resume only
+
     if args.providers_command != "status":  # an unknown name fails before the store is opened
         operations.provider_config(config, args.name)
     store = await open_store(config.store)

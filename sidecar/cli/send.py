@@ -32,9 +32,8 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
-
-import aiohttp
 
 from sidecar.cli import CONFIG_ENV, default_config
 from sidecar.cli.samples import Sample, find_sample, samples_of
@@ -51,6 +50,9 @@ from sidecar.core.signing import (
     parse_signature_spec,
     sign_delivery,
 )
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +216,8 @@ async def _deliver(
     session: aiohttp.ClientSession, args: argparse.Namespace, scheme: Scheme, body: bytes,
     headers: dict[str, str], index: int,
 ) -> Outcome:
+    import aiohttp
+
     query = urlsplit(args.url).query
     signed = sign_delivery(scheme.signature, scheme.key,
                            Delivery(body, headers, args.method.upper(), query), time.time())
@@ -303,6 +307,8 @@ async def send(args: argparse.Namespace, scheme: Scheme, body: bytes,
     def report(outcome: Outcome) -> None:
         if not quiet:
             print(_line(outcome, ids), flush=True)
+
+    import aiohttp  # here: every command's parser is built from this module
 
     timeout = aiohttp.ClientTimeout(total=args.timeout)
     connector = aiohttp.TCPConnector(limit=max(args.count, 1))
