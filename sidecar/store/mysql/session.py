@@ -1,0 +1,133 @@
+"""The connection settings the MySQL adapter pins, the URL it connects with, and the start-up
+checks of a server (version, binary log format, privileges for ``migrate``). Pure values and
+checks of what the server answered; the statements live in ``sql/mysql/``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from sidecar.core.errors import StoreError
+
+DIALECT: Final = "mysql"  # the store's SQL files: sql/mysql/*.sql
+
+# Pinned on every connection (set once when it is opened, read back at start-up):
+# - strict mode, so a value that does not fit is an error, never a truncation or a warning;
+#   no ANSI_QUOTES or PIPES_AS_CONCAT (the SQL files use MySQL's default meanings), nor
+#   MariaDB's SIMULTANEOUS_ASSIGNMENT (take_tokens.sql is written for either order anyway);
+# - UTC, so UNIX_TIMESTAMP(NOW(6)) is the epoch without a daylight-saving gap or fold;
+# - READ COMMITTED: every statement reads the latest commits and takes no gap locks
+#   (docs/design.md, "MySQL and MariaDB").
+SQL_MODE: Final = ("STRICT_TRANS_TABLES,STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
+                   "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION")
+ISOLATION: Final = "READ COMMITTED"
+
+MIN_MARIADB: Final = (10, 6)  # SKIP LOCKED, JSON_TABLE, enforced CHECK
+MIN_MYSQL: Final = (8, 0, 16)  # enforced CHECK constraints (SKIP LOCKED and JSON_TABLE: 8.0.4)
+
+# What `migrate` needs on the database (the proxy itself: SELECT, INSERT, UPDATE, DELETE).
+MIGRATE_PRIVILEGES: Final = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "CREATE",
+                                       "ALTER", "INDEX", "REFERENCES", "DROP"})
+RUN_PRIVILEGES: Final = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"})
+
+# URL options (?name=value): the only ones accepted.
+OPTIONS: Final = frozenset({"unix_socket", "connect_timeout", "ssl"})
+SCHEMES: Final = ("mysql", "mariadb")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to connect, from a ``mysql://`` or ``mariadb://`` URL."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+    unix_socket: str | None = None
+    connect_timeout: float | None = None
+    ssl: bool = False
+
+    def __repr__(self) -> str:  # never the password
+        return f"Target({self.user}@{self.host}:{self.port}/{self.database})"
+
+
+def parse_url(url: str) -> Target:
+    """The connection target of ``url``; raises ``ValueError`` saying what to change."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in SCHEMES:
+        raise ValueError(f"expected mysql:// or mariadb://, got {parts.scheme!r}://")
+    database = unquote(parts.path.lstrip("/"))
+    if not database or "/" in database:
+        raise ValueError("name the database in the URL's path: mysql://user@host:3306/DBNAME")
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown URL option {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(OPTIONS))}")
+    timeout = None
+    if "connect_timeout" in options:
+        try:
+            timeout = float(options["connect_timeout"])
+        except ValueError:
+            raise ValueError("connect_timeout must be seconds, e.g. connect_timeout=5") from None
+        if timeout <= 0:
+            raise ValueError("connect_timeout must be > 0")
+    ssl = options.get("ssl", "false").lower()
+    if ssl not in ("true", "false"):
+        raise ValueError("ssl must be true or false")
+    try:
+        port = parts.port or 3306
+    except ValueError:
+        raise ValueError("the URL's port must be a number from 1 to 65535") from None
+    return Target(host=parts.hostname or "127.0.0.1", port=port,
+                  user=unquote(parts.username or "root"),
+                  password=unquote(parts.password or ""), database=database,
+                  unix_socket=options.get("unix_socket") or None, connect_timeout=timeout,
+                  ssl=ssl == "true")
+
+
+_VERSION = re.compile(r"^(?:5\.5\.5-)?(\d+)\.(\d+)\.(\d+)")
+
+
+def server_kind(version: str) -> tuple[str, tuple[int, ...]]:
+    """``("MariaDB" | "MySQL", (major, minor, patch))`` of a ``VERSION()`` string."""
+    match = _VERSION.match(version)
+    numbers = tuple(int(n) for n in match.groups()) if match else (0, 0, 0)
+    return ("MariaDB" if "mariadb" in version.lower() else "MySQL"), numbers
+
+
+def check_server(server: Mapping[str, object]) -> None:
+    """Raise ``StoreError`` saying what to change unless the server (``server.sql``'s record,
+    read on a connection with the pinned settings) can run the store."""
+    version = str(server["version"])
+    kind, numbers = server_kind(version)
+    least = MIN_MARIADB if kind == "MariaDB" else MIN_MYSQL
+    if numbers < least:
+        raise StoreError(f"{kind} {version} is older than this store supports: it needs "
+                         f"{kind} {'.'.join(map(str, least))} or newer")
+    mode = set(str(server["sql_mode"]).split(",")) - {""}
+    if mode != set(SQL_MODE.split(",")):
+        raise StoreError(f"the server kept sql_mode {server['sql_mode']!r} instead of the one "
+                         f"the store sets ({SQL_MODE}): something between the store and the "
+                         "server (a proxy, init_connect) changes session settings")
+    if str(server["time_zone"]) != "+00:00":
+        raise StoreError(f"the session time_zone is {server['time_zone']!r}, not +00:00: "
+                         "something between the store and the server changes it")
+    if int(str(server["log_bin"] or 0)) and str(server["binlog_format"]).upper() == "STATEMENT":
+        raise StoreError("binlog_format is STATEMENT, which cannot log writes made at READ "
+                         "COMMITTED: set binlog_format=ROW on the server (the default since "
+                         "MySQL 5.7.7 and MariaDB 10.2.4)")
+
+
+def check_privileges(held: Collection[str], needed: Collection[str], user: str,
+                     database: str) -> None:
+    """Raise ``StoreError`` naming the GRANT to run unless ``held`` covers ``needed``."""
+    missing = sorted(set(needed) - {p.upper() for p in held})
+    if missing:
+        raise StoreError(f"user {user} lacks {', '.join(missing)} on database {database}; "
+                         f"run GRANT {', '.join(missing)} ON `{database}`.* TO {user} "
+                         "(privileges held only through a role must be granted directly)")
