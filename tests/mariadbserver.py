@@ -22,8 +22,11 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncmy
@@ -178,3 +181,50 @@ def find_or_start() -> MariaDBServer:
         server.cleanup()
         raise
     return MariaDBServer(server.dsn, server)
+
+
+class MariaDBBackdoor:
+    """Direct access beside a ``MySQLStore`` under test (``tests.backdoor.Backdoor``'s verbs):
+    aging rows, holding a row lock, a second store that gives up on locks after a second
+    (``innodb_lock_wait_timeout`` counts whole seconds)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.database = urlsplit(dsn).path.lstrip("/")
+
+    async def _execute(self, sql: str, args: tuple[object, ...]) -> None:
+        conn = await asyncmy.connect(db=self.database, **_connect_args(self.dsn))
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(sql, args)
+        finally:
+            conn.close()
+
+    async def backdate(self, provider: str, event_id: str, seconds: float) -> None:
+        await self._execute("UPDATE webhook_event SET received_at = received_at - %s"
+                            " WHERE provider = %s AND event_id = %s",
+                            (seconds, provider, event_id))
+
+    async def backdate_nonces(self, provider: str, seconds: float) -> None:
+        await self._execute("UPDATE webhook_nonce SET received_at = received_at - %s"
+                            " WHERE provider = %s", (seconds, provider))
+
+    @asynccontextmanager
+    async def hold_write_lock(self, provider: str, event_id: str) -> AsyncIterator[None]:
+        conn = await asyncmy.connect(db=self.database, **_connect_args(self.dsn))
+        try:
+            await conn.begin()
+            async with conn.cursor() as cur:
+                await cur.execute("SELECT event_id FROM webhook_event"
+                                  " WHERE provider = %s AND event_id = %s FOR UPDATE",
+                                  (provider, event_id))
+                assert len(await cur.fetchall()) == 1
+            yield
+            await conn.rollback()
+        finally:
+            conn.close()
+
+    async def impatient_store(self) -> Any:
+        from sidecar.store.mysql import MySQLStore
+
+        return await MySQLStore.connect(self.dsn, lock_timeout=1.0, statement_timeout=2.5)
