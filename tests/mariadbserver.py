@@ -117,7 +117,7 @@ class ThrowawayServer:
         done = subprocess.run(install, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             raise MariaDBServerError(f"mariadb-install-db failed: {done.stderr[-2000:]}")
-        log = open(self._base / "mariadbd.log", "wb")  # noqa: SIM115 - held by the server
+        log = open(self._base / "mariadbd.log", "wb")
         self._proc = subprocess.Popen(
             [self._bin("mariadbd"), "--no-defaults", f"--datadir={data}",
              "--bind-address=127.0.0.1", f"--port={self.port}",

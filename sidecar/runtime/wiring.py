@@ -118,6 +118,13 @@ async def open_store(config: StoreConfig, metrics: Metrics | None = None) -> Sto
     observer = StoreLog(metrics)
     if config.kind == "sqlite":
         return await SQLiteStore.open(config.sqlite_path, observer=observer)
+    if config.kind == "mysql":
+        from sidecar.store.mysql import MySQLStore  # the [mysql] extra: imported when named
+
+        return await MySQLStore.connect(
+            config.url, min_size=config.pool_min_size, max_size=config.pool_max_size,
+            acquire_timeout=config.acquire_timeout, statement_timeout=config.statement_timeout,
+            lock_timeout=config.lock_timeout, observer=observer)
     return await PostgresStore.connect(
         config.url,
         min_size=config.pool_min_size,
@@ -141,6 +148,10 @@ async def migrate_store(config: StoreConfig) -> list[str]:
         store = await open_store(config)
         await store.close()
         return []
+    if config.kind == "mysql":
+        from sidecar.store.mysql import migrate_mysql
+
+        return await migrate_mysql(config.url)
     applied = await migrate_postgres(config.url)
     interval = config.partitioning.interval
     if interval is not None and await partition_store(
@@ -159,7 +170,7 @@ async def partition_existing_store(config: StoreConfig) -> bool:
 
 def partition_keeper(config: StoreConfig) -> PartitionKeeper | None:
     """The upkeep of a partitioned store's partitions, or None (unpartitioned, SQLite)."""
-    if config.kind == "sqlite" or config.partitioning.interval is None:
+    if config.kind != "postgresql" or config.partitioning.interval is None:
         return None
     return PartitionKeeper(config.url, interval=config.partitioning.interval,
                            ahead=config.partitioning.ahead,

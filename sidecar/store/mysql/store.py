@@ -17,11 +17,11 @@ import asyncio
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-import asyncmy  # type: ignore[import-untyped]
-from asyncmy.constants.CLIENT import FOUND_ROWS  # type: ignore[import-untyped]
-from asyncmy.cursors import DictCursor  # type: ignore[import-untyped]
+import asyncmy
+from asyncmy.constants.CLIENT import FOUND_ROWS
+from asyncmy.cursors import DictCursor
 
 from sidecar.core.errors import SchemaError, StoreClosed, StoreError
 from sidecar.core.events import Claim, Enqueued, Replayed
@@ -50,6 +50,7 @@ RETRIES: Final = 3  # runs of a transaction InnoDB chose as a deadlock victim
 _TEXT_KEYS: Final = frozenset({"provider", "event_id", "order_key"})
 
 Row = dict[str, Any]
+T = TypeVar("T")
 
 
 class Duplicate(Exception):
@@ -177,9 +178,7 @@ class MySQLStore(SQLStore):
         return await self._run(name, lambda tx: step(tx, params), transaction=in_transaction)
 
     async def _claim(self, params: Params) -> Claim | Replayed:
-        claim: Claim | Replayed = await self._run("claim", lambda tx: _claim(tx, params),
-                                                  transaction=True)
-        return claim
+        return await self._run("claim", lambda tx: _claim(tx, params), transaction=True)
 
     async def _complete(self, params: Params) -> list[Row]:
         return await self._run("complete", lambda tx: _complete(tx, params), transaction=True)
@@ -188,9 +187,7 @@ class MySQLStore(SQLStore):
         return await self._run("bind_nonce", lambda tx: _bind_nonce(tx, params))
 
     async def _enqueue(self, params: Params) -> Enqueued:
-        enqueued: Enqueued = await self._run("enqueue", lambda tx: _enqueue(tx, params),
-                                             transaction=True)
-        return enqueued
+        return await self._run("enqueue", lambda tx: _enqueue(tx, params), transaction=True)
 
     async def _take_queued(self, params: Params, *, ordered: bool = False) -> list[Row]:
         if not ordered:
@@ -228,8 +225,8 @@ class MySQLStore(SQLStore):
 
     # -- connections ------------------------------------------------------------------------
 
-    async def _run(self, what: str, work: Callable[[Tx], Awaitable[Any]], *,
-                   transaction: bool = False) -> Any:
+    async def _run(self, what: str, work: Callable[[Tx], Awaitable[T]], *,
+                   transaction: bool = False) -> T:
         """``work`` on a pooled connection within the deadline, in a transaction if asked
         (run again when InnoDB picks it as a deadlock's victim); driver errors as
         ``StoreError``."""

@@ -1,0 +1,216 @@
+"""The MySQL / MariaDB store's own checks: the URL forms ``check-config`` accepts and refuses,
+start-up refusals (a server too old, settings it cannot work with, a user without the
+privileges ``migrate`` needs: refused before anything is written), ``migrate`` run twice and
+concurrently, and the suite's throwaway server. The verbs themselves are held to the contract
+suites (``test_store_contract.py``, ``test_store_queue_contract.py``, ``[mariadb]``)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncmy
+import pytest
+
+from sidecar.config.loader import parse_config
+from sidecar.core.errors import ConfigError, SchemaError, StoreError
+from sidecar.store import migrations
+from sidecar.store.mysql import MySQLStore, migrate_mysql
+from sidecar.store.mysql.session import SQL_MODE, check_server
+from tests.mariadbserver import (
+    MariaDBServer,
+    ThrowawayServer,
+    admin,
+    create_database,
+    drop_database,
+    probe,
+    unique_database_name,
+    with_database,
+)
+from tests.unit.test_config import minimal
+
+# == check-config: the URL forms ===============================================================
+
+
+def _with_store(store: dict[str, Any]) -> dict[str, Any]:
+    return {**minimal(), "store": store}
+
+
+@pytest.mark.parametrize("url", [
+    "mysql://sidecar:pw@db.internal:3306/webhooks",
+    "mariadb://sidecar@127.0.0.1/webhooks",
+    "MySQL://sidecar@db/webhooks?connect_timeout=3&ssl=true",
+    "mysql://sidecar@localhost/webhooks?unix_socket=/run/mysqld/mysqld.sock",
+])
+def test_check_config_accepts_the_mysql_url_forms(url: str) -> None:
+    config = parse_config(_with_store({"url": url}), env={})
+    assert config.store.kind == "mysql"
+    assert not any("one host" in w for w in config.warnings)
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("mysql://sidecar@db", "name the database"),
+    ("mysql://sidecar@db/", "name the database"),
+    ("mysql://sidecar@db/webhooks?sslmode=require", "unknown URL option sslmode"),
+    ("mysql://sidecar@db/webhooks?connect_timeout=soon", "connect_timeout must be seconds"),
+    ("mysql://sidecar@db/webhooks?ssl=maybe", "ssl must be true or false"),
+    ("mysql://sidecar@db:99999/webhooks", "port"),
+])
+def test_check_config_refuses_a_bad_mysql_url_saying_what_to_change(url: str, says: str
+                                                                     ) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with_store({"url": url}), env={})
+    assert "store.url" in str(caught.value) and says in str(caught.value)
+
+
+@pytest.mark.parametrize(("store", "path"), [
+    ({"partitioning": {"interval": "1d"}}, "store.partitioning.interval"),
+    ({"result_commit": "no_wait"}, "store.result_commit"),
+])
+def test_check_config_refuses_postgresql_only_settings_on_mysql(store: dict[str, Any],
+                                                               path: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with_store({"url": "mysql://u@db/webhooks", **store}), env={})
+    assert path in str(caught.value)
+
+
+# == start-up checks on what the server answers ================================================
+
+_GOOD = {"version": "10.11.19-MariaDB-0+deb12u1", "sql_mode": SQL_MODE,
+         "time_zone": "+00:00", "log_bin": 1, "binlog_format": "ROW"}
+
+
+@pytest.mark.parametrize(("changed", "says"), [
+    ({"version": "10.5.27-MariaDB"}, "MariaDB 10.6 or newer"),
+    ({"version": "5.5.5-10.4.1-MariaDB-log"}, "MariaDB 10.6 or newer"),
+    ({"version": "8.0.15"}, "MySQL 8.0.16 or newer"),
+    ({"version": "5.7.44-log"}, "MySQL 8.0.16 or newer"),
+    ({"sql_mode": SQL_MODE + ",ANSI_QUOTES"}, "sql_mode"),
+    ({"time_zone": "SYSTEM"}, "time_zone"),
+    ({"binlog_format": "STATEMENT"}, "binlog_format=ROW"),
+])
+def test_a_server_the_store_cannot_work_with_is_refused_with_what_to_change(
+        changed: dict[str, object], says: str) -> None:
+    check_server(_GOOD)  # the baseline passes
+    with pytest.raises(StoreError, match=says):
+        check_server({**_GOOD, **changed})
+
+
+def test_supported_servers_pass() -> None:
+    for version in ("8.0.16", "8.4.3", "9.1.0", "10.6.0-MariaDB", "11.4.2-MariaDB-log"):
+        check_server({**_GOOD, "version": version})
+    check_server({**_GOOD, "log_bin": 0, "binlog_format": "STATEMENT"})  # no binary log
+
+
+# == against the server ========================================================================
+
+@pytest.fixture
+async def fresh_database(mariadb_server: MariaDBServer) -> AsyncIterator[str]:
+    """An empty database on the suite's server, dropped after the test."""
+    dbname = unique_database_name("sidecar_test_fresh")
+    dsn = await create_database(mariadb_server.admin_dsn, dbname)
+    try:
+        yield dsn
+    finally:
+        await drop_database(mariadb_server.admin_dsn, dbname)
+
+
+async def _tables(dsn: str) -> set[str]:
+    db = dsn.rsplit("/", 1)[1]
+    conn = await asyncmy.connect(host="127.0.0.1", **_admin_args(dsn))
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SELECT table_name FROM information_schema.tables"
+                              " WHERE table_schema = %s", (db,))
+            return {str(r[0]) for r in await cur.fetchall()}
+    finally:
+        conn.close()
+
+
+def _admin_args(dsn: str) -> dict[str, Any]:
+    from urllib.parse import urlsplit
+    parts = urlsplit(dsn)
+    return {"port": parts.port or 3306, "user": parts.username or "root",
+            "password": parts.password or ""}
+
+
+@pytest.mark.mariadb
+async def test_migrate_applies_once_and_concurrent_runs_apply_each_migration_once(
+        fresh_database: str) -> None:
+    first, second = await asyncio.gather(migrate_mysql(fresh_database),
+                                         migrate_mysql(fresh_database))
+    names = [m.name for m in migrations.load_migrations("mysql")]
+    assert sorted([first, second], key=len) == [[], names]
+    assert await migrate_mysql(fresh_database) == []
+    assert {"webhook_event", "webhook_queue", "webhook_sidecar_migrations"} <= await _tables(
+        fresh_database)
+
+
+@pytest.mark.mariadb
+async def test_a_store_on_an_unmigrated_database_is_refused_naming_migrate(
+        fresh_database: str) -> None:
+    with pytest.raises(SchemaError, match="webhook-sidecar migrate"):
+        await MySQLStore.connect(fresh_database)
+
+
+@pytest.mark.mariadb
+async def test_an_unknown_url_option_is_refused_at_start_up(fresh_database: str) -> None:
+    with pytest.raises(StoreError, match="unknown URL option sslmode"):
+        await MySQLStore.connect(fresh_database + "?sslmode=require")
+
+
+@pytest.mark.mariadb
+async def test_migrate_by_a_user_without_ddl_privileges_is_refused_before_writing_anything(
+        mariadb_server: MariaDBServer, fresh_database: str) -> None:
+    db = fresh_database.rsplit("/", 1)[1]
+    user, password = f"sc_{secrets.token_hex(4)}", secrets.token_hex(8)
+    await admin(mariadb_server.admin_dsn,
+                f"CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'",
+                f"CREATE USER '{user}'@'localhost' IDENTIFIED BY '{password}'",
+                f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.* TO '{user}'@'%'",
+                f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.* TO '{user}'@'localhost'")
+    try:
+        from urllib.parse import urlsplit
+        port = urlsplit(fresh_database).port or 3306
+        dsn = f"mysql://{user}:{password}@127.0.0.1:{port}/{db}"
+        with pytest.raises(StoreError, match=r"lacks ALTER, CREATE, DROP, INDEX, REFERENCES"
+                                             r".*run GRANT"):
+            await migrate_mysql(dsn)
+        assert await _tables(fresh_database) == set(), "nothing was written"
+        await admin(mariadb_server.admin_dsn,
+                    f"GRANT ALL PRIVILEGES ON `{db}`.* TO '{user}'@'%'",
+                    f"GRANT ALL PRIVILEGES ON `{db}`.* TO '{user}'@'localhost'")
+        assert await migrate_mysql(dsn) != []
+        store = await MySQLStore.connect(dsn)
+        try:
+            assert (await store.claim("stripe", "evt_1", b"h" * 32, 30.0, "o")).won
+        finally:
+            await store.close()
+    finally:
+        await admin(mariadb_server.admin_dsn, f"DROP USER IF EXISTS '{user}'@'%'",
+                    f"DROP USER IF EXISTS '{user}'@'localhost'")
+
+
+@pytest.mark.mariadb
+async def test_event_ids_compare_byte_for_byte(mariadb_store: MySQLStore) -> None:
+    """No collation folds case or pads spaces: each of these is its own event."""
+    ids = ["evt_A", "evt_a", "evt_a ", "évt", "e\u0301vt"]
+    claims = [await mariadb_store.claim("stripe", i, b"h" * 32, 30.0, "o") for i in ids]
+    assert all(c.won for c in claims)
+    assert [c.row.event_id for c in claims] == ids
+
+
+@pytest.mark.mariadb
+async def test_the_throwaway_server_starts_answers_and_is_removed() -> None:
+    server = ThrowawayServer()
+    try:
+        server.start()
+        assert await probe(server.dsn) is None
+        dsn = await create_database(server.dsn, "sidecar_throwaway")
+        assert with_database(server.dsn, "sidecar_throwaway") == dsn
+        assert await migrate_mysql(dsn) != []
+    finally:
+        await asyncio.to_thread(server.cleanup)
+    assert await probe(server.dsn) is not None
