@@ -234,11 +234,12 @@ def every_store(request: pytest.FixtureRequest) -> Store:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
-                        pytest.param("postgres_part", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest) -> PostgresStore | SQLiteStore:
+                        pytest.param("postgres_part", marks=pytest.mark.postgres),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
+def store(request: pytest.FixtureRequest) -> PostgresStore | SQLiteStore | MySQLStore:
     fixture = {"sqlite": "sqlite_store", "postgres": "pg_store",
-               "postgres_part": "pg_part_store"}[request.param]
-    backend: PostgresStore | SQLiteStore = request.getfixturevalue(fixture)
+               "postgres_part": "pg_part_store", "mariadb": "mariadb_store"}[request.param]
+    backend: PostgresStore | SQLiteStore | MySQLStore = request.getfixturevalue(fixture)
     return backend
 
 

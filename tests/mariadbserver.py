@@ -209,6 +209,17 @@ class MariaDBBackdoor:
         await self._execute("UPDATE webhook_nonce SET received_at = received_at - %s"
                             " WHERE provider = %s", (seconds, provider))
 
+    async def received_exactly(self, values: list[tuple[int, str, str]]) -> None:
+        """Rows' received times set exactly: (microseconds since the epoch, provider, id)."""
+        conn = await asyncmy.connect(db=self.database, **_connect_args(self.dsn))
+        try:
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    "UPDATE webhook_event SET received_at = %s * 0.000001"
+                    " WHERE provider = %s AND event_id = %s", values)
+        finally:
+            conn.close()
+
     @asynccontextmanager
     async def hold_write_lock(self, provider: str, event_id: str) -> AsyncIterator[None]:
         conn = await asyncmy.connect(db=self.database, **_connect_args(self.dsn))

@@ -37,12 +37,10 @@ from sidecar.core.events import (
 from sidecar.core.ports import Store
 from sidecar.store.memory import MemoryStore
 from sidecar.store.memory import store as memory_module
-from sidecar.store.mysql import MySQLStore
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.rows import Params
 from sidecar.store.sqlite import SQLiteStore
 from tests.backdoor import Backdoor, PgBackdoor, SqliteBackdoor, pg_backdoor
-from tests.mariadbserver import MariaDBBackdoor
 from tests.pgserver import ThrowawayCluster, free_port
 
 LEASE = 30.0
@@ -118,8 +116,6 @@ def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
         return MemoryBackdoor(store)
     if isinstance(store, SQLiteStore):
         return SqliteBackdoor(store.path)
-    if isinstance(store, MySQLStore):
-        return MariaDBBackdoor(request.getfixturevalue("mariadb_dsn"))  # type: ignore[return-value]
     return pg_backdoor(request)
 
 

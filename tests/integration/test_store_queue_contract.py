@@ -41,7 +41,6 @@ from sidecar.store.sqlfiles import statement
 from sidecar.store.sqlite import SQLiteStore
 from tests.backdoor import Backdoor, SqliteBackdoor, pg_backdoor
 from tests.integration.test_store_contract import BODY, LEASE, MemoryBackdoor
-from tests.mariadbserver import MariaDBBackdoor
 from tests.replyeater import ReplyEater
 
 REQUEST = StoredRequest(method="POST", path="/webhooks/stripe?x=1",
@@ -75,8 +74,6 @@ def backdoor(store: Store, request: pytest.FixtureRequest) -> Backdoor:
         return MemoryBackdoor(store)
     if isinstance(store, SQLiteStore):
         return SqliteBackdoor(store.path)
-    if isinstance(store, MySQLStore):
-        return MariaDBBackdoor(request.getfixturevalue("mariadb_dsn"))  # type: ignore[return-value]
     return pg_backdoor(request)
 
 

@@ -83,6 +83,18 @@ class Tx:
                 raise Duplicate(name) from exc
             raise
 
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """The statements inside, in one transaction (the connection is otherwise
+        autocommitted): for a verb whose first statement must not hold its locks longer."""
+        await self.count("begin", {})
+        try:
+            yield
+        except BaseException:
+            await self.count("rollback", {})
+            raise
+        await self.count("commit", {})
+
     async def _run(self, name: str, params: Params) -> None:
         stmt = statement(DIALECT, name)
         await self._cursor.execute(stmt.sql, {n: params[n] for n in stmt.names})
@@ -116,14 +128,14 @@ class MySQLStore(SQLStore):
             "release": (False, _release),
             "purge": (False, _deleting("purge")),
             "purge_nonces": (False, _deleting("purge_nonces")),
-            "take_tokens": (True, _take_tokens),
+            "take_tokens": (False, _take_tokens),
             "return_tokens": (False, _return_tokens),
             "take_permits": (False, _take_permits),
             "release_permits": (False, _release_permits),
             "claim_notice": (False, _claim_notice),
-            "pause_provider": (True, _pause_provider),
+            "pause_provider": (False, _pause_provider),
             "resume_provider": (True, _guarded_state("resume_provider")),
-            "breaker_failure": (True, _breaker_failure),
+            "breaker_failure": (False, _breaker_failure),
             "take_probe": (True, _guarded_state("take_probe")),
             "end_probe": (True, _guarded_state("end_probe")),
         }
@@ -202,14 +214,8 @@ class MySQLStore(SQLStore):
             if not held["locked"]:
                 raise StoreError("take_queued: another take of this provider held on")
             try:
-                await tx.count("begin", {})
-                try:
-                    taken = await _take_queued(tx, params)
-                except BaseException:
-                    await tx.count("rollback", {})
-                    raise
-                await tx.count("commit", {})
-                return taken
+                async with tx.transaction():
+                    return await _take_queued(tx, params)
             finally:
                 await tx.rows("take_unlock", lock)
 
@@ -400,13 +406,26 @@ async def _bind_nonce(tx: Tx, params: Params) -> list[Row]:
     return []
 
 
-async def _take_tokens(tx: Tx, params: Params) -> list[Row]:
+# The verbs below insert a row that may exist (1062) before a guarded UPDATE of it. The insert
+# runs autocommitted: a failed insert holds a shared lock on the existing row until its
+# transaction ends, and two transactions that each hold one and then want the row exclusively
+# for their UPDATE deadlock. Autocommitted, the shared lock ends with the statement.
+
+
+async def _exists(tx: Tx, name: str, params: Params) -> bool:
+    """Run the insert ``name``; False when it inserted, True when the key existed."""
     try:
-        await tx.insert("rate_row", params)
+        await tx.insert(name, params)
     except Duplicate:
-        pass
-    await tx.count("take_tokens", params)
-    return await tx.rows("tokens_read", params)
+        return True
+    return False
+
+
+async def _take_tokens(tx: Tx, params: Params) -> list[Row]:
+    await _exists(tx, "rate_row", params)
+    async with tx.transaction():
+        await tx.count("take_tokens", params)
+        return await tx.rows("tokens_read", params)
 
 
 async def _return_tokens(tx: Tx, params: Params) -> list[Row]:
@@ -445,22 +464,20 @@ async def _claim_notice(tx: Tx, params: Params) -> list[Row]:
 
 
 async def _pause_provider(tx: Tx, params: Params) -> list[Row]:
-    try:
-        await tx.insert("provider_row", params)
-    except Duplicate:
-        pass
-    if not await tx.count("pause_provider", params):
-        return []
-    return await tx.rows("provider_state", params)
+    await _exists(tx, "provider_row", params)
+    async with tx.transaction():
+        if not await tx.count("pause_provider", params):
+            return []
+        return await tx.rows("provider_state", params)
 
 
 async def _breaker_failure(tx: Tx, params: Params) -> list[Row]:
-    try:
-        await tx.insert("breaker_first", params)
-    except Duplicate:
+    if not await _exists(tx, "breaker_first", params):
+        return await tx.rows("provider_state", params)
+    async with tx.transaction():
         if not await tx.count("breaker_failure", params):
             return []
-    return await tx.rows("provider_state", params)
+        return await tx.rows("provider_state", params)
 
 
 def _guarded_state(name: str) -> Step:
