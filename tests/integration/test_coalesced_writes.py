@@ -37,6 +37,7 @@ from sidecar.core.events import (
     Outcome,
     RecordedResponse,
 )
+from sidecar.store.mysql import MySQLStore
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.sqlite import SQLiteStore
 from tests.pgserver import (
@@ -345,7 +346,7 @@ async def test_an_idle_call_goes_out_alone_as_the_single_row_statement(
 ) -> None:
     # "store" is conftest's: [sqlite] and [postgres].
     sent: list[str] = []
-    postgres = isinstance(store, PostgresStore)
+    postgres = isinstance(store, PostgresStore | MySQLStore)
     if isinstance(store, PostgresStore):
         real = store._calls._run
 
@@ -354,6 +355,14 @@ async def test_an_idle_call_goes_out_alone_as_the_single_row_statement(
             return await real(name, *args)
 
         monkeypatch.setattr(store._calls, "_run", run)
+    elif isinstance(store, MySQLStore):  # one call of the store per verb, as on PostgreSQL
+        real_run = store._run
+
+        async def run_mysql(what: str, work: Any, **options: Any) -> Any:
+            sent.append(what)
+            return await real_run(what, work, **options)
+
+        monkeypatch.setattr(store, "_run", run_mysql)
     else:
         real_call = store._call
 

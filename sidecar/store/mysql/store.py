@@ -26,6 +26,7 @@ from asyncmy.cursors import DictCursor
 from sidecar.core.errors import SchemaError, StoreClosed, StoreError
 from sidecar.core.events import Claim, Enqueued, Replayed
 from sidecar.store import migrations
+from sidecar.store.coalesce import MAX_BATCH, Coalescer
 from sidecar.store.mysql.session import (
     DIALECT,
     MIGRATE_PRIVILEGES,
@@ -113,7 +114,8 @@ class MySQLStore(SQLStore):
     the schema is applied by :func:`migrate_mysql` (``webhook-sidecar migrate``)."""
 
     def __init__(self, pool: Any, target: Target, *, deadline: float, lock_timeout: float,
-                 acquire_timeout: float, observer: StoreObserver | None = None) -> None:
+                 acquire_timeout: float, observer: StoreObserver | None = None,
+                 write_batch: int = MAX_BATCH) -> None:
         self._pool = pool
         self._target = target
         self._deadline = deadline
@@ -122,6 +124,11 @@ class MySQLStore(SQLStore):
         self._observer = observer or Unobserved()
         self._closed = False
         self._pinned: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Concurrent claims, result writes and nonce binds, each kind in one transaction of
+        # its own with one commit (write_batch <= 1: never); see _together.
+        self._claims = self._coalescer("claim", _claim, write_batch)
+        self._completes = self._coalescer("complete", _complete, write_batch)
+        self._binds = self._coalescer("bind_nonce", _bind_nonce, write_batch)
         # The verbs whose SQL files write: each is a few statements here (no RETURNING).
         self._writes: dict[str, tuple[bool, Step]] = {
             "take_over": (True, _take_over),
@@ -147,12 +154,14 @@ class MySQLStore(SQLStore):
     async def connect(cls, url: str, *, min_size: int = 1, max_size: int = 10,
                       acquire_timeout: float = 2.0, statement_timeout: float = 5.0,
                       lock_timeout: float = 2.0, connect_timeout: float = 5.0,
-                      observer: StoreObserver | None = None,
+                      observer: StoreObserver | None = None, write_batch: int = MAX_BATCH,
                       check_schema: bool = True) -> MySQLStore:
         """A pool on ``url`` (``mysql://`` or ``mariadb://``), after checking the server (its
         version, the settings pinned on each connection, binary logging), the privileges the
         proxy needs, and (``check_schema``) that every migration of this release is applied.
-        Raises ``StoreError`` saying what to change."""
+        ``write_batch`` bounds how many concurrent claims (or result writes, or nonce binds)
+        share one transaction; 1 sends each alone. Raises ``StoreError`` saying what to
+        change."""
         try:
             target = parse_url(url)
         except ValueError as exc:
@@ -161,7 +170,7 @@ class MySQLStore(SQLStore):
                                 target.connect_timeout or connect_timeout)
         store = cls(pool, target, deadline=statement_timeout or 3600.0,
                     lock_timeout=lock_timeout, acquire_timeout=acquire_timeout,
-                    observer=observer)
+                    observer=observer, write_batch=write_batch)
         try:
             async with store._session("connect") as tx:
                 await _check(tx, RUN_PRIVILEGES, target)
@@ -190,13 +199,37 @@ class MySQLStore(SQLStore):
         return await self._run(name, lambda tx: step(tx, params), transaction=in_transaction)
 
     async def _claim(self, params: Params) -> Claim | Replayed:
-        return await self._run("claim", lambda tx: _claim(tx, params), transaction=True)
+        claim: Claim | Replayed = await self._write(self._claims, "claim", params)
+        return claim
 
     async def _complete(self, params: Params) -> list[Row]:
-        return await self._run("complete", lambda tx: _complete(tx, params), transaction=True)
+        written: list[Row] = await self._write(self._completes, "complete", params)
+        return written
 
     async def _bind_nonce(self, params: Params) -> list[Row]:
-        return await self._run("bind_nonce", lambda tx: _bind_nonce(tx, params))
+        bound: list[Row] = await self._write(self._binds, "bind_nonce", params)
+        return bound
+
+    # -- concurrent writes, run together ---------------------------------------------------
+
+    def _coalescer(self, verb: str, step: Callable[[Tx, Params], Awaitable[Any]],
+                   write_batch: int) -> Coalescer[Params, Any]:
+        async def alone(params: Params) -> Any:
+            return await self._run(verb, lambda tx: step(tx, params), transaction=True)
+
+        async def together(batch: Sequence[Params]) -> list[Any]:
+            return await self._run(verb, lambda tx: _together(tx, step, batch, verb),
+                                   transaction=True)
+
+        return Coalescer(alone, together, max_batch=write_batch, wait=self._deadline,
+                         sent=lambda calls: self._observer.statement_sent(verb, calls))
+
+    async def _write(self, coalescer: Coalescer[Params, Any], verb: str,
+                     params: Params) -> Any:
+        try:
+            return await coalescer(params)
+        except TimeoutError as exc:  # only a waiting call's: _run translates its own
+            raise StoreError(f"{verb}: no answer within {self._deadline:g}s") from exc
 
     async def _enqueue(self, params: Params) -> Enqueued:
         return await self._run("enqueue", lambda tx: _enqueue(tx, params), transaction=True)
@@ -346,6 +379,34 @@ def _derived(name: str, params: Params) -> Params:
 # -- the verbs of more than one statement -------------------------------------------------------
 
 
+async def _together(tx: Tx, step: Callable[[Tx, Params], Awaitable[Any]],
+                    batch: Sequence[Params], verb: str) -> list[Any]:
+    """Writes of one kind that waited, in arrival order in the caller's one transaction, each
+    answered as if it had run alone at its place (a later claim of a key an earlier one
+    inserted finds that row and loses). Each runs inside a savepoint: one that fails with a
+    statement error is rolled back alone and answered with it; a failure of the transaction
+    itself (a deadlock, a lost connection) raises, and _run sends the whole batch again or
+    fails every call of it."""
+    answers: list[Any] = []
+    for params in batch:
+        await tx.count("savepoint", {})
+        try:
+            answers.append(await step(tx, params))
+        except (asyncmy.errors.IntegrityError, asyncmy.errors.DataError,
+                asyncmy.errors.ProgrammingError, asyncmy.errors.OperationalError,
+                StoreError) as exc:
+            if isinstance(exc, asyncmy.errors.OperationalError) and not (
+                    exc.args and exc.args[0] == LOCK_WAIT):
+                raise  # the transaction is lost (a deadlock, the connection): every call
+            await tx.count("rollback_to_savepoint", {})
+            error = StoreError(f"{verb}: {_describe(exc)}")
+            error.__cause__ = exc
+            answers.append(error)
+        await tx.count("release_savepoint", {})
+    return answers
+
+
+
 async def _claim(tx: Tx, params: Params) -> Claim | Replayed:
     """The guard (if any) bound first, then the row inserted, or the existing one read with a
     shared lock (so that it is the committed row, under any isolation level)."""
@@ -398,18 +459,17 @@ async def _complete(tx: Tx, params: Params) -> list[Row]:
 
 
 async def _bind_nonce(tx: Tx, params: Params) -> list[Row]:
-    """Inserted, or bound already: either way the binding is read by get_nonce.sql."""
-    try:
-        await tx.insert("bind_nonce", params)
-    except Duplicate:
-        pass
-    return []
+    """Inserted, or bound already (by a committed insert, or by an earlier bind of the same
+    batch): either way the binding as get_nonce.sql reads it."""
+    await _exists(tx, "bind_nonce", params)
+    return await tx.rows("get_nonce", params)
 
 
-# The verbs below insert a row that may exist (1062) before a guarded UPDATE of it. The insert
-# runs autocommitted: a failed insert holds a shared lock on the existing row until its
-# transaction ends, and two transactions that each hold one and then want the row exclusively
-# for their UPDATE deadlock. Autocommitted, the shared lock ends with the statement.
+# take_tokens, pause_provider and breaker_failure insert a row that may exist (1062) before a
+# guarded UPDATE of it. That insert runs autocommitted: a failed insert holds a shared lock on
+# the existing row until its transaction ends, and two transactions that each hold one and
+# then want the row exclusively for their UPDATE deadlock. Autocommitted, the shared lock ends
+# with the statement. (A claim's or a bind's failed insert is followed by reads only.)
 
 
 async def _exists(tx: Tx, name: str, params: Params) -> bool:
