@@ -181,10 +181,25 @@ async def mariadb_store(mariadb_dsn: str) -> AsyncIterator[MySQLStore]:
         "webhook_attempt", "webhook_queue", "webhook_event", "webhook_nonce",
         "webhook_provider_state", "webhook_rate", "webhook_permit", "webhook_notice")))
     store = await MySQLStore.connect(mariadb_dsn, min_size=2, max_size=8, observer=StoreLog())
+    # The driver logs the server's warnings and notes (a value rounded, a truncation): the
+    # store's statements must raise none (each costs a SHOW WARNINGS round trip, too).
+    warnings = _Collected()
+    logging.getLogger("asyncmy").addHandler(warnings)
     try:
         yield store
     finally:
+        logging.getLogger("asyncmy").removeHandler(warnings)
         await store.close()
+    assert warnings.messages == [], "the server warned about the store's statements"
+
+
+class _Collected(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ UPDATE webhook_provider_state
        opened_at = IF(IF(failures_since > {{now}} - :window, failures + 1, 1) >= :threshold,
                       {{now}}, NULL),
        open_until = IF(IF(failures_since > {{now}} - :window, failures + 1, 1) >= :threshold,
-                       {{now}} + :cooldown, NULL),
+                       ROUND({{now}} + :cooldown, 6), NULL),
        last_failure = :why,
        updated_at = {{now}},
        failures = IF(failures_since > {{now}} - :window, failures + 1, 1),

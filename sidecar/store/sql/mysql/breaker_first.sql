@@ -3,5 +3,5 @@
 INSERT INTO webhook_provider_state (provider, failures, failures_since, last_failure, breaker,
                                     opened_at, open_until, updated_at)
 VALUES (:provider, 1, {{now}}, :why, IF(:threshold <= 1, 'open', 'closed'),
-        IF(:threshold <= 1, {{now}}, NULL), IF(:threshold <= 1, {{now}} + :cooldown, NULL),
+        IF(:threshold <= 1, {{now}}, NULL), IF(:threshold <= 1, ROUND({{now}} + :cooldown, 6), NULL),
         {{now}});

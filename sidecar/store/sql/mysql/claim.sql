@@ -6,7 +6,7 @@ INSERT INTO webhook_event (
     lease_owner, lease_until, updated_at, payload_body, payload_request
 )
 SELECT :provider, :event_id, {{now}}, :body_sha256, 'processing', 1,
-       :owner, {{now}} + :lease_seconds, {{now}}, :payload_body, :payload_request
+       :owner, ROUND({{now}} + :lease_seconds, 6), {{now}}, :payload_body, :payload_request
   FROM DUAL
  WHERE :guard_key IS NULL
     OR EXISTS (SELECT 1 FROM webhook_nonce

@@ -5,7 +5,7 @@ UPDATE webhook_provider_state
        failures_since = CASE WHEN :end = 'succeeded' THEN NULL ELSE failures_since END,
        opened_at = CASE :end WHEN 'succeeded' THEN NULL WHEN 'failed' THEN {{now}}
                              ELSE opened_at END,
-       open_until = CASE :end WHEN 'succeeded' THEN NULL WHEN 'failed' THEN {{now}} + :cooldown
+       open_until = CASE :end WHEN 'succeeded' THEN NULL WHEN 'failed' THEN ROUND({{now}} + :cooldown, 6)
                               ELSE open_until END,
        last_failure = CASE WHEN :end = 'failed' THEN :why ELSE last_failure END,
        probe_owner = NULL,

@@ -2,7 +2,7 @@
 state = 'processing',
 attempt = attempt + 1,
 lease_owner = :owner,
-lease_until = {{now}} + :lease_seconds,
+lease_until = ROUND({{now}} + :lease_seconds, 6),
 updated_at = {{now}},
 outcome = NULL,
 response_status = NULL,
