@@ -26,7 +26,7 @@ from asyncmy.cursors import DictCursor
 from sidecar.core.errors import SchemaError, StoreClosed, StoreError
 from sidecar.core.events import Claim, Enqueued, Replayed
 from sidecar.store import migrations
-from sidecar.store.coalesce import MAX_BATCH, Coalescer
+from sidecar.store.coalesce import Coalescer
 from sidecar.store.mysql.session import (
     DIALECT,
     MIGRATE_PRIVILEGES,
@@ -115,7 +115,7 @@ class MySQLStore(SQLStore):
 
     def __init__(self, pool: Any, target: Target, *, deadline: float, lock_timeout: float,
                  acquire_timeout: float, observer: StoreObserver | None = None,
-                 write_batch: int = MAX_BATCH) -> None:
+                 write_batch: int = 1) -> None:
         self._pool = pool
         self._target = target
         self._deadline = deadline
@@ -125,7 +125,7 @@ class MySQLStore(SQLStore):
         self._closed = False
         self._pinned: weakref.WeakSet[Any] = weakref.WeakSet()
         # Concurrent claims, result writes and nonce binds, each kind in one transaction of
-        # its own with one commit (write_batch <= 1: never); see _together.
+        # its own with one commit, when write_batch > 1 (opt-in; see _together).
         self._claims = self._coalescer("claim", _claim, write_batch)
         self._completes = self._coalescer("complete", _complete, write_batch)
         self._binds = self._coalescer("bind_nonce", _bind_nonce, write_batch)
@@ -154,14 +154,15 @@ class MySQLStore(SQLStore):
     async def connect(cls, url: str, *, min_size: int = 1, max_size: int = 10,
                       acquire_timeout: float = 2.0, statement_timeout: float = 5.0,
                       lock_timeout: float = 2.0, connect_timeout: float = 5.0,
-                      observer: StoreObserver | None = None, write_batch: int = MAX_BATCH,
+                      observer: StoreObserver | None = None, write_batch: int = 1,
                       check_schema: bool = True) -> MySQLStore:
         """A pool on ``url`` (``mysql://`` or ``mariadb://``), after checking the server (its
         version, the settings pinned on each connection, binary logging), the privileges the
         proxy needs, and (``check_schema``) that every migration of this release is applied.
         ``write_batch`` bounds how many concurrent claims (or result writes, or nonce binds)
-        share one transaction; 1 sends each alone. Raises ``StoreError`` saying what to
-        change."""
+        share one transaction; 1 (the default) sends each alone, on its own connection: on
+        MySQL that is faster (docs/design.md, "MySQL and MariaDB"). Raises ``StoreError``
+        saying what to change."""
         try:
             target = parse_url(url)
         except ValueError as exc:
