@@ -13,12 +13,22 @@ from typing import Any
 
 import asyncmy
 import pytest
+from asyncmy.cursors import DictCursor
 
 from sidecar.config.loader import parse_config
 from sidecar.core.errors import ConfigError, SchemaError, StoreError
+from sidecar.core.events import (
+    AttemptResult,
+    EventState,
+    Outcome,
+    RecordedResponse,
+    Settlement,
+    StoredRequest,
+)
 from sidecar.store import migrations
 from sidecar.store.mysql import MySQLStore, migrate_mysql
 from sidecar.store.mysql.session import SQL_MODE, check_server
+from sidecar.store.sqlfiles import statement
 from tests.mariadbserver import (
     MariaDBServer,
     ThrowawayServer,
@@ -214,3 +224,70 @@ async def test_the_throwaway_server_starts_answers_and_is_removed() -> None:
     finally:
         await asyncio.to_thread(server.cleanup)
     assert await probe(server.dsn) is not None
+
+
+@pytest.mark.mariadb
+async def test_ordered_takes_see_a_concurrent_take_of_the_same_key(
+        mariadb_store: MySQLStore, mariadb_dsn: str) -> None:
+    """A re-driven dead event must not overtake a later event of its key whose take (in
+    another process) has not committed yet: ordered takes of a provider run one at a time
+    under a named lock, so the second sees the first's lease. Without it, READ COMMITTED
+    would not see the uncommitted take of B, and A would be taken beside it."""
+    store = mariadb_store
+    request = StoredRequest(method="POST", path="/x", headers=(), body=b"{}")
+    for event_id in ("A", "B"):
+        assert (await store.enqueue("stripe", event_id, b"h" * 32, request,
+                                    order_key="k")).accepted
+    (first,) = await store.take_queued("stripe", 10, 30.0, "P1", ordered=True)
+    assert first.event_id == "A"
+    dead = Settlement(EventState.DEAD, AttemptResult(EventState.DEAD, Outcome.RESPONSE,
+                                                     RecordedResponse(500, (), b""), 1.0))
+    assert await store.settle_queued("stripe", "A", first.tries, dead)
+    other = await asyncmy.connect(db=mariadb_dsn.rsplit("/", 1)[1], autocommit=True,
+                                  host="127.0.0.1", **_admin_args(mariadb_dsn))
+    lock = {"provider": "stripe", "wait": 5}
+    try:
+        async with other.cursor(DictCursor) as cur:
+            async def run(name: str, params: dict[str, object]) -> list[dict[str, Any]]:
+                stmt = statement("mysql", name)
+                await cur.execute(stmt.sql, {n: params[n] for n in stmt.names})
+                return list(await cur.fetchall())
+
+            # Another process's store: its session pinned as the store pins its own.
+            await run("session", {"sql_mode": SQL_MODE, "lock_wait": 5})
+            await run("isolation", {})
+            assert (await run("take_lock", lock))[0]["locked"] == 1
+            await run("begin", {})
+            take = {"provider": "stripe", "limit": 10, "lease_seconds": 30.0, "owner": "P2#1"}
+            picked = await run("take_queued_pick", take)
+            assert [p["event_id"] for p in picked] == [b"B"]
+            await run("take_queued_entry", {**take, "event_id": "B"})
+            await run("take_queued_event", {**take, "event_id": "B"})
+            assert await store.requeue_dead("stripe", "A") == ["A"]
+            ours = asyncio.create_task(store.take_queued("stripe", 10, 30.0, "P1",
+                                                         ordered=True))
+            await _until_waiting_for_a_user_lock(mariadb_dsn)
+            assert not ours.done()
+            await run("commit", {})
+            await run("take_unlock", lock)
+        assert [w.event_id for w in await asyncio.wait_for(ours, 10)] == []  # B in flight
+    finally:
+        other.close()
+    row = await store.get("stripe", "A")
+    assert row is not None and row.state is EventState.QUEUED
+
+
+async def _until_waiting_for_a_user_lock(dsn: str) -> None:
+    """Until a session waits in GET_LOCK (bounded poll)."""
+    conn = await asyncmy.connect(host="127.0.0.1", autocommit=True, **_admin_args(dsn))
+    try:
+        async with conn.cursor() as cur:
+            for _ in range(500):
+                await cur.execute("SELECT COUNT(*) FROM information_schema.processlist"
+                                  " WHERE info LIKE '%GET_LOCK(%' AND id <> CONNECTION_ID()")
+                if (await cur.fetchone())[0]:
+                    return
+                await asyncio.sleep(0.01)
+    finally:
+        conn.close()
+    pytest.fail("no session came to wait for the take lock")
