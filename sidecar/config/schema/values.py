@@ -77,7 +77,8 @@ VALUE_DEFS: Final[JSON] = {
         "(mariadb:// alike).",
         "type": "string",
         "pattern": r"^(?:sqlite:///[\s\S]+|[Pp][Oo][Ss][Tt][Gg][Rr][Ee][Ss](?:[Qq][Ll])?://"
-        r"[\s\S]*|(?:[Mm][Yy][Ss][Qq][Ll]|[Mm][Aa][Rr][Ii][Aa][Dd][Bb])://[\s\S]*)$",
+        r"[\s\S]*|(?:[Mm][Yy][Ss][Qq][Ll]|[Mm][Aa][Rr][Ii][Aa][Dd][Bb])://[^/?#]*/[^/?#]+"
+        r"(?:\?[\s\S]*)?)$",
     }),
     "public_url": text({
         "description": "The absolute http(s) URL the provider calls (it is signed), without "
