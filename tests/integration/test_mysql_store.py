@@ -28,6 +28,7 @@ from sidecar.core.events import (
 from sidecar.store import migrations
 from sidecar.store.mysql import MySQLStore, migrate_mysql
 from sidecar.store.mysql.session import SQL_MODE, check_server
+from sidecar.store.mysql.store import split_script
 from sidecar.store.sqlfiles import statement
 from tests.mariadbserver import (
     MariaDBServer,
@@ -291,3 +292,84 @@ async def _until_waiting_for_a_user_lock(dsn: str) -> None:
     finally:
         conn.close()
     pytest.fail("no session came to wait for the take lock")
+
+
+# == the schema ================================================================================
+
+# Every index of the migrated schema (table, index, columns in order, unique), and every
+# foreign key (cascading deletes from the event row): the declared shape, compared with what
+# the server reports.
+INDEXES = {
+    ("webhook_event", "PRIMARY", ("provider", "event_id"), True),
+    ("webhook_event", "webhook_event_received_at_idx", ("provider", "received_at"), False),
+    ("webhook_queue", "PRIMARY", ("seq",), True),
+    ("webhook_queue", "webhook_queue_event_key", ("provider", "event_id"), True),
+    ("webhook_queue", "webhook_queue_due_idx", ("provider", "due_at", "seq"), False),
+    ("webhook_queue", "webhook_queue_order_idx", ("provider", "order_key", "seq"), False),
+    ("webhook_attempt", "PRIMARY", ("id",), True),
+    ("webhook_attempt", "webhook_attempt_event_idx", ("provider", "event_id", "finished_at"),
+     False),
+    ("webhook_nonce", "PRIMARY", ("provider", "nonce"), True),
+    ("webhook_nonce", "webhook_nonce_received_at_idx", ("provider", "received_at"), False),
+    ("webhook_provider_state", "PRIMARY", ("provider",), True),
+    ("webhook_rate", "PRIMARY", ("provider",), True),
+    ("webhook_permit", "PRIMARY", ("provider", "slot"), True),
+    ("webhook_notice", "PRIMARY", ("target", "kind", "provider"), True),
+    ("webhook_sidecar_migrations", "PRIMARY", ("name",), True),
+}
+FOREIGN_KEYS = {("webhook_queue", "webhook_event", "CASCADE"),
+                ("webhook_attempt", "webhook_event", "CASCADE")}
+
+
+async def _query(dsn: str, sql: str) -> list[tuple[Any, ...]]:
+    conn = await asyncmy.connect(host="127.0.0.1", db=dsn.rsplit("/", 1)[1], **_admin_args(dsn))
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(sql)
+            return list(await cur.fetchall())
+    finally:
+        conn.close()
+
+
+def test_mysql_migrations_are_numbered_from_one_and_every_statement_may_run_again() -> None:
+    shipped = migrations.load_migrations("mysql")
+    assert [m.version for m in shipped] == list(range(1, len(shipped) + 1))
+    for migration in shipped:
+        for each in split_script(migration.sql):
+            assert each.lstrip().upper().startswith("CREATE TABLE IF NOT EXISTS"), each[:60]
+
+
+@pytest.mark.mariadb
+async def test_the_migrated_schema_is_the_declared_one(mariadb_dsn: str) -> None:
+    rows = await _query(mariadb_dsn, """
+        SELECT table_name, index_name, GROUP_CONCAT(column_name ORDER BY seq_in_index),
+               MIN(non_unique) = 0
+          FROM information_schema.statistics
+         WHERE table_schema = DATABASE()
+         GROUP BY table_name, index_name""")
+    found = {(str(t), str(i), tuple(str(c).split(",")), bool(u)) for t, i, c, u in rows}
+    assert found == INDEXES
+    keys = await _query(mariadb_dsn, """
+        SELECT table_name, referenced_table_name, delete_rule
+          FROM information_schema.referential_constraints
+         WHERE constraint_schema = DATABASE()""")
+    assert {tuple(map(str, k)) for k in keys} == FOREIGN_KEYS
+    # Keys compare byte for byte; times are exact microseconds.
+    types = dict(((str(t), str(c)), str(d)) for t, c, d in await _query(mariadb_dsn, """
+        SELECT table_name, column_name, column_type FROM information_schema.columns
+         WHERE table_schema = DATABASE()"""))
+    assert types[("webhook_event", "event_id")] == "varbinary(1024)"
+    assert types[("webhook_event", "provider")] == "varbinary(255)"
+    assert types[("webhook_queue", "order_key")] == "varbinary(1024)"
+    assert types[("webhook_nonce", "nonce")] == "varbinary(1024)"
+    for table, column in (("webhook_event", "received_at"), ("webhook_event", "lease_until"),
+                          ("webhook_queue", "due_at"), ("webhook_attempt", "finished_at")):
+        assert types[(table, column)] == "decimal(16,6)", (table, column)
+
+
+@pytest.mark.mariadb
+async def test_the_schema_refuses_a_state_it_does_not_know(mariadb_store: MySQLStore,
+                                                           mariadb_dsn: str) -> None:
+    await mariadb_store.claim("stripe", "evt_1", b"h" * 32, 30.0, "o")
+    with pytest.raises(asyncmy.errors.Error, match="webhook_event_state_check"):
+        await _query(mariadb_dsn, "UPDATE webhook_event SET state = 'lost'")
