@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +32,7 @@ from sidecar.store.mysql.session import SQL_MODE, check_server
 from sidecar.store.mysql.store import split_script
 from sidecar.store.sqlfiles import statement
 from tests.mariadbserver import (
+    MariaDBBackdoor,
     MariaDBServer,
     ThrowawayServer,
     admin,
@@ -40,6 +42,7 @@ from tests.mariadbserver import (
     unique_database_name,
     with_database,
 )
+from tests.pgserver import free_port
 from tests.unit.test_config import minimal
 
 # == check-config: the URL forms ===============================================================
@@ -373,3 +376,53 @@ async def test_the_schema_refuses_a_state_it_does_not_know(mariadb_store: MySQLS
     await mariadb_store.claim("stripe", "evt_1", b"h" * 32, 30.0, "o")
     with pytest.raises(asyncmy.errors.Error, match="webhook_event_state_check"):
         await _query(mariadb_dsn, "UPDATE webhook_event SET state = 'lost'")
+
+
+async def test_an_unreachable_server_is_a_store_error_at_once() -> None:
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="cannot connect"):
+        await MySQLStore.connect(f"mysql://root@127.0.0.1:{free_port()}/webhooks",
+                                 connect_timeout=2.0)
+    with pytest.raises(StoreError, match="cannot connect"):
+        await migrate_mysql(f"mariadb://root@127.0.0.1:{free_port()}/webhooks",
+                            connect_timeout=2.0)
+    assert time.monotonic() - started < 5.0
+
+
+@pytest.mark.mariadb
+async def test_a_cancelled_call_gives_its_connection_back(mariadb_store: MySQLStore,
+                                                          mariadb_dsn: str) -> None:
+    """A call cancelled while its statement waits on a row lock: its connection is closed
+    (its transaction ends on the server), never handed to the next call mid-statement."""
+    await mariadb_store.claim("stripe", "evt_1", b"h" * 32, 0, "crashed")
+    single = await MySQLStore.connect(mariadb_dsn, min_size=1, max_size=1, lock_timeout=5.0,
+                                      acquire_timeout=1.0)
+    try:
+        async with MariaDBBackdoor(mariadb_dsn).hold_write_lock("stripe", "evt_1"):
+            blocked = asyncio.create_task(single.release("stripe", "evt_1"))
+            for _ in range(300):  # bounded poll: until it holds the pool's one connection
+                if single._pool.freesize == 0 and single._pool.size == 1:
+                    break
+                await asyncio.sleep(0.01)
+            await _until_waiting_for_a_row_lock(mariadb_dsn)
+            blocked.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await blocked
+            await single.ping()  # a new connection, at once
+        assert await single.take_over("stripe", "evt_1", 30.0, "b") == 2
+    finally:
+        await single.close()
+
+
+async def _until_waiting_for_a_row_lock(dsn: str) -> None:
+    conn = await asyncmy.connect(host="127.0.0.1", autocommit=True, **_admin_args(dsn))
+    try:
+        async with conn.cursor() as cur:
+            for _ in range(500):
+                await cur.execute("SELECT COUNT(*) FROM information_schema.innodb_lock_waits")
+                if (await cur.fetchone())[0]:
+                    return
+                await asyncio.sleep(0.01)
+    finally:
+        conn.close()
+    pytest.fail("no statement came to wait for the row lock")

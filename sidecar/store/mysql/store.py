@@ -14,6 +14,7 @@ MariaDB".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -91,8 +92,9 @@ class Tx:
         await self.count("begin", {})
         try:
             yield
-        except BaseException:
-            await self.count("rollback", {})
+        except (asyncmy.errors.Error, StoreError):  # else the connection is closed: see _session
+            with contextlib.suppress(asyncmy.errors.Error, OSError):
+                await self.count("rollback", {})
             raise
         await self.count("commit", {})
 
@@ -313,8 +315,12 @@ class MySQLStore(SQLStore):
                     await conn.begin()
                     try:
                         yield tx
-                    except BaseException:
-                        await conn.rollback()
+                    except (asyncmy.errors.Error, StoreError):
+                        # The server answered (an error): the connection can roll back. A
+                        # cancelled or timed-out call may have a statement in flight: it is
+                        # closed instead (below), which ends its transaction on the server.
+                        with contextlib.suppress(asyncmy.errors.Error, OSError):
+                            await conn.rollback()
                         raise
                     await conn.commit()
                 else:
