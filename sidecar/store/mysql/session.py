@@ -1,6 +1,6 @@
-"""The connection settings the MySQL adapter pins and the start-up
-checks of a server (version, binary log format, privileges for ``migrate``). Pure values and
-checks of what the server answered; the statements live in ``sql/mysql/``."""
+"""The connection settings the MySQL adapter pins, and the start-up checks of a server (its
+version, the settings as read back, the binary log format, the user's privileges): pure values
+and checks of what the server answered; the statements live in ``sql/mysql/``."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ DIALECT: Final = "mysql"  # the store's SQL files: sql/mysql/*.sql
 #   no ANSI_QUOTES or PIPES_AS_CONCAT (the SQL files use MySQL's default meanings), nor
 #   MariaDB's SIMULTANEOUS_ASSIGNMENT (take_tokens.sql is written for either order anyway);
 # - UTC, so UNIX_TIMESTAMP(NOW(6)) is the epoch without a daylight-saving gap or fold;
-# - READ COMMITTED: every statement reads the latest commits and takes no gap locks
-#   (docs/design.md, "MySQL and MariaDB").
+# - READ COMMITTED (isolation.sql): every statement reads the latest commits and takes no
+#   gap locks (docs/design.md, "MySQL and MariaDB"). Not read back: its variable is named
+#   differently on MySQL 8 and MariaDB; the SET raises if it fails.
 SQL_MODE: Final = ("STRICT_TRANS_TABLES,STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
                    "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION")
-ISOLATION: Final = "READ COMMITTED"
 
 MIN_MARIADB: Final = (10, 6)  # SKIP LOCKED, JSON_TABLE, enforced CHECK
 MIN_MYSQL: Final = (8, 0, 16)  # enforced CHECK constraints (SKIP LOCKED and JSON_TABLE: 8.0.4)
