@@ -128,9 +128,14 @@ PART_AHEAD = 3
 
 
 def pg_backdoor(request: pytest.FixtureRequest) -> PgBackdoor:
-    """The backdoor to the PostgreSQL database of the test's ``store`` parameter: the
-    partitioned one for ``[postgres_part]``, else ``pg_dsn``'s."""
+    """The backdoor to the server database of the test's ``store`` parameter: the partitioned
+    one for ``[postgres_part]``, MariaDB's for ``[mariadb]``, else ``pg_dsn``'s."""
     callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "mariadb" in callspec.params.values():
+        from tests.mariadbserver import MariaDBBackdoor
+
+        door: PgBackdoor = MariaDBBackdoor(request.getfixturevalue("mariadb_dsn"))  # type: ignore[assignment]
+        return door
     if callspec is not None and "postgres_part" in callspec.params.values():
         return PgBackdoor(request.getfixturevalue("pg_part_dsn"), PART_INTERVAL)
     return PgBackdoor(request.getfixturevalue("pg_dsn"))

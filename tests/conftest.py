@@ -9,7 +9,10 @@
 - ``pg_part_dsn`` (session), ``pg_part_store``: the same on a second database whose tables are
   partitioned by the minute (``store.partitioning``: ``PART_INTERVAL``, ``PART_AHEAD``).
 - ``sqlite_store``: a ``SQLiteStore`` on a new file in ``tmp_path``.
-- ``store``: parametrized over them (``[sqlite]``, ``[postgres]``, ``[postgres_part]``).
+- ``mariadb_server`` (session), ``mariadb_dsn`` (session), ``mariadb_store``: the same for MySQL /
+  MariaDB (see ``tests/mariadbserver.py``): one migrated database per session, emptied per test.
+- ``store``: parametrized over them (``[sqlite]``, ``[postgres]``, ``[postgres_part]``,
+  ``[mariadb]``).
 - ``pg_throwaway_cluster``: a started private ``ThrowawayCluster`` (fsync on) a test may crash
   with ``stop(mode="immediate")`` and ``start()`` again; removed after the test.
 """
@@ -30,10 +33,17 @@ from sidecar.core.ports import Store
 from sidecar.obs.logs import configure_logging
 from sidecar.obs.storelog import StoreLog
 from sidecar.store.memory import MemoryStore
+from sidecar.store.mysql import MySQLStore, migrate_mysql
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.postgres.partitioning import partition_store
 from sidecar.store.sqlite import SQLiteStore
 from tests.backdoor import PART_AHEAD, PART_INTERVAL, Backdoor, SqliteBackdoor, pg_backdoor
+from tests.mariadbserver import MariaDBServer, MariaDBServerError
+from tests.mariadbserver import admin as mariadb_admin
+from tests.mariadbserver import create_database as mariadb_create_database
+from tests.mariadbserver import drop_database as mariadb_drop_database
+from tests.mariadbserver import find_or_start as mariadb_find_or_start
+from tests.mariadbserver import unique_database_name as mariadb_database_name
 from tests.pgserver import (
     PgServer,
     PgServerError,
@@ -140,6 +150,58 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         await store.close()
 
 
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[MariaDBServer]:
+    try:
+        server = mariadb_find_or_start()
+    except MariaDBServerError as exc:
+        pytest.fail(f"no MariaDB/MySQL for the test suite: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def mariadb_dsn(mariadb_server: MariaDBServer) -> Iterator[str]:
+    dbname = mariadb_database_name()
+    dsn = run_sync(mariadb_create_database(mariadb_server.admin_dsn, dbname))
+    try:
+        run_sync(migrate_mysql(dsn))
+        yield dsn
+    finally:
+        run_sync(mariadb_drop_database(mariadb_server.admin_dsn, dbname))
+
+
+@pytest.fixture
+async def mariadb_store(mariadb_dsn: str) -> AsyncIterator[MySQLStore]:
+    """A ``MySQLStore`` on the session's database, its tables emptied first."""
+    db = mariadb_dsn.rsplit("/", 1)[1]
+    await mariadb_admin(mariadb_dsn, *(f"DELETE FROM `{db}`.{table}" for table in (
+        "webhook_attempt", "webhook_queue", "webhook_event", "webhook_nonce",
+        "webhook_provider_state", "webhook_rate", "webhook_permit", "webhook_notice")))
+    store = await MySQLStore.connect(mariadb_dsn, min_size=2, max_size=8, observer=StoreLog())
+    # The driver logs the server's warnings and notes (a value rounded, a truncation): the
+    # store's statements must raise none (each costs a SHOW WARNINGS round trip, too).
+    warnings = _Collected()
+    logging.getLogger("asyncmy").addHandler(warnings)
+    try:
+        yield store
+    finally:
+        logging.getLogger("asyncmy").removeHandler(warnings)
+        await store.close()
+    assert warnings.messages == [], "the server warned about the store's statements"
+
+
+class _Collected(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 @contextlib.contextmanager
 def logging_into(level: str) -> Iterator[io.StringIO]:
     """Logging as the CLI sets it up at ``level`` in JSON, into a buffer (restored after)."""
@@ -174,22 +236,25 @@ async def memory_store() -> AsyncIterator[MemoryStore]:
 
 @pytest.fixture(
     params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
-            pytest.param("postgres_part", marks=pytest.mark.postgres), "memory"]
+            pytest.param("postgres_part", marks=pytest.mark.postgres), "memory",
+            pytest.param("mariadb", marks=pytest.mark.mariadb)]
 )
 def every_store(request: pytest.FixtureRequest) -> Store:
     """Each store in turn: the contract suites hold all of them to one behaviour."""
     fixture = {"sqlite": "sqlite_store", "postgres": "pg_store",
-               "postgres_part": "pg_part_store", "memory": "memory_store"}
+               "postgres_part": "pg_part_store", "memory": "memory_store",
+               "mariadb": "mariadb_store"}
     backend: Store = request.getfixturevalue(fixture[request.param])
     return backend
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
-                        pytest.param("postgres_part", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest) -> PostgresStore | SQLiteStore:
+                        pytest.param("postgres_part", marks=pytest.mark.postgres),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
+def store(request: pytest.FixtureRequest) -> PostgresStore | SQLiteStore | MySQLStore:
     fixture = {"sqlite": "sqlite_store", "postgres": "pg_store",
-               "postgres_part": "pg_part_store"}[request.param]
-    backend: PostgresStore | SQLiteStore = request.getfixturevalue(fixture)
+               "postgres_part": "pg_part_store", "mariadb": "mariadb_store"}[request.param]
+    backend: PostgresStore | SQLiteStore | MySQLStore = request.getfixturevalue(fixture)
     return backend
 
 

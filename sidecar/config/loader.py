@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from sidecar.config.blocks import TOP
-from sidecar.config.model import Config, StoreKind
+from sidecar.config.model import Config, ResultCommit, StoreKind
 from sidecar.config.problems import ConfigProblems, Mark, Problem, located, read_yaml
 from sidecar.config.reading import Load, interpolated, read_block
 from sidecar.config.steps import OWN_INTERPOLATION, STEPS
@@ -149,6 +149,15 @@ def _config(data: object, load: Load) -> Config | None:
     """The config, or ``None`` when a problem was reported."""
     values = read_block(TOP, interpolated(TOP, data, "", "", load), "", "", load)
     if load.problems:
+        return None
+    store = values["store"]
+    if store.kind == StoreKind.MYSQL and store.partitioning.interval is not None:
+        load.report(ConfigError("store.partitioning.interval",
+                                "partitioning is PostgreSQL's; leave it unset on MySQL"))
+        return None
+    if store.kind == StoreKind.MYSQL and store.result_commit is not ResultCommit.WAIT:
+        load.report(ConfigError("store.result_commit", "no_wait is PostgreSQL's; MySQL "
+                                "commits every write durably (leave it at wait)"))
         return None
     if values["store"].kind == StoreKind.SQLITE:
         load.warnings.append("the SQLite store is correct for one host only; use PostgreSQL "

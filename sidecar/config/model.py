@@ -101,6 +101,7 @@ class ResultCommit(StrEnum):
 class StoreKind(StrEnum):
     SQLITE = "sqlite"  # one host only
     POSTGRESQL = "postgresql"  # any number of replicas
+    MYSQL = "mysql"  # MySQL 8 or MariaDB 10.6+: any number of replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +201,8 @@ class PartitioningConfig:
 @block("Where event rows live.", nullable=True)
 class StoreConfig:
     url: str = setting(StoreURL(), "sqlite:///PATH (one host only; a relative PATH is relative to "
-                       "the config file's folder) or postgresql://… (any number of replicas).",
+                       "the config file's folder), postgresql://… or mysql://… / mariadb://… "
+                       "(MySQL 8, MariaDB 10.6+; the [mysql] extra): any number of replicas.",
                        yaml_default="sqlite:///./webhook-sidecar.db",
                        repr=False)  # may carry a password
     pool_min_size: int = setting(Integer(0), "PostgreSQL pool: connections kept open.",
@@ -248,7 +250,11 @@ class StoreConfig:
 
     @property
     def kind(self) -> StoreKind:
-        return StoreKind.SQLITE if self.url.startswith("sqlite:") else StoreKind.POSTGRESQL
+        if self.url.startswith("sqlite:"):
+            return StoreKind.SQLITE
+        if self.url.lower().startswith(("mysql:", "mariadb:")):
+            return StoreKind.MYSQL
+        return StoreKind.POSTGRESQL
 
     @property
     def sqlite_path(self) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sidecar.config.kinds import JSON, SharedDef, text
+from sidecar.config.mysql_url import SCHEMES, parse_url
 from sidecar.core.errors import ConfigError
 from sidecar.core.forwarded import Network
 
@@ -90,7 +91,8 @@ class TracingURL:
 
 @dataclass(frozen=True)
 class StoreURL(SharedDef):
-    """``sqlite:///PATH`` or ``postgresql://…`` (a relative PATH is resolved by the loader)."""
+    """``sqlite:///PATH``, ``postgresql://…``, ``mysql://…`` or ``mariadb://…`` (a relative PATH
+    is resolved by the loader)."""
 
     label = "URL"
     defs = "store_url"
@@ -98,9 +100,17 @@ class StoreURL(SharedDef):
     def parse(self, raw: object, path: str) -> str:
         if not isinstance(raw, str):
             raise ConfigError(path, "must be a string")
-        if not (raw.startswith("sqlite:///") and len(raw) > len("sqlite:///")) and url_scheme(
-                raw) not in ("postgresql", "postgres"):
-            raise ConfigError(path, "must be sqlite:///PATH or postgresql://…")
+        scheme = url_scheme(raw)
+        if scheme in SCHEMES:
+            try:
+                parse_url(raw)
+            except ValueError as exc:
+                raise ConfigError(path, str(exc)) from None
+            return raw
+        if not (raw.startswith("sqlite:///") and len(raw) > len("sqlite:///")) and scheme not in (
+                "postgresql", "postgres"):
+            raise ConfigError(path, "must be sqlite:///PATH, postgresql://…, mysql://… or "
+                              "mariadb://…")
         return raw
 
 

@@ -1,5 +1,5 @@
-"""Which store a ``store`` block opens: the embedded SQLite store or PostgreSQL, for the server
-(``sidecar.runtime.wiring``) and for the commands that need only a store (``migrate``,
+"""Which store a ``store`` block opens: the embedded SQLite store, PostgreSQL or MySQL, for the
+server (``sidecar.runtime.wiring``) and for the commands that need only a store (``migrate``,
 ``events``, ``providers``, ``store partition``). Each backend is imported when it is opened, so
 a process imports the driver it uses and no other (a command starts faster)."""
 
@@ -24,6 +24,13 @@ async def open_store(config: StoreConfig, metrics: Metrics | None = None) -> Sto
         from sidecar.store.sqlite import SQLiteStore
 
         return await SQLiteStore.open(config.sqlite_path, observer=observer)
+    if config.kind == "mysql":
+        from sidecar.store.mysql import MySQLStore  # the [mysql] extra
+
+        return await MySQLStore.connect(
+            config.url, min_size=config.pool_min_size, max_size=config.pool_max_size,
+            acquire_timeout=config.acquire_timeout, statement_timeout=config.statement_timeout,
+            lock_timeout=config.lock_timeout, observer=observer)
     from sidecar.store.postgres import PostgresStore
 
     return await PostgresStore.connect(
@@ -49,6 +56,10 @@ async def migrate_store(config: StoreConfig) -> list[str]:
         store = await open_store(config)
         await store.close()
         return []
+    if config.kind == "mysql":
+        from sidecar.store.mysql import migrate_mysql
+
+        return await migrate_mysql(config.url)
     from sidecar.store.postgres import migrate_postgres
     from sidecar.store.postgres.partitioning import partition_store
 
@@ -71,8 +82,8 @@ async def partition_existing_store(config: StoreConfig) -> bool:
 
 
 def partition_keeper(config: StoreConfig) -> PartitionKeeper | None:
-    """The upkeep of a partitioned store's partitions, or None (unpartitioned, SQLite)."""
-    if config.kind == "sqlite" or config.partitioning.interval is None:
+    """The upkeep of a partitioned store's partitions, or None (unpartitioned, SQLite, MySQL)."""
+    if config.kind != "postgresql" or config.partitioning.interval is None:
         return None
     from sidecar.store.postgres.connections import startup_parameters
     from sidecar.store.postgres.partition_upkeep import PartitionKeeper

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 
-DIALECTS = ("postgres", "sqlite")
+DIALECTS = ("postgres", "sqlite", "mysql")
 _SHARED = "shared"  # fragments both dialects splice in, spelled alike
 
 _FRAGMENT = re.compile(r"\{\{(?P<name>[a-z_]+)\}\}")
@@ -90,7 +90,9 @@ def fragment(dialect: str, name: str) -> str:
     """The text of ``sql/<dialect>/<name>.fragment.sql`` (else ``sql/shared/<name>.fragment.sql``)
     without its comment lines."""
     lines = _read(dialect, f"{name}.fragment.sql", shared=True).splitlines()
-    return "\n".join(line for line in lines if not line.lstrip().startswith("--")).strip()
+    text = "\n".join(line for line in lines if not line.lstrip().startswith("--")).strip()
+    # A fragment may use another (MySQL's spell the clock once, {{now}}).
+    return _FRAGMENT.sub(lambda m: fragment(dialect, m["name"]), text)
 
 
 @functools.cache
@@ -110,6 +112,8 @@ def statement(dialect: str, name: str) -> Statement:
     sql, names = to_positional(text, what=f"{dialect}/{name}.sql")
     if dialect == "sqlite":  # sqlite3 binds :name from a mapping itself
         sql = text
+    elif dialect == "mysql":  # the driver interpolates %(name)s from a mapping
+        sql, names = to_pyformat(text, what=f"{dialect}/{name}.sql")
     return Statement(name, sql, names)
 
 
@@ -134,6 +138,31 @@ def to_positional(sql: str, *, what: str = "query") -> tuple[str, tuple[str, ...
         return f"${number}"
 
     return _SCAN.sub(replace, sql), tuple(names)
+
+
+def to_pyformat(sql: str, *, what: str = "query") -> tuple[str, tuple[str, ...]]:
+    """``sql`` with each ``:name`` parameter replaced by ``%(name)s`` and every other ``%``
+    doubled (the MySQL driver formats the text with ``%``), and the names in order of first
+    use."""
+    names: dict[str, None] = {}
+
+    def replace(match: re.Match[str]) -> str:
+        if match["positional"]:
+            raise ValueError(f"{what} mixes in a positional {match['positional']}: use :name")
+        name = match["name"]
+        if name is None:
+            return match[0].replace("%", "%%")
+        names.setdefault(name)
+        return f"%({name})s"
+
+    parts: list[str] = []
+    end = 0
+    for match in _SCAN.finditer(sql):
+        parts.append(sql[end:match.start()].replace("%", "%%"))
+        parts.append(replace(match))
+        end = match.end()
+    parts.append(sql[end:].replace("%", "%%"))
+    return "".join(parts), tuple(names)
 
 
 def query_names(dialect: str) -> list[str]:

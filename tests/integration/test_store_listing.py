@@ -34,6 +34,7 @@ from sidecar.store.memory import MemoryStore
 from sidecar.store.sqlite import SQLiteStore
 from tests.backdoor import pg_backdoor
 from tests.integration.test_store_contract import BODY, LEASE
+from tests.mariadbserver import MariaDBBackdoor
 
 REQUEST = StoredRequest(method="POST", path="/webhooks/x", headers=(), body=b"{}")
 BASE_US = 1_800_000_000_000_000  # 2027-01-15, in microseconds: every row sits near it
@@ -132,8 +133,12 @@ async def place(store: Store, request: pytest.FixtureRequest, specs: list[Spec])
                 con.close()
         await asyncio.to_thread(run)
         return
+    door = pg_backdoor(request)
+    if isinstance(door, MariaDBBackdoor):
+        await door.received_exactly(values)
+        return
     epoch = datetime(1970, 1, 1, tzinfo=UTC)  # asyncpg sends a datetime exactly (µs)
-    conn = await asyncpg.connect(pg_backdoor(request).dsn)
+    conn = await asyncpg.connect(door.dsn)
     try:
         await conn.executemany(
             "UPDATE webhook_event SET received_at = $1 WHERE provider = $2 AND event_id = $3",

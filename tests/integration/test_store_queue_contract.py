@@ -35,6 +35,7 @@ from sidecar.core.events import (
 )
 from sidecar.core.ports import Store
 from sidecar.store.memory import MemoryStore
+from sidecar.store.mysql import MySQLStore
 from sidecar.store.postgres import PostgresStore
 from sidecar.store.sqlfiles import statement
 from sidecar.store.sqlite import SQLiteStore
@@ -86,6 +87,9 @@ async def second(store: Store, request: pytest.FixtureRequest) -> AsyncIterator[
         return
     if isinstance(store, SQLiteStore):
         other = await SQLiteStore.open(store.path)
+    elif isinstance(store, MySQLStore):
+        other = await MySQLStore.connect(request.getfixturevalue("mariadb_dsn"), min_size=2,
+                                         max_size=8)
     else:
         door = pg_backdoor(request)
         other = await PostgresStore.connect(door.dsn, min_size=2, max_size=8,
@@ -657,7 +661,7 @@ async def test_list_events_filters_by_the_queue_states(store: Store) -> None:
     assert [r.event_id for r in await store.list_events(state=EventState.DEAD)] == ["evt_dead"]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", pytest.param("mariadb", marks=pytest.mark.mariadb)])
 def unnotified_store(request: pytest.FixtureRequest) -> Store:
     backend: Store = request.getfixturevalue(f"{request.param}_store")
     return backend

@@ -377,7 +377,7 @@ def test_no_message_quotes_a_secret(tmp_path: Path) -> None:
         "admin_token": "${TOKEN}",  # too short
         "upstream": {"url": "http://a", "timeout": "soon",
                      "signing_secrets": ["whsec_signing_not_base64!"]},
-        "store": {"url": "mysql://app:hunter2-password@db/x"},
+        "store": {"url": "mysql://app:hunter2-password@db/x?sslmode=require"},  # no such option
         "providers": {
             "sw": {"path": "/sw", "preset": "standard-webhooks",
                    "secrets": ["whsec_inline_0123456789", {"env": "SW_SECRET"},

@@ -72,11 +72,13 @@ VALUE_DEFS: Final[JSON] = {
         "pattern": rf"^{_HTTP}[^/?#\s]+",
     }),
     "store_url": text({
-        "description": "sqlite:///PATH (relative to the config file's folder) or "
-        "postgresql://user:pass@host:5432/db.",
+        "description": "sqlite:///PATH (relative to the config file's folder), "
+        "postgresql://user:pass@host:5432/db or mysql://user:pass@host:3306/db "
+        "(mariadb:// alike).",
         "type": "string",
         "pattern": r"^(?:sqlite:///[\s\S]+|[Pp][Oo][Ss][Tt][Gg][Rr][Ee][Ss](?:[Qq][Ll])?://"
-        r"[\s\S]*)$",
+        r"[\s\S]*|(?:[Mm][Yy][Ss][Qq][Ll]|[Mm][Aa][Rr][Ii][Aa][Dd][Bb])://[^/?#]*/[^/?#]+"
+        r"(?:\?[\s\S]*)?)$",
     }),
     "public_url": text({
         "description": "The absolute http(s) URL the provider calls (it is signed), without "

@@ -1,0 +1,2 @@
+-- begin: a transaction.
+START TRANSACTION;

@@ -1,0 +1,2 @@
+-- commit: the transaction committed.
+COMMIT;

@@ -1,0 +1,2 @@
+-- isolation: READ COMMITTED for every transaction of the session.
+SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;

@@ -1,0 +1,2 @@
+-- permits_of: the slots a call holds.
+SELECT slot FROM webhook_permit WHERE provider = :provider AND owner = :owner ORDER BY slot;

@@ -1,0 +1,2 @@
+-- ping: the server answers.
+SELECT 1 AS ok;

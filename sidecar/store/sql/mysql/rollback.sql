@@ -1,0 +1,2 @@
+-- rollback: the transaction rolled back.
+ROLLBACK;
