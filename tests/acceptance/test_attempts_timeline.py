@@ -59,6 +59,11 @@ async def test_show_lists_each_attempt_with_the_apps_status(deployment: Deployme
 
 
 async def test_show_of_an_event_never_tried_lists_no_attempts(deployment: Deployment) -> None:
+    # The app holds the forward while the CLI starts and reads: on a loaded machine that can
+    # take longer than the suite's usual 2s upstream timeout, which would record an attempt.
+    deployment.config["upstream"]["timeout"] = "30s"
+    for provider in deployment.config["providers"].values():
+        provider["lease"] = "60s"  # a lease exceeds the upstream timeout
     await deployment.start(1)
     client, proc = deployment.client, deployment.procs[0]
     assert client is not None
