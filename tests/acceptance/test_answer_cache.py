@@ -212,6 +212,10 @@ ORDERS = "/webhooks/orders"  # forward mode, payloads kept (re-drive); stripe is
 
 def verbs_config(dep: Deployment) -> dict[str, Any]:
     config = copy.deepcopy(dep.config)
+    # A forward the app holds while a CLI command starts must not time out on a loaded machine.
+    config["upstream"]["timeout"] = "30s"
+    for provider in config["providers"].values():
+        provider["lease"] = "60s"  # a lease exceeds the upstream timeout
     config["providers"]["orders"] = {**config["providers"]["stripe"], "path": ORDERS,
                                      "store_payload": True}
     config["providers"]["stripe"].update(mode="queue", queue={"poll_interval": "200ms"})
