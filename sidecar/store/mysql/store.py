@@ -24,7 +24,7 @@ import asyncmy
 from asyncmy.constants.CLIENT import FOUND_ROWS
 from asyncmy.cursors import DictCursor
 
-from sidecar.core.errors import SchemaError, StoreClosed, StoreError
+from sidecar.core.errors import RowLocked, SchemaError, StoreClosed, StoreError
 from sidecar.core.events import Claim, Enqueued, Replayed
 from sidecar.store import migrations
 from sidecar.store.coalesce import Coalescer
@@ -290,6 +290,12 @@ class MySQLStore(SQLStore):
         except (asyncmy.errors.Error, OSError) as exc:
             if self._closed:
                 raise StoreClosed(f"{what}: the MySQL store is closed") from exc
+            if isinstance(exc, asyncmy.errors.OperationalError) and exc.args \
+                    and exc.args[0] == LOCK_WAIT:
+                # Another session held a row past innodb_lock_wait_timeout: as on PostgreSQL,
+                # the row is busy (the caller answers "in flight"), the store is not down.
+                raise RowLocked(f"{what}: a row is locked by another session "
+                                "(innodb_lock_wait_timeout)") from exc
             raise StoreError(f"{what}: {_describe(exc)}") from exc
         raise AssertionError("unreachable")
 
