@@ -1,11 +1,12 @@
 """Duplicate storms and crashes on MySQL / MariaDB, with real processes: two ``run`` processes
-sharing one database, hundreds of identical deliveries fired at both at once, and a process
-SIGKILLed with an attempt in flight. Nothing is lost, nothing reaches the app twice."""
+sharing one database, hundreds of identical deliveries fired at both at once, a process
+SIGKILLed with an attempt in flight, and ``mariadbd`` SIGKILLed under a running proxy (a
+throwaway server of this module's own). Nothing is lost, nothing reaches the app twice."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from tests.acceptance.conftest import run_cli
 from tests.mariadbserver import (
     MariaDBServer,
+    ThrowawayServer,
     _connect_args,
     create_database,
     drop_database,
@@ -160,3 +162,68 @@ async def test_a_process_killed_mid_attempt_is_taken_over_by_exactly_one(
         assert await rows(database) == {"evt_crash": ("done", 2)}
     finally:
         await survivor.terminate()
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[ThrowawayServer]:
+    """A ``mariadbd`` of this module's own (the test SIGKILLs it), durable across a kill."""
+    server = ThrowawayServer(durable=True)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+async def test_mariadb_killed_mid_run_gives_503_then_recovers(
+    own_server: ThrowawayServer, stub: StubApp, tmp_path: Path,
+) -> None:
+    name = unique_database_name("sidecar_down")
+    dsn = await create_database(own_server.dsn, name)
+    proc = None
+    try:
+        config = base_config(stub.url, dsn)
+        # A connect to the stopped server is refused at once; the bounds keep each try short.
+        config["store"] = {"url": dsn + "?connect_timeout=1", "statement_timeout": "1s"}
+        path = write_config(tmp_path, config)
+        code, _, err = await run_cli("migrate", "--config", str(path))
+        assert code == 0, err
+        proc = await ProxyProcess(path).start()
+        async with aiohttp.ClientSession() as client:
+            url = proc.url + STRIPE
+            before = stripe_event("evt_before")
+            assert (await post(client, url, before, stripe_headers(before)))[0] == 200
+
+            await asyncio.to_thread(own_server.kill)
+            during = stripe_event("evt_during")
+            try:
+                for _ in range(3):
+                    status, headers, _ = await post(client, url, during, stripe_headers(during))
+                    assert status == 503 and headers["Retry-After"], (status, headers)
+                async with client.get(proc.admin_url + "/readyz") as resp:
+                    assert resp.status == 503
+                async with client.get(proc.admin_url + "/healthz") as resp:
+                    assert resp.status == 200
+                assert stub.count("evt_during") == 0
+                down = await proc.wait_for_log("store_unavailable")
+                assert down["level"] == "error" and down["error"], down
+            finally:
+                await asyncio.to_thread(own_server.start)
+            # Same process, no restart: the dead pooled connections are replaced on use.
+            statuses = []
+            for _ in range(50):
+                status, _, _ = await post(client, url, during, stripe_headers(during))
+                statuses.append(status)
+                if status == 200:
+                    break
+                assert status == 503
+                await asyncio.sleep(0.1)
+            assert statuses[-1] == 200, statuses
+            up = await proc.wait_for_log("store_recovered")
+            assert up["failed_calls"] >= 3 and up["outage_s"] > 0, up
+        assert stub.count("evt_before") == 1 and stub.count("evt_during") == 1
+        assert await rows(dsn) == {"evt_before": ("done", 1), "evt_during": ("done", 1)}
+    finally:
+        if proc is not None:
+            await proc.terminate()
+        await drop_database(own_server.dsn, name)
