@@ -91,7 +91,10 @@ async def drop_database(admin_dsn: str, dbname: str) -> None:
 class ThrowawayServer:
     """A private ``mariadbd`` in a temp dir, on a free loopback port and its own socket."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        # durable: a commit reaches the OS before it is answered, so it outlives a SIGKILL of
+        # mariadbd (kill()); otherwise the log is written once a second.
+        self.durable = durable
         self.port = free_port()
         self._base = Path(tempfile.mkdtemp(prefix="sidecar-mariadb-"))
         self._proc: subprocess.Popen[bytes] | None = None
@@ -111,13 +114,20 @@ class ThrowawayServer:
 
     def start(self) -> None:
         data = self._base / "data"
+        if not data.exists():
+            self._install(data)
+        self._launch(data)
+
+    def _install(self, data: Path) -> None:
         install = [self._bin("mariadb-install-db"), "--no-defaults", f"--datadir={data}",
                    "--auth-root-authentication-method=normal", "--skip-test-db",
                    *self._user()]
         done = subprocess.run(install, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             raise MariaDBServerError(f"mariadb-install-db failed: {done.stderr[-2000:]}")
-        log = open(self._base / "mariadbd.log", "wb")
+
+    def _launch(self, data: Path) -> None:
+        log = open(self._base / "mariadbd.log", "ab")
         self._proc = subprocess.Popen(
             [self._bin("mariadbd"), "--no-defaults", f"--datadir={data}",
              "--bind-address=127.0.0.1", f"--port={self.port}",
@@ -125,7 +135,7 @@ class ThrowawayServer:
              "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
              "--innodb-log-file-size=48M", "--max-connections=500",
              # A test server: a commit need not wait for the disk (nothing here crashes it).
-             "--innodb-flush-log-at-trx-commit=0", *self._user()],
+             f"--innodb-flush-log-at-trx-commit={2 if self.durable else 0}", *self._user()],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
@@ -139,6 +149,14 @@ class ThrowawayServer:
             time.sleep(0.2)  # polling the server's readiness, bounded by START_TIMEOUT
         tail = (self._base / "mariadbd.log").read_text(errors="replace")[-2000:]
         raise MariaDBServerError(f"mariadbd did not answer ({reason}): {tail}")
+
+    def kill(self) -> None:
+        """SIGKILL mariadbd (a hard stop: no shutdown, no flush); :meth:`start` restarts it on
+        the same data, on the same port."""
+        assert self._proc is not None
+        self._proc.kill()
+        self._proc.wait(timeout=30)
+        self._proc = None
 
     def cleanup(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

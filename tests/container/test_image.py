@@ -303,12 +303,14 @@ def test_compose_file_validates() -> None:
         command = ["docker", "compose"]
     assert command, "docker-compose (Debian: apt-get install docker-compose) or docker compose"
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
-    result = subprocess.run([*command, "-f", "docker-compose.yaml", "config"],
-                            capture_output=True, text=True, timeout=60, check=False, env=env,
-                            cwd=REPO)
-    assert result.returncode == 0, result.stdout + result.stderr
-    resolved = yaml.safe_load(result.stdout)
-    assert {"app", "proxy", "postgres"} <= set(resolved["services"])
+    for file, store in (("docker-compose.yaml", "postgres"),
+                        ("docker-compose.mariadb.yaml", "mariadb")):
+        result = subprocess.run([*command, "-f", file, "config"],
+                                capture_output=True, text=True, timeout=60, check=False,
+                                env=env, cwd=REPO)
+        assert result.returncode == 0, result.stdout + result.stderr
+        resolved = yaml.safe_load(result.stdout)
+        assert {"app", "proxy", store} <= set(resolved["services"]), file
     step(f"{Path(command[0]).name} config", t)
 
 

@@ -258,6 +258,8 @@ def test_the_standalone_pod_uses_the_pod_identity() -> None:
     "postgresql://sidecar:hunter2@db:5432/sidecar",
     "postgres://sidecar:@db/sidecar",
     "postgresql://sidecar:p%40ss@db.svc/sidecar?sslmode=require",
+    "mysql://sidecar:hunter2@mysql.db:3306/sidecar",
+    "mariadb://sidecar:pw@mariadb.db/sidecar?ssl=true",
 ])
 def test_a_store_url_with_a_password_is_refused(url: str) -> None:
     with pytest.raises(REFUSED) as info:
@@ -269,9 +271,32 @@ def test_a_store_url_with_a_password_is_refused(url: str) -> None:
     "postgresql://sidecar@db:5432/sidecar",
     "postgresql://db.svc:5432/sidecar",
     "postgresql://sidecar:${PGPASSWORD}@db:5432/sidecar",
+    "mysql://sidecar@mysql.db:3306/sidecar",
+    "mariadb://sidecar:${MYSQL_PASSWORD}@mariadb.db/sidecar?ssl=true",
 ])
 def test_a_store_url_without_an_inline_password_renders(url: str) -> None:
     assert config_of(render(CHART, values_of("sidecar", store={"url": url})))["store"]["url"] == url
+
+
+@pytest.mark.parametrize("store", [
+    {"url": "mysql://sidecar@mysql.db:3306/sidecar"},
+    {"url": "mariadb://sidecar@mariadb.db/sidecar"},
+    {"existingSecret": {"name": "mysql-dsn", "key": "dsn"}},  # the Secret holds mysql://…
+])
+def test_a_mysql_store_is_migrated_first_and_may_serve_several_replicas(
+    store: dict[str, object],
+) -> None:
+    values = values_of("standalone", store=store)
+    values["standalone"]["replicaCount"] = 2  # refused on SQLite
+    docs = render(CHART, values)
+    pod = pod_of(docs)
+    assert one(docs, "Deployment")["spec"]["replicas"] == 2
+    assert [c["name"] for c in pod["initContainers"]] == ["webhook-sidecar-migrate"]
+    assert "webhook-sidecar-data" not in [v["name"] for v in pod["volumes"]], "no SQLite volume"
+    if "existingSecret" in store:
+        for container in [*pod["initContainers"], proxy_container(pod)]:
+            assert secret_ref(container, "WEBHOOK_SIDECAR_STORE_URL") == {
+                "name": "mysql-dsn", "key": "dsn"}
 
 
 

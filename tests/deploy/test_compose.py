@@ -1,4 +1,5 @@
-"""docker-compose.yaml, the quick start (app + proxy + PostgreSQL), checked without an engine:
+"""docker-compose.yaml, the quick start (app + proxy + PostgreSQL), and docker-compose.mariadb.yaml
+(the same with MariaDB), checked without an engine:
 its structure, that the proxy's config (config.example.yaml, mounted where the image looks)
 loads with exactly the environment the file gives it, that the pieces point at each other, and
 that the stand-in app is Python that answers. ``scripts/container-test`` also runs
@@ -144,3 +145,40 @@ def test_the_stand_in_app_answers_posts() -> None:
         process.terminate()
         out, _ = process.communicate(timeout=20)
     assert "key=stripe:evt_1 attempt=1" in out
+
+
+# --- docker-compose.mariadb.yaml: the same quick start on MariaDB ------------------------------
+
+MARIADB = yaml.safe_load((REPO / "docker-compose.mariadb.yaml").read_text(encoding="utf-8"))
+MARIADB_SERVICES: dict[str, dict[str, Any]] = interpolate(MARIADB, {})["services"]
+
+
+def test_the_mariadb_quick_start_runs_the_same_proxy_after_migrate() -> None:
+    assert set(MARIADB_SERVICES) == {"mariadb", *SIDECAR_SERVICES}
+    assert MARIADB_SERVICES["mariadb"]["image"].startswith("mariadb:")
+    assert "healthcheck" in MARIADB_SERVICES["mariadb"]
+    assert MARIADB_SERVICES["migrate"]["depends_on"] == {
+        "mariadb": {"condition": "service_healthy"}}
+    assert MARIADB_SERVICES["app"]["extends"] == {"file": "docker-compose.yaml",
+                                                  "service": "app"}
+    # The proxy and its migration are the PostgreSQL quick start's, but for the store.
+    for name in ("migrate", "proxy"):
+        mine, theirs = MARIADB_SERVICES[name], SERVICES[name]
+        assert {k: v for k, v in mine.items() if k not in ("depends_on", "environment")} == {
+            k: v for k, v in theirs.items() if k not in ("depends_on", "environment")}
+        assert {k: v for k, v in mine["environment"].items()
+                if k != "WEBHOOK_SIDECAR_STORE_URL"} == {
+            k: v for k, v in theirs["environment"].items() if k != "WEBHOOK_SIDECAR_STORE_URL"}
+    assert MARIADB_SERVICES["proxy"]["depends_on"] == SERVICES["proxy"]["depends_on"]
+
+
+@pytest.mark.parametrize("name", ["migrate", "proxy"])
+def test_the_mariadb_quick_start_config_loads_with_a_mysql_store(name: str) -> None:
+    service = MARIADB_SERVICES[name]
+    config = load_config_file(config_mount(service)[0], env=service["environment"])
+    assert config.store.kind == "mysql"
+    store = urlsplit(config.store.url)
+    mariadb = MARIADB_SERVICES["mariadb"]["environment"]
+    assert (store.scheme, store.hostname, store.port) == ("mysql", "mariadb", 3306)
+    assert (store.username, store.password, store.path.lstrip("/")) == (
+        mariadb["MARIADB_USER"], mariadb["MARIADB_PASSWORD"], mariadb["MARIADB_DATABASE"])

@@ -205,6 +205,19 @@ def test_lock_names_its_generator_and_pins_every_runtime_dependency() -> None:
             f"{LOCK.name} pins {entries[name][0]}, pyproject.toml asks {dependency}")
 
 
+@pytest.mark.parametrize("extra", ["otel", "mysql"])
+def test_the_image_carries_the_optional_drivers(extra: str) -> None:
+    """Tracing and the MySQL store work in the image: the extras are locked (and installed)."""
+    command = LOCK.read_text(encoding="utf-8").splitlines()[1].split()
+    assert f"--extra {extra}" in " ".join(command)
+    entries = locked()
+    for dependency in map(Requirement, PYPROJECT["project"]["optional-dependencies"][extra]):
+        name = canonicalize_name(dependency.name)
+        assert name in entries, f"{dependency} is not in {LOCK.name}: regenerate it"
+        [pin] = entries[name][0].specifier
+        assert dependency.specifier.contains(Version(pin.version)), entries[name][0]
+
+
 def test_every_locked_requirement_is_pinned_with_hashes() -> None:
     entries = locked()
     assert entries

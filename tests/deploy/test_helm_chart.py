@@ -372,7 +372,8 @@ INVALID_VALUES = [
     ("config-unknown-key", bad("sidecar", lambda v: v.update(config={"lsten": "x"})), "lsten"),
     ("config-bad-log-level", bad("sidecar", lambda v: v.update(
         config={"log": {"level": "verbose"}})), "level"),
-    ("store-url-mysql", bad("sidecar", lambda v: v.update(store={"url": "mysql://db"})), "url"),
+    ("store-url-unknown-scheme", bad("sidecar", lambda v: v.update(
+        store={"url": "mssql://db/sidecar"})), "url"),
     ("image-digest-not-sha256", bad("sidecar", lambda v: v.update(
         image={"repository": "x", "digest": "latest"})), "digest"),
     ("monitor-without-pod-selector", bad("sidecar", lambda v: v.update(

@@ -111,10 +111,11 @@ defaults to this chart's appVersion. */}}
 {{- define "webhook-sidecar.configDir" -}}/etc/webhook-sidecar/config{{- end }}
 {{- define "webhook-sidecar.secretsDir" -}}/etc/webhook-sidecar/secrets{{- end }}
 
-{{/* The store kind: postgresql when a URL comes from a Secret or names postgres, else sqlite. */}}
+{{/* The store kind: server (PostgreSQL, MySQL or MariaDB: shared by replicas, migrated before
+the proxy starts) when a URL comes from a Secret or names one of them, else sqlite. */}}
 {{- define "webhook-sidecar.storeKind" -}}
-{{- if or .Values.store.existingSecret.name (hasPrefix "postgres" (.Values.store.url | default "")) -}}
-postgresql
+{{- if or .Values.store.existingSecret.name (regexMatch "^(postgres|mysql://|mariadb://)" (.Values.store.url | default "")) -}}
+server
 {{- else -}}
 sqlite
 {{- end }}
@@ -249,7 +250,7 @@ sidecar.app.SHUTDOWN_OVERRUN (a test keeps the two equal). */}}
 {{- end }}
 {{- end }}
 {{- if and (eq .Values.mode "standalone") (gt (int .Values.standalone.replicaCount) 1) (eq (include "webhook-sidecar.storeKind" .) "sqlite") }}
-{{- fail "standalone.replicaCount > 1 needs the PostgreSQL store (store.existingSecret or store.url): SQLite is one pod only" }}
+{{- fail "standalone.replicaCount > 1 needs a PostgreSQL, MySQL or MariaDB store (store.existingSecret or store.url): SQLite is one pod only" }}
 {{- end }}
 {{- range $key, $provider := .Values.providers }}
 {{- range $ref := $provider.secrets | default list }}
@@ -498,12 +499,13 @@ preStop:
 {{- end }}
 {{- end }}
 
-{{/* `webhook-sidecar migrate` before the proxy starts (PostgreSQL store, migrate.enabled): an
+{{/* `webhook-sidecar migrate` before the proxy starts (a PostgreSQL, MySQL or MariaDB store,
+migrate.enabled): an
 init container of every proxy pod rather than a Helm hook, so that what it reads (the config,
 the generated and the provider Secrets) exists when it runs. docs/design.md, "The schema step
 in the chart". */}}
 {{- define "webhook-sidecar.migrateContainer" -}}
-{{- if and .Values.migrate.enabled (eq (include "webhook-sidecar.storeKind" .) "postgresql") -}}
+{{- if and .Values.migrate.enabled (eq (include "webhook-sidecar.storeKind" .) "server") -}}
 - name: webhook-sidecar-migrate
   image: {{ include "webhook-sidecar.image" . }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}

@@ -24,10 +24,11 @@ import asyncmy
 from asyncmy.constants.CLIENT import FOUND_ROWS
 from asyncmy.cursors import DictCursor
 
-from sidecar.core.errors import SchemaError, StoreClosed, StoreError
+from sidecar.core.errors import RowLocked, SchemaError, StoreClosed, StoreError
 from sidecar.core.events import Claim, Enqueued, Replayed
 from sidecar.store import migrations
 from sidecar.store.coalesce import Coalescer
+from sidecar.store.mysql.outage import Outage
 from sidecar.store.mysql.session import (
     DIALECT,
     MIGRATE_PRIVILEGES,
@@ -124,6 +125,7 @@ class MySQLStore(SQLStore):
         self._lock_timeout = lock_timeout
         self._acquire_timeout = acquire_timeout
         self._observer = observer or Unobserved()
+        self._outage = Outage(self._observer)
         self._closed = False
         self._pinned: weakref.WeakSet[Any] = weakref.WeakSet()
         # Concurrent claims, result writes and nonce binds, each kind in one transaction of
@@ -271,7 +273,17 @@ class MySQLStore(SQLStore):
                    transaction: bool = False) -> T:
         """``work`` on a pooled connection within the deadline, in a transaction if asked
         (run again when InnoDB picks it as a deadlock's victim); driver errors as
-        ``StoreError``."""
+        ``StoreError``. An outage is reported to the observer once, and its end."""
+        try:
+            value = await self._attempt(what, work, transaction=transaction)
+        except StoreError as exc:
+            self._outage.failed(exc)
+            raise
+        self._outage.succeeded()
+        return value
+
+    async def _attempt(self, what: str, work: Callable[[Tx], Awaitable[T]], *,
+                       transaction: bool) -> T:
         if self._closed:
             raise StoreClosed(f"{what}: the MySQL store is closed")
         try:
@@ -290,6 +302,12 @@ class MySQLStore(SQLStore):
         except (asyncmy.errors.Error, OSError) as exc:
             if self._closed:
                 raise StoreClosed(f"{what}: the MySQL store is closed") from exc
+            if isinstance(exc, asyncmy.errors.OperationalError) and exc.args \
+                    and exc.args[0] == LOCK_WAIT:
+                # Another session held a row past innodb_lock_wait_timeout: as on PostgreSQL,
+                # the row is busy (the caller answers "in flight"), the store is not down.
+                raise RowLocked(f"{what}: a row is locked by another session "
+                                "(innodb_lock_wait_timeout)") from exc
             raise StoreError(f"{what}: {_describe(exc)}") from exc
         raise AssertionError("unreachable")
 

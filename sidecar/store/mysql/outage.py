@@ -1,0 +1,65 @@
+"""A MySQL outage, reported once (``StoreObserver.unavailable`` at its first failed call,
+``.recovered`` at the first call that succeeds after it), as the PostgreSQL store reports
+its own: each delivery's line still says ``store_error``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Final
+
+import asyncmy
+
+from sidecar.core.errors import RowLocked, StoreClosed, StoreError
+from sidecar.store.observer import StoreObserver
+
+# Server and client error codes that say the server is gone, going or refusing connections
+# (the rest are the server answering one statement: not an outage).
+_GONE: Final = frozenset({
+    1040,  # ER_CON_COUNT_ERROR: too many connections
+    1053,  # ER_SERVER_SHUTDOWN
+    1927,  # ER_CONNECTION_KILLED (MariaDB)
+    2002, 2003,  # CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR: cannot connect
+    2006, 2013,  # CR_SERVER_GONE_ERROR, CR_SERVER_LOST
+    2055,  # CR_SERVER_LOST_EXTENDED
+})
+
+
+def is_outage(error: StoreError) -> bool:
+    """Whether a failed call means the server is unreachable, down or too slow (rather than a
+    held row, a closed store or one refused statement)."""
+    if isinstance(error, RowLocked | StoreClosed):
+        return False
+    cause = error.__cause__
+    if isinstance(cause, asyncmy.errors.InterfaceError):
+        return True  # the connection is closed
+    if isinstance(cause, asyncmy.errors.Error):
+        return bool(cause.args) and cause.args[0] in _GONE
+    return True  # a deadline, no pooled connection in time, a socket error
+
+
+class Outage:
+    """Tracks one store's outages from the outcome of its calls."""
+
+    def __init__(self, observer: StoreObserver,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._observer = observer
+        self._clock = clock
+        self._since: float | None = None
+        self._failures = 0
+
+    def failed(self, error: StoreError) -> None:
+        if not is_outage(error):
+            return
+        self._failures += 1
+        if self._since is None:
+            self._since = self._clock()
+            cause = error.__cause__
+            driver = cause is not None and not isinstance(cause, TimeoutError)
+            self._observer.unavailable(str(error), cause if driver else None)
+
+    def succeeded(self) -> None:
+        if self._since is None:
+            return
+        self._observer.recovered(self._clock() - self._since, self._failures)
+        self._since, self._failures = None, 0
