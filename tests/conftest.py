@@ -25,6 +25,8 @@ import asyncio
 import contextlib
 import io
 import logging
+import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -51,6 +53,7 @@ from tests.pgserver import (
     run_sync,
     unique_database_name,
 )
+from tests.support import STARTED
 
 # ``node_oracle``: Node.js packages as independent signers and verifiers.
 # ``chromium``: Debian's browser for the inspector's browser test.
@@ -60,6 +63,17 @@ pytest_plugins = ["tests.node_oracle", "tests.browser", "tests.pgbouncer"]
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "every_loop: run on asyncio's loop and on uvloop's")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Before the test's fixtures and event loop go: kill the proxy processes it left running
+    (a test that failed half-way), which uvloop's loop would wait for as it closes."""
+    for proc in list(STARTED):
+        STARTED.discard(proc)
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
 
 
 def pytest_asyncio_loop_factories(
