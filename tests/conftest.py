@@ -15,14 +15,22 @@
   ``[mariadb]``).
 - ``pg_throwaway_cluster``: a started private ``ThrowawayCluster`` (fsync on) a test may crash
   with ``stop(mode="immediate")`` and ``start()`` again; removed after the test.
+
+Event loops: every async test and fixture runs on the loop ``WEBHOOK_SIDECAR_LOOP`` names, as
+the proxy would (``sidecar.runtime.loop``); the proxy processes a test starts inherit the
+variable. A test marked ``every_loop`` runs once on each loop instead (``[asyncio]``,
+``[uvloop]``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import os
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 
 import asyncpg
@@ -32,6 +40,7 @@ import structlog
 from sidecar.core.ports import Store
 from sidecar.obs.logs import configure_logging
 from sidecar.obs.storelog import StoreLog
+from sidecar.runtime import loop as event_loop
 from sidecar.store.memory import MemoryStore
 from sidecar.store.mysql import MySQLStore, migrate_mysql
 from sidecar.store.postgres import PostgresStore, migrate_postgres
@@ -54,11 +63,39 @@ from tests.pgserver import (
     run_sync,
     unique_database_name,
 )
+from tests.support import STARTED
 
 # ``node_oracle``: Node.js packages as independent signers and verifiers.
 # ``chromium``: Debian's browser for the inspector's browser test.
 # ``pgbouncer``: Debian's pgbouncer in transaction mode in front of the suite's server.
 pytest_plugins = ["tests.node_oracle", "tests.browser", "tests.pgbouncer"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "every_loop: run on asyncio's loop and on uvloop's")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Before the test's fixtures and event loop go: kill the proxy processes it left running
+    (a test that failed half-way), which uvloop's loop would wait for as it closes."""
+    for proc in list(STARTED):
+        STARTED.discard(proc)
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item,
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The loop of every async test (pytest-asyncio's hook): the one the proxy would choose."""
+    if item.get_closest_marker("every_loop") is not None:
+        uvloop = event_loop.choose({event_loop.LOOP_ENV: "auto"})  # asyncio without uvloop
+        return {"asyncio": asyncio.new_event_loop,
+                uvloop.name: uvloop.factory or asyncio.new_event_loop}
+    chosen = event_loop.choose()
+    return {chosen.name: chosen.factory or asyncio.new_event_loop}
 
 
 @pytest.fixture(scope="session")

@@ -180,6 +180,11 @@ def base_config(upstream_url: str, store_url: str, **overrides: Any) -> dict[str
     return config
 
 
+# Proxy processes started and not yet seen to exit: tests/conftest.py kills any a test left
+# running, before its event loop closes (uvloop's close waits for its child processes).
+STARTED: set[asyncio.subprocess.Process] = set()
+
+
 @dataclass
 class ProxyProcess:
     """``python -m sidecar run`` as a real subprocess, logging JSON lines to stderr.
@@ -212,6 +217,11 @@ class ProxyProcess:
         ``url`` and ``admin_url``)."""
         command = [self.argv0 or sys.executable, "-m", "sidecar", "run", "--config",
                    str(self.config_path)]
+        if self.argv0 is not None:
+            # This interpreter, execed under the name argv0 (its sys.executable then). Not
+            # create_subprocess_exec's `executable`: uvloop runs that under its own name.
+            trampoline = "import os, sys; os.execv(sys.argv[1], sys.argv[2:])"
+            command = [sys.executable, "-c", trampoline, sys.executable, *command]
         if self.open_files is not None:  # the shell execs the proxy: same pid, lower limit
             command = ["sh", "-c", f'ulimit -n {self.open_files} && exec "$@"', "sh", *command]
         self.proc = await asyncio.create_subprocess_exec(
@@ -219,8 +229,8 @@ class ProxyProcess:
             # (a ResourceWarning whenever the garbage collector gets to it).
             *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             cwd=str(REPO), env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
-            executable=sys.executable if self.argv0 and self.open_files is None else None,
         )
+        STARTED.add(self.proc)
         listening: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reader = asyncio.create_task(self._read(listening, until))
         try:
@@ -277,6 +287,7 @@ class ProxyProcess:
     async def wait(self, timeout: float = 30.0) -> int:
         assert self.proc is not None
         code = await asyncio.wait_for(self.proc.wait(), timeout)
+        STARTED.discard(self.proc)
         if self._reader is not None:
             await asyncio.wait_for(self._reader, timeout)
         return code

@@ -4,7 +4,6 @@ completion."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError, SchemaError, StoreError
 from sidecar.obs.logs import configure_logging
 from sidecar.obs.tracing import check_environment
+from sidecar.runtime import loop
 
 CONFIG_ENV = "WEBHOOK_SIDECAR_CONFIG"
 EXIT_CONFIG = 2
@@ -41,7 +41,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = _parser()
+    try:
+        chosen = loop.choose()  # a bad WEBHOOK_SIDECAR_LOOP stops every command, at once
+    except ConfigError as exc:
+        print(f"webhook-sidecar: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    parser = _parser(chosen)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -67,12 +72,14 @@ def default_config() -> str | None:
     return os.environ.get(CONFIG_ENV) or None
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(chosen: loop.EventLoop | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="webhook-sidecar",
         description="A verifying, deduplicating reverse proxy for inbound webhooks.",
     )
     build = f"compiled: {str(compiled()).lower()}"  # mypyc's modules, or the pure source
+    if chosen is not None:
+        build += f", loop: {chosen}"
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} ({build})")
     sub = parser.add_subparsers(dest="command")
 
@@ -159,10 +166,10 @@ def _run(args: argparse.Namespace) -> int:
     if config.workers > 1:
         from sidecar.runtime.workers import ConfigFile, supervise
 
-        return asyncio.run(supervise(config, ConfigFile(text, path, str(folder))))
+        return loop.run(supervise(config, ConfigFile(text, path, str(folder))))
     from sidecar.runtime.serve import serve
 
-    return asyncio.run(serve(config))
+    return loop.run(serve(config))
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -170,7 +177,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
     config = _load(args)
     configure_logging(config.log_level, config.log_format)
-    applied = asyncio.run(migrate_store(config.store))
+    applied = loop.run(migrate_store(config.store))
     if config.store.kind == "sqlite":  # the embedded store migrates itself when opened
         print(f"sqlite store at {config.store.sqlite_path} is up to date")
     elif applied:
@@ -188,7 +195,7 @@ def _store_partition(args: argparse.Namespace) -> int:
     if config.store.kind == "sqlite" or config.store.partitioning.interval is None:
         raise ConfigError("store.partitioning.interval", "set it (e.g. 1d) on a PostgreSQL "
                           "store to switch the store to partitions")
-    if asyncio.run(partition_existing_store(config.store)):
+    if loop.run(partition_existing_store(config.store)):
         print("the store is partitioned now: start (or restart) the proxies with this config")
     else:
         print("the store was partitioned already")
@@ -259,7 +266,7 @@ def _providers(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from sidecar.cli.demo import run_demo
 
-    return asyncio.run(run_demo(quiet=args.quiet))
+    return loop.run(run_demo(quiet=args.quiet))
 
 
 def _configure_send(parser: argparse.ArgumentParser) -> None:

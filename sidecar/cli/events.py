@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import os
@@ -19,6 +18,7 @@ from sidecar.core.errors import OperationError
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
 from sidecar.ops.listing import MAX_PAGE_LIMIT, OUTCOMES, PAGE_LIMIT, STATES, STATUS_CLASSES
+from sidecar.runtime import loop as event_loop
 from sidecar.runtime.stores import open_store
 
 log = get_logger("sidecar.cli")
@@ -94,7 +94,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
         print(f"webhook-sidecar events redrive: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return asyncio.run(_run(config, args))
+        return event_loop.run(_run(config, args))
     except OperationError as exc:
         print(f"webhook-sidecar: {exc}", file=sys.stderr)
         return 1

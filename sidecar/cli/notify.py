@@ -4,12 +4,12 @@ a line of its own; exit 1 if any target did not take it."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Callable
 
 from sidecar.config.model import Config
 from sidecar.core.errors import ConfigError
 from sidecar.ops.notify import Delivered
+from sidecar.runtime import loop as event_loop
 
 
 def configure_parser(parser: argparse.ArgumentParser,
@@ -29,7 +29,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
     if config.provider(provider) is None:
         raise ConfigError("", f"unknown provider {provider!r} (configured: "
                           + ", ".join(p.key for p in config.providers) + ")")
-    results = asyncio.run(_send(config, provider))
+    results = event_loop.run(_send(config, provider))
     for result in results:
         print(_line(result))
     return 0 if all(result.sent for result in results) else 1

@@ -4,7 +4,6 @@ breaker), pause and resume its deliveries in every replica sharing the store."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import os
@@ -17,6 +16,7 @@ from typing import Any
 from sidecar.config.model import Config
 from sidecar.core.errors import OperationError
 from sidecar.ops import providers as operations
+from sidecar.runtime import loop as event_loop
 from sidecar.runtime.stores import open_store
 
 EXIT_USAGE = 2  # as argparse's own usage errors: an unknown provider
@@ -45,7 +45,7 @@ def configure_parser(parser: argparse.ArgumentParser,
 
 def run(config: Config, args: argparse.Namespace) -> int:
     try:
-        return asyncio.run(_run(config, args))
+        return event_loop.run(_run(config, args))
     except OperationError as exc:
         print(f"webhook-sidecar providers {args.providers_command}: error: {exc}",
               file=sys.stderr)

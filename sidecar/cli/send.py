@@ -50,6 +50,7 @@ from sidecar.core.signing import (
     parse_signature_spec,
     sign_delivery,
 )
+from sidecar.runtime import loop as event_loop
 
 if TYPE_CHECKING:
     import aiohttp
@@ -402,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
     if sample is not None and not args.quiet:
         print(f"sample: {sample.preset} {sample.type} ({sample.source})", flush=True)
     try:
-        outcomes = asyncio.run(send(args, scheme, body, sample))
+        outcomes = event_loop.run(send(args, scheme, body, sample))
     except ValueError as exc:  # the payload cannot be signed this way (e.g. not JSON)
         raise ConfigError("--file", str(exc)) from None
     ok = sum(outcome.ok for outcome in outcomes)

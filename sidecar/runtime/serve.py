@@ -21,6 +21,7 @@ from sidecar.core.workergroup import BEAT, READY, GroupHealth, beat_interval
 from sidecar.http.listener import AcceptFailures, Bounds, Listener
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
+from sidecar.runtime import loop as event_loop
 from sidecar.runtime.wiring import CLOSE_GRACE, UNWIND_GRACE, Apps, build_apps
 
 log = get_logger("sidecar.serve")
@@ -91,8 +92,10 @@ async def start(config: Config, *, listen_sockets: list[socket.socket] | None = 
     admin_runner = web.AppRunner(apps.admin, access_log=None,
                                  shutdown_timeout=_RUNNER_SHUTDOWN_TIMEOUT)
     await admin_runner.setup()
-    listener = Listener(proxy_runner, Bounds.provider(config))
-    admin_listener = Listener(admin_runner, Bounds.admin(config)) if serve_admin else None
+    accept_failures = AcceptFailures()
+    listener = Listener(proxy_runner, Bounds.provider(config), accept_failures)
+    admin_listener = (Listener(admin_runner, Bounds.admin(config), accept_failures)
+                      if serve_admin else None)
     listeners = [listener] if admin_listener is None else [listener, admin_listener]
     try:
         listen = await listener.open(listen_sockets or config.listen)
@@ -104,8 +107,6 @@ async def start(config: Config, *, listen_sockets: list[socket.socket] | None = 
         await admin_runner.cleanup()
         await proxy_runner.cleanup()
         raise
-    accept_failures = AcceptFailures(listeners)
-    accept_failures.install()
     return Running(apps, config, proxy_runner, listener, admin_runner, admin_listener,
                    accept_failures, listen, admin)
 
@@ -162,7 +163,8 @@ async def serve(config: Config) -> int:
     """The proxy in this process, until SIGTERM or SIGINT (``workers: 1``)."""
     running = await start(config)
     log.info("listening", listen=str(running.listen), admin_listen=str(running.admin_listen),
-             store=config.store.kind, providers=[p.key for p in config.providers])
+             store=config.store.kind, providers=[p.key for p in config.providers],
+             loop=event_loop.running())
     return await _until_stopped(running, asyncio.Event())
 
 

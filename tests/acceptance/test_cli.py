@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 
 from sidecar import __version__
+from sidecar.runtime import loop as event_loop
 from tests.acceptance.conftest import Deployment, deploy, run_cli
 from tests.deploy.chart_support import CHART, notes, values_of
 from tests.support import (
@@ -34,7 +35,9 @@ async def test_python_dash_m_is_the_command() -> None:
     # (WEBHOOK_SIDECAR_COMPILE, as scripts/compile does), then mypyc's modules.
     compiling = os.environ.get("WEBHOOK_SIDECAR_COMPILE", "").strip() not in ("", "0")
     expected = "true" if compiling else "false"
-    assert code == 0 and out.strip() == f"webhook-sidecar {__version__} (compiled: {expected})"
+    loop = event_loop.choose()  # the suite's WEBHOOK_SIDECAR_LOOP, which the command inherits
+    assert code == 0 and out.strip() \
+        == f"webhook-sidecar {__version__} (compiled: {expected}, loop: {loop})"
 
 
 async def test_check_config_accepts_a_valid_file_and_names_bad_keys(tmp_path: Path) -> None:

@@ -148,9 +148,11 @@ class Proxies:
     stub: StubApp
     procs: list[ProxyProcess]
 
-    async def start(self, open_files: int | None = None, **overrides: Any) -> ProxyProcess:
+    async def start(self, open_files: int | None = None, env: dict[str, str] | None = None,
+                    **overrides: Any) -> ProxyProcess:
         config = base_config(self.stub.url, f"sqlite:///{self.tmp / 'events.db'}", **overrides)
-        proc = await ProxyProcess(write_config(self.tmp, config), open_files=open_files).start()
+        proc = await ProxyProcess(write_config(self.tmp, config), open_files=open_files,
+                                  env=env or {}).start()
         self.procs.append(proc)
         return proc
 
@@ -564,12 +566,17 @@ async def test_the_open_file_check_counts_both_listeners(proxies: Proxies) -> No
     assert entry["max_connections"] == 100 and entry["admin_max_connections"] == 64
 
 
-async def test_accept_failures_are_one_line_per_burst(proxies: Proxies) -> None:
-    """Connections past the open-file limit: asyncio's accept fails (EMFILE) and would log each
-    failure with a traceback, up to 100 per wakeup; the proxy logs one ``accept_failed`` line
-    for the burst, with a count, once accepting works again, and then serves as before."""
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+async def test_accept_failures_are_one_line_per_burst(proxies: Proxies, loop: str) -> None:
+    """Connections past the open-file limit: the accept fails (EMFILE), where asyncio would log
+    each failure with a traceback, up to 100 per wakeup, and uvloop would close the listener
+    for good; on either loop the proxy logs one ``accept_failed`` line for the burst, with a
+    count, once accepting works again, and then serves as before."""
     limit = 64
-    proc = await proxies.start(open_files=limit, header_read_timeout="60s")
+    proc = await proxies.start(open_files=limit, header_read_timeout="60s",
+                               env={"WEBHOOK_SIDECAR_LOOP": loop})
+    assert next(e for e in proc.logs if e.get("event") == "listening")["loop"] \
+        .startswith(loop)
     assert proc.proc is not None
     probe = await Raw.open(proc.listen)  # accepted before the flood
     held: list[Raw] = []

@@ -1,9 +1,9 @@
-"""Failed accepts reported by asyncio's accept loop become one ``accept_failed`` line per burst,
-with a count; every other report reaches the handler that was there before. A report is
-recognised by what the listener sees (one of its sockets, an error that is a lack of
-resources), not by asyncio's message: the first test has asyncio's own accept loop fail on a
-real listener (it pins the shape of asyncio's report), the others make reports with another
-message. The clock is the event loop's, with the burst bounds shortened."""
+"""Failed accepts: the listener accepts by itself, on asyncio's loop and on uvloop's alike. Out
+of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) it counts the failure, stops reading the socket
+and tries again a second later, so the listener never closes; the failures are one
+``accept_failed`` line per burst, with a count. The listening sockets here are real, on
+loopback, with an ``accept`` that fails as the kernel's would; the clock is the event loop's,
+with the delays shortened."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import asyncio
 import errno
 import socket
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -21,36 +22,61 @@ from sidecar.http.listener import AcceptFailures, Bounds, Listener, accept
 from tests.support import until
 
 
-class FailingAccepts(socket.socket):
-    """A listening socket whose every accept fails as out of files (the process's limit)."""
+class FlakyAccepts(socket.socket):
+    """A listening socket whose next ``failing`` accepts fail with ``error``."""
+
+    failing = 0
+    error = errno.EMFILE
+    failed = 0
 
     def accept(self) -> tuple[socket.socket, Any]:
-        raise OSError(errno.EMFILE, "Too many open files")
+        if self.failing:
+            self.failing -= 1
+            self.failed += 1
+            raise OSError(self.error, "as the kernel would")
+        return super().accept()
+
+
+@dataclass
+class Listening:
+    listener: Listener
+    sock: FlakyAccepts
+    handled: list[asyncio.AbstractEventLoop]  # the loop each answer was made on
+
+    async def get(self, timeout: float = 5.0) -> bytes:
+        """One request on a new connection; the answer's bytes."""
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(*self.sock.getsockname()[:2])
+            try:
+                writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                return await reader.read()
+            finally:
+                writer.close()
 
 
 @pytest.fixture
-async def listening() -> AsyncIterator[tuple[Listener, socket.socket]]:
-    """A real listener on loopback (its accepts fail), and its socket."""
-    runner = web.AppRunner(web.Application())
+async def listening() -> AsyncIterator[Listening]:
+    """A real listener on loopback whose accepts fail as told, answering ``ok``."""
+    handled: list[asyncio.AbstractEventLoop] = []
+
+    async def ok(_: web.Request) -> web.Response:
+        handled.append(asyncio.get_running_loop())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", ok)
+    runner = web.AppRunner(app)
     await runner.setup()
     listener = Listener(runner, Bounds("listen", 5.0, 5.0, 10))
-    sock = FailingAccepts(socket.AF_INET, socket.SOCK_STREAM)
+    sock = FlakyAccepts(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     await listener.open([sock])
     try:
-        yield listener, sock
+        yield Listening(listener, sock, handled)
     finally:
         listener.close()
+        listener.failures.close()
         await runner.cleanup()
-
-
-def accept_failed(loop: asyncio.AbstractEventLoop, sock: socket.socket | None,
-                  code: int = errno.EMFILE) -> None:
-    loop.call_exception_handler({
-        "message": "any words at all",  # not asyncio's: the report is known by what it holds
-        "exception": OSError(code, "Too many open files"),
-        "socket": sock,
-    })
 
 
 async def until_logged(logs: list[dict[str, Any]], count: int) -> None:
@@ -62,70 +88,113 @@ async def until_logged(logs: list[dict[str, Any]], count: int) -> None:
 def short_bursts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accept, "ACCEPT_BURST_QUIET", 0.2)
     monkeypatch.setattr(accept, "REFUSALS_LOGGED_EVERY", 0.3)
+    monkeypatch.setattr(accept, "ACCEPT_RETRY_DELAY", 0.05)
 
 
-async def test_asyncio_s_own_failed_accept_is_counted_not_logged_with_a_traceback(
-    short_bursts: None, listening: tuple[Listener, socket.socket],
+@pytest.mark.every_loop
+async def test_a_failed_accept_is_counted_and_the_listener_serves_after_the_burst(
+    short_bursts: None, listening: Listening,
 ) -> None:
-    listener, sock = listening
+    """Three accepts fail (out of files): each is counted, the socket is left alone until the
+    retry, and the connection that waited is served by the fourth; one line for the burst.
+    Nothing reaches the loop's exception handler (no traceback)."""
     loop = asyncio.get_running_loop()
     seen: list[dict[str, Any]] = []
     previous = loop.get_exception_handler()
     loop.set_exception_handler(lambda _, context: seen.append(context))
-    failures = AcceptFailures([listener])
-    failures.install()
+    listening.sock.failing = 3
     try:
         with structlog.testing.capture_logs() as logs:
-            _, writer = await asyncio.open_connection(*sock.getsockname())
-            try:
-                await until_logged(logs, 1)
-            finally:
-                writer.close()
+            started = loop.time()
+            answer = await listening.get()
+            took = loop.time() - started
+            await until_logged(logs, 1)
     finally:
-        failures.close()
         loop.set_exception_handler(previous)
-    line = next(e for e in logs if e["event"] == "accept_failed")
-    # asyncio tries the accept again up to the backlog in that turn of the loop, each failing.
-    assert (line["listener"], line["error"]) == ("listen", "EMFILE") and line["count"] >= 1
-    assert seen == []  # asyncio's report went nowhere else
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"ok")
+    assert listening.handled == [loop]  # on the loop under test
+    # After each failure, no try until the retry: three failures took three delays.
+    assert listening.sock.failed == 3
+    assert took >= 3 * accept.ACCEPT_RETRY_DELAY
+    lines = [e for e in logs if e["event"] == "accept_failed"]
+    assert {(e["listener"], e["error"]) for e in lines} == {("listen", "EMFILE")}
+    assert sum(e["count"] for e in lines) == 3 and not lines[-1]["ongoing"]
+    assert seen == []
+    assert (await listening.get()).endswith(b"ok")  # and on as before
 
 
-async def test_a_burst_is_one_line_with_its_count(
-    short_bursts: None, listening: tuple[Listener, socket.socket],
+@pytest.mark.every_loop
+async def test_a_listener_out_of_files_is_not_closed(
+    short_bursts: None, listening: Listening,
 ) -> None:
-    listener, sock = listening
+    """Accepts that fail for longer than a burst's line interval: ``ongoing`` lines while it
+    lasts; once files are free again, the connections that waited are served."""
     loop = asyncio.get_running_loop()
-    failures = AcceptFailures([listener])
-    failures.install()
+    listening.sock.failing = 10**9
+    listening.sock.error = errno.ENFILE
+    with structlog.testing.capture_logs() as logs:
+        started = loop.time()
+        waiting = asyncio.create_task(listening.get(timeout=10.0))
+        await until(lambda: any(e["event"] == "accept_failed" and e["ongoing"]
+                                for e in logs), 5.0)
+        listening.sock.failing = 0
+        failing_for = loop.time() - started
+        answer = await waiting
+        await until(lambda: any(e["event"] == "accept_failed" and not e["ongoing"]
+                                for e in logs), 5.0)
+    assert answer.endswith(b"ok")
+    lines = [e for e in logs if e["event"] == "accept_failed"]
+    assert [e["ongoing"] for e in lines] == [True] * (len(lines) - 1) + [False]
+    assert {e["error"] for e in lines} == {"ENFILE"}
+    assert sum(e["count"] for e in lines) == listening.sock.failed
+    # One try a retry, not a busy loop (which would be a hundred a wake-up).
+    assert listening.sock.failed <= failing_for / accept.ACCEPT_RETRY_DELAY + 2
+
+
+@pytest.mark.every_loop
+async def test_a_connection_gone_before_its_accept_is_skipped(listening: Listening) -> None:
+    """ECONNABORTED (reset by its peer while queued) is no lack of resources: not counted, and
+    the next connection is accepted in the same wake-up."""
+    listening.sock.failing = 1
+    listening.sock.error = errno.ECONNABORTED
+    with structlog.testing.capture_logs() as logs:
+        answer = await listening.get()
+        listening.listener.failures.close()
+    assert answer.endswith(b"ok")
+    assert listening.sock.failed == 1
+    assert not [e for e in logs if e["event"] == "accept_failed"]
+
+
+async def test_a_burst_is_one_line_with_its_count(short_bursts: None) -> None:
+    failures = AcceptFailures()
     try:
         with structlog.testing.capture_logs() as logs:
             for _ in range(500):
-                accept_failed(loop, sock)
+                failures.failed("listen", errno.EMFILE)
             await until_logged(logs, 1)
             for _ in range(3):  # a second burst, after the first ended
-                accept_failed(loop, sock, errno.ENFILE)
-            await until_logged(logs, 2)
+                failures.failed("listen", errno.ENFILE)
+            failures.failed("admin_listen", errno.ENOMEM)  # another listener's own burst
+            await until_logged(logs, 3)
     finally:
         failures.close()
     lines = [e for e in logs if e["event"] == "accept_failed"]
-    assert [(e["count"], e["error"], e["ongoing"], e["log_level"]) for e in lines] \
-        == [(500, "EMFILE", False, "warning"), (3, "ENFILE", False, "warning")]
-    assert {e["listener"] for e in lines} == {"listen"}
+    assert sorted((e["listener"], e["count"], e["error"], e["ongoing"], e["log_level"])
+                  for e in lines) \
+        == [("admin_listen", 1, "ENOMEM", False, "warning"),
+            ("listen", 3, "ENFILE", False, "warning"),
+            ("listen", 500, "EMFILE", False, "warning")]
 
 
-async def test_a_long_burst_is_logged_while_it_lasts(
-    short_bursts: None, listening: tuple[Listener, socket.socket],
-) -> None:
-    listener, sock = listening
+async def test_a_long_burst_is_logged_while_it_lasts(short_bursts: None) -> None:
     loop = asyncio.get_running_loop()
-    failures = AcceptFailures([listener])
-    failures.install()
+    failures = AcceptFailures()
     try:
         with structlog.testing.capture_logs() as logs:
             made = 0
             fail_until = loop.time() + 1.0
-            while loop.time() < fail_until:  # a failure every 20 ms, as a retrying loop does
-                accept_failed(loop, sock)
+            while loop.time() < fail_until:  # a failure every 20 ms
+                failures.failed("listen", errno.EMFILE)
                 made += 1
                 await asyncio.sleep(0.02)
             await until(lambda: any(e["event"] == "accept_failed" and not e["ongoing"]
@@ -138,31 +207,9 @@ async def test_a_long_burst_is_logged_while_it_lasts(
     assert sum(e["count"] for e in lines) == made
 
 
-async def test_other_reports_reach_the_previous_handler(
-    listening: tuple[Listener, socket.socket],
-) -> None:
-    """Not a lack of resources, or not on a listener's socket: not a failed accept."""
-    listener, sock = listening
-    loop = asyncio.get_running_loop()
-    seen: list[dict[str, Any]] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _, context: seen.append(context))
-    failures = AcceptFailures([listener])
-    failures.install()
-    try:
-        with structlog.testing.capture_logs() as logs:
-            loop.call_exception_handler({"message": "Task exception was never retrieved"})
-            accept_failed(loop, None)  # out of files elsewhere (a callback's own error)
-            with socket.socket() as elsewhere:
-                accept_failed(loop, elsewhere)  # someone else's socket
-            accept_failed(loop, sock, errno.ECONNRESET)  # not a lack of resources
-            accept_failed(loop, sock)
-            failures.close()
-        assert [context["message"] for context in seen] \
-            == ["Task exception was never retrieved"] + ["any words at all"] * 3
-        assert [e["count"] for e in logs if e["event"] == "accept_failed"] == [1]  # at close
-        assert loop.get_exception_handler() is not None
-        accept_failed(loop, sock)  # after close, the previous handler is back
-        assert len(seen) == 5
-    finally:
-        loop.set_exception_handler(previous)
+async def test_a_burst_in_progress_is_logged_at_close(short_bursts: None) -> None:
+    failures = AcceptFailures()
+    with structlog.testing.capture_logs() as logs:
+        failures.failed("listen", errno.EMFILE)
+        failures.close()
+    assert [e["count"] for e in logs if e["event"] == "accept_failed"] == [1]

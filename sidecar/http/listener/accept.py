@@ -1,25 +1,31 @@
-"""Failed accepts, counted: one ``accept_failed`` line a burst (:class:`AcceptFailures`)."""
+"""Accepting connections on a listening socket, by the listener itself and alike on every event
+loop (:class:`Accepting`); failed accepts counted, one ``accept_failed`` line a burst
+(:class:`AcceptFailures`)."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import Callable, Sequence
+import socket
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from sidecar.http.listener.bounds import REFUSALS_LOGGED_EVERY
-from sidecar.http.listener.server import Listener
 from sidecar.obs.logs import get_logger
 
 log = get_logger("sidecar.listener")
 
-# asyncio tries a failed accept again after 1 s (ACCEPT_RETRY_DELAY): a listener that has not
-# failed for longer than this is accepting again, and its burst is over.
+# Out of resources, a listening socket is not read for this long, then tried again (as
+# asyncio's own accept loop waits, ACCEPT_RETRY_DELAY).
+ACCEPT_RETRY_DELAY: Final = 1.0
+# A listener that has not failed for longer than this is accepting again: its burst is over.
 ACCEPT_BURST_QUIET: Final = 2.5
-# What a failed accept runs out of: asyncio's accept loop reports these (and only these) to the
-# exception handler, with the listening socket, and tries again later (selector_events.py).
-_OUT_OF_RESOURCES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# Connections accepted in one wake-up at most, so one busy socket cannot hold the loop (asyncio
+# accepts up to its backlog, 100 by default, in one turn).
+ACCEPTS_PER_WAKEUP: Final = 100
+# What a failed accept runs out of: files (the process's, the system's) or kernel memory.
+OUT_OF_RESOURCES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 @dataclass(slots=True)
@@ -31,70 +37,38 @@ class _Burst:
     count: int = 0
 
 
-ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
-
-
 class AcceptFailures:
-    """Failed accepts on this process's listeners, counted: one ``accept_failed`` line a burst.
+    """Failed accepts on this process's listeners, counted per listener: one ``accept_failed``
+    line a burst, rather than a line (and a traceback) for each, which would cost a process
+    that is short of resources already. A listener's burst is over when it has not failed for
+    ``ACCEPT_BURST_QUIET`` seconds: its line is logged then, or every ``REFUSALS_LOGGED_EVERY``
+    seconds while it lasts (``ongoing: true``, ``count`` since the previous line)."""
 
-    asyncio's accept loop reports a failed accept (EMFILE, ENFILE, ENOBUFS, ENOMEM) to the
-    event loop's exception handler, which logs it with a traceback; then it goes on to the next
-    connection waiting, up to the backlog (100) in one turn of the loop, and schedules a retry
-    a second later for each failure. Out of files, that is thousands of lines a second, each a
-    cost to a process that is short of resources already. Installed as the loop's exception
-    handler, this counts those reports per listener instead and passes every other one on to
-    the handler it replaced. A report is a failed accept by what the listener sees — one of its
-    own sockets, and an error that is a lack of resources — whatever asyncio's message says.
-    A listener's burst is over when it has not failed for ``ACCEPT_BURST_QUIET`` seconds: its
-    line is logged then, or every ``REFUSALS_LOGGED_EVERY`` seconds while it lasts
-    (``ongoing: true``, ``count`` since the previous line)."""
-
-    def __init__(self, listeners: Sequence[Listener]) -> None:
-        self._listeners = listeners
+    def __init__(self) -> None:
         self._bursts: dict[str, _Burst] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._previous: ExceptionHandler | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
-    def install(self) -> None:
+    def failed(self, listener: str, error: int) -> None:
+        """An accept on ``listener`` failed with ``error`` (an errno)."""
         loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._previous = loop.get_exception_handler()
-        loop.set_exception_handler(self._report)
-
-    def close(self) -> None:
-        """Log the bursts in progress, and give the loop its previous handler back."""
-        for name in list(self._bursts):
-            self._end(name)
-        if self._loop is not None:
-            self._loop.set_exception_handler(self._previous)
-            self._loop = None
-
-    def _report(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        exc = context.get("exception")
-        listener = next((own for own in self._listeners if own.owns(context.get("socket"))),
-                        None)
-        if (listener is None or not isinstance(exc, OSError)
-                or exc.errno not in _OUT_OF_RESOURCES):
-            if self._previous is not None:
-                self._previous(loop, context)
-            else:
-                loop.default_exception_handler(context)
-            return
-        name = listener.bounds.name
         now = loop.time()
-        burst = self._bursts.get(name)
+        burst = self._bursts.get(listener)
         if burst is None:
-            error = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-            burst = self._bursts[name] = _Burst(error, started=now, last=now, logged=now)
-            self._timers[name] = loop.call_later(ACCEPT_BURST_QUIET, self._check, name)
+            name = errno.errorcode.get(error, str(error))
+            burst = self._bursts[listener] = _Burst(name, started=now, last=now, logged=now)
+            self._timers[listener] = loop.call_later(ACCEPT_BURST_QUIET, self._check,
+                                                     listener, loop)
         burst.count += 1
         burst.last = now
 
-    def _check(self, name: str) -> None:
-        assert self._loop is not None
+    def close(self) -> None:
+        """Log the bursts in progress."""
+        for name in list(self._bursts):
+            self._end(name)
+
+    def _check(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
         burst = self._bursts[name]
-        now = self._loop.time()
+        now = loop.time()
         if now - burst.last >= ACCEPT_BURST_QUIET:
             self._end(name)
             return
@@ -102,8 +76,8 @@ class AcceptFailures:
             self._log(name, burst, ongoing=True)
             burst.count = 0
             burst.logged = now
-        self._timers[name] = self._loop.call_later(burst.last + ACCEPT_BURST_QUIET - now,
-                                                   self._check, name)
+        self._timers[name] = loop.call_later(burst.last + ACCEPT_BURST_QUIET - now,
+                                             self._check, name, loop)
 
     def _end(self, name: str) -> None:
         self._timers.pop(name).cancel()
@@ -115,3 +89,72 @@ class AcceptFailures:
     def _log(name: str, burst: _Burst, *, ongoing: bool) -> None:
         log.warning("accept_failed", listener=name, error=burst.error, count=burst.count,
                     seconds=round(burst.last - burst.started, 3), ongoing=ongoing)
+
+
+class Accepting:
+    """Accepts on one listening socket, read by the event loop (``add_reader``): up to
+    ``ACCEPTS_PER_WAKEUP`` connections a wake-up, each handed to ``connected``. Out of
+    resources (``OUT_OF_RESOURCES``) the failure is counted, the socket is not read for
+    ``ACCEPT_RETRY_DELAY`` seconds and then tried again: the listener never closes on a failed
+    accept, whichever loop runs it (see ``docs/design.md``, "The event loop")."""
+
+    def __init__(self, sock: socket.socket, listener: str, failures: AcceptFailures,
+                 connected: Callable[[socket.socket], None],
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._listener = listener
+        self._failures = failures
+        self._connected = connected
+        self._loop = loop
+        self._retry: asyncio.TimerHandle | None = None
+        self._reading = False
+        self._closed = False
+
+    @property
+    def sock(self) -> socket.socket:
+        return self._sock
+
+    def start(self) -> None:
+        self._sock.setblocking(False)
+        self._read()
+
+    def close(self) -> None:
+        """Stop accepting and close the socket (connections queued on it are refused)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pause()
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        self._sock.close()
+
+    def _read(self) -> None:
+        self._retry = None
+        if not self._closed and not self._reading:
+            self._loop.add_reader(self._fd, self._accept)
+            self._reading = True
+
+    def _pause(self) -> None:
+        if self._reading:
+            self._loop.remove_reader(self._fd)
+            self._reading = False
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return  # none left waiting
+            except ConnectionAbortedError:
+                continue  # reset by its peer while it waited: the next one
+            except OSError as exc:
+                if exc.errno not in OUT_OF_RESOURCES:
+                    raise  # the loop logs it; the socket stays read
+                self._failures.failed(self._listener, exc.errno)
+                self._pause()
+                self._retry = self._loop.call_later(ACCEPT_RETRY_DELAY, self._read)
+                return
+            conn.setblocking(False)
+            self._connected(conn)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sidecar.config.model import Address
+from sidecar.http.listener.binding import bind_sockets
+from sidecar.http.listener.binding import close_all as close_all  # the group closes them
 
 
 def bind_listeners(address: Address, count: int, *,
@@ -17,35 +18,7 @@ def bind_listeners(address: Address, count: int, *,
     single process's listener binds: ``localhost`` is ``127.0.0.1`` and ``::1``), all on the
     port the first one gets (``reuse_port``, needed for more than one set). They do not listen
     yet: each does once the worker it is handed to opens its listener."""
-    resolved = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM,
-                                  flags=socket.AI_PASSIVE)
-    targets = list(dict.fromkeys((family, kind, proto, sockaddr)
-                                 for family, kind, proto, _, sockaddr in resolved))
-    port = address.port
-    sets: list[list[socket.socket]] = []
-    try:
-        for _ in range(count):
-            sockets: list[socket.socket] = []
-            sets.append(sockets)
-            for family, kind, proto, sockaddr in targets:
-                sock = socket.socket(family, kind, proto)
-                sockets.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if reuse_port:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-                if family == socket.AF_INET6:  # as asyncio binds: IPv6 only
-                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                sock.bind((sockaddr[0], port, *sockaddr[2:]))
-                port = sock.getsockname()[1]  # a port 0 is now the port the others bind
-    except BaseException:
-        close_all(sock for sockets in sets for sock in sockets)
-        raise
-    return sets
-
-
-def close_all(sockets: Iterable[socket.socket]) -> None:
-    for sock in sockets:
-        sock.close()
+    return bind_sockets(address, count, reuse_port=reuse_port)
 
 
 def address_of(sock: socket.socket) -> Address:

@@ -17,6 +17,7 @@ from typing import Final
 from sidecar.config.model import Config
 from sidecar.core.workergroup import beat_interval, retry_delay, start_deadline
 from sidecar.obs.logs import get_logger
+from sidecar.runtime import loop as event_loop
 from sidecar.runtime.wiring import require_secrets
 from sidecar.runtime.workers.config_copy import ConfigFile, config_copy
 from sidecar.runtime.workers.group import Group, Happening, StartFailure
@@ -211,4 +212,5 @@ def _log_listening(group: Group) -> None:
     log.info("listening", listen=str(group.address),
              admin_listen=str(address_of(group.admin[0])), store=group.config.store.kind,
              providers=[p.key for p in group.config.providers], workers=len(group.seats),
-             pids=[seat.worker.pid for seat in group.seats if seat.worker is not None])
+             pids=[seat.worker.pid for seat in group.seats if seat.worker is not None],
+             loop=event_loop.running())

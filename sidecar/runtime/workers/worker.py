@@ -3,7 +3,6 @@ supervisor read (``config_copy``) and tags its log lines with its index."""
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import os
 import signal
@@ -15,6 +14,7 @@ import structlog
 
 from sidecar.config.loader import load_config_text
 from sidecar.obs.logs import configure_logging
+from sidecar.runtime import loop as event_loop
 from sidecar.runtime.serve import WorkerSeat, serve_worker
 from sidecar.runtime.workers.config_copy import read_copy
 from sidecar.runtime.workers.group import EXIT_WORKER_FAILED
@@ -47,4 +47,4 @@ def run_worker(seat_json: str) -> int:
     # Bound before the event loop starts, so every task and thread (copies of this context)
     # and every library's line carry it.
     structlog.contextvars.bind_contextvars(worker=seat.index)
-    return asyncio.run(serve_worker(config, seat))
+    return event_loop.run(serve_worker(config, seat))
