@@ -62,7 +62,8 @@ async def test_show_of_an_event_never_tried_lists_no_attempts(deployment: Deploy
     # The app holds the delivery while the CLI starts, which on a loaded machine takes longer
     # than the suite's 2 s upstream timeout: the attempt would end as failed before the look.
     deployment.config["upstream"]["timeout"] = "60s"
-    deployment.config["providers"]["stripe"]["lease"] = "70s"
+    for provider in deployment.config["providers"].values():
+        provider["lease"] = "70s"  # beyond the timeout, as the config requires
     await deployment.start(1)
     client, proc = deployment.client, deployment.procs[0]
     assert client is not None
