@@ -59,11 +59,11 @@ async def test_show_lists_each_attempt_with_the_apps_status(deployment: Deployme
 
 
 async def test_show_of_an_event_never_tried_lists_no_attempts(deployment: Deployment) -> None:
-    # The app holds the forward while the CLI starts and reads: on a loaded machine that can
-    # take longer than the suite's usual 2s upstream timeout, which would record an attempt.
-    deployment.config["upstream"]["timeout"] = "30s"
+    # The app holds the delivery while the CLI starts, which on a loaded machine takes longer
+    # than the suite's 2 s upstream timeout: the attempt would end as failed before the look.
+    deployment.config["upstream"]["timeout"] = "60s"
     for provider in deployment.config["providers"].values():
-        provider["lease"] = "60s"  # a lease exceeds the upstream timeout
+        provider["lease"] = "70s"  # beyond the timeout, as the config requires
     await deployment.start(1)
     client, proc = deployment.client, deployment.procs[0]
     assert client is not None
@@ -79,4 +79,4 @@ async def test_show_of_an_event_never_tried_lists_no_attempts(deployment: Deploy
         assert "attempts    none recorded" in out
     finally:
         deployment.stub.hold.set()
-    await task  # answered (a 504 if the app held it past upstream.timeout): not our subject
+    await task  # answered once released: not our subject

@@ -1,17 +1,24 @@
-"""The compiled build's switches, without compiling (CONTRIBUTING.md, "The compiled build"):
-the module list names real, strictly typed modules; the build backend asks for mypy only when
-a compiled build is asked for, and then for the mypy the lint runs. Whether the running code
-is the build the suite was asked to test: tests/acceptance/test_cli.py (``--version``)."""
+"""The compiled build's switches (CONTRIBUTING.md, "The compiled build"): the module list
+names real, strictly typed modules; the build backend asks for mypy only when a compiled build
+is asked for, and then for the mypy the lint runs and the runtime dependencies it type-checks
+against; a compiled wheel builds in pip's isolated environment from a clean checkout, as the
+image's build does. Whether the running code is the build the suite was asked to test:
+tests/acceptance/test_cli.py (``--version``)."""
 
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
+import venv
+import zipfile
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
@@ -75,6 +82,55 @@ def test_mypy_is_a_build_requirement_only_when_compiling() -> None:
     [pin] = mypy.specifier
     assert pin.operator == "==" and "mypyc" in mypy.extras
     assert lint.specifier.contains(pin.version)
+    # mypyc type-checks what the compiled modules import, as the lint does: in pip's isolated
+    # build environment only what the backend asks for is there.
+    assert set(PYPROJECT["project"]["dependencies"]) <= set(compiled)
+    assert set(compiled) - set(pure) == {str(mypy), *PYPROJECT["project"]["dependencies"]}
+
+
+def checkout_copy(target: Path) -> Path:
+    """The checkout's files as git knows them (tracked, and new ones not ignored), as CI and
+    the image's build see it: no in-place .so, no build/ folder from an earlier compile."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=REPO, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():  # not a file deleted but not yet committed
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+@pytest.mark.timeout(900)
+def test_a_compiled_wheel_builds_in_an_isolated_environment(tmp_path: Path) -> None:
+    """``WEBHOOK_SIDECAR_COMPILE=GROUP pip wheel .``, in pip's isolated build environment (the
+    image's ``pip install --no-deps .`` builds the same way): the wheel holds an extension for
+    each of the group's modules, the shared library, and every module's source (the
+    fallback). The smallest group, to keep it to a minute on two cores."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+            pytest.fail("no C compiler: the compiled build cannot be tested")
+        pytest.skip("no C compiler (apt-get install gcc)")
+    group = min(GROUPS, key=lambda name: len(GROUPS[name]))
+    source = checkout_copy(tmp_path / "src")
+    # pip from a new virtualenv, as on a first install: mypy also looks for what the modules
+    # import in the virtualenv pip runs from, and in ours it would find the dependencies.
+    venv.EnvBuilder(with_pip=True).create(tmp_path / "venv")
+    env = {**os.environ, "WEBHOOK_SIDECAR_COMPILE": group}
+    pip = [str(tmp_path / "venv" / "bin" / "python"), "-m", "pip"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-q", "--disable-pip-version-check",
+                    "-w", str(tmp_path / "dist"), "."],
+                   cwd=source, env=env, check=True, timeout=840)
+    [wheel] = (tmp_path / "dist").glob("webhook_sidecar-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    extensions = {name.removesuffix(suffix).replace("/", ".") for name in names
+                  if name.endswith(suffix)}
+    assert extensions == {*GROUPS[group], "sidecar.native__mypyc"}
+    sources = {name.removesuffix(".py").replace("/", ".") for name in names
+               if name.endswith(".py")}
+    assert set(modules("1")) <= sources
 
 
 def _source(module: str) -> ast.Module:

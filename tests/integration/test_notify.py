@@ -6,7 +6,7 @@ interval across two stores sharing one database, and a bounded close while a tar
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -235,11 +235,25 @@ async def test_without_targets_a_command_gets_no_notices(sqlite_store: Store) ->
         assert isinstance(notices, NoNotices)
 
 
+class Unreadable(Mapping[str, object]):
+    """A notice's detail that cannot be copied into a message (well typed: a compiled
+    ``Notice`` takes it as it would take any mapping)."""
+
+    def __getitem__(self, key: str) -> object:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("this detail cannot be read")
+
+    def __len__(self) -> int:
+        return 1
+
+
 async def test_a_bad_notice_fails_alone(memory_store: Store, receiver: Receiver) -> None:
     metrics = Metrics()
     notifier = await started(config_for(standard(receiver)), memory_store, metrics)
     try:
-        notifier.notice(Notice("no.such.kind", "stripe"))  # type: ignore[arg-type]
+        notifier.notice(Notice(NoticeKind.BREAKER_CLOSED, "stripe", Unreadable()))
         notifier.notice(NOTICE)
         await receiver.wait_for(1)
     finally:
