@@ -17,7 +17,8 @@ FROM ${BASE_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # --build-arg WEBHOOK_SIDECAR_COMPILE=1 compiles the package with mypyc (docs/design.md,
 # "Compiled modules"): a C compiler here only, the final stage gets the built virtualenv.
-# Pure Python by default until the suite passes on the compiled build.
+# Pure Python by default (no compiler needed); 1 compiles the core and the delivery pipeline
+# with mypyc, as docs/design.md "Compiled modules" says (the suite passes on both builds).
 ARG WEBHOOK_SIDECAR_COMPILE=0
 # The compiler is the base image's Debian release's (this stage is thrown away).
 # hadolint ignore=DL3008
