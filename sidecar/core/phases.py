@@ -7,8 +7,8 @@ context-variable read. The marks live in the delivery's context: tasks it starts
 result write) mark into it too. A statement sent for several deliveries at once (a coalesced
 batch) marks the delivery whose call started it.
 
-Times are ``time.monotonic_ns()``: the event loop's clock, so a mark compares with the
-listener's note of the request's first byte.
+Times are ``time.monotonic_ns()``: the clock of the listener's note of the request's first
+byte, so a mark compares with it.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
@@ -141,7 +142,7 @@ class BoundedConnection(web.RequestHandler):
             self._expect_headers()
         if not self._busy and self._next_first_byte is None:
             # Outside a request, a byte starts the next one (inside, it is the body's).
-            self._next_first_byte = self._event_loop.time()
+            self._next_first_byte = time.monotonic()
         super().data_received(data)
 
     def stop(self) -> None:
@@ -176,7 +177,7 @@ class BoundedConnection(web.RequestHandler):
         # No byte noted: the request was pipelined, its bytes in before the previous answer
         # was out (they were read as that one's); it is timed from here.
         first_byte, self._next_first_byte = self._next_first_byte, None
-        self._first_byte = first_byte if first_byte is not None else self._event_loop.time()
+        self._first_byte = first_byte if first_byte is not None else time.monotonic()
         self._busy = True
         self._idle = False
         self._listener.started(self)
@@ -186,7 +187,8 @@ class BoundedConnection(web.RequestHandler):
 
     @property
     def first_byte(self) -> float:
-        """Event-loop time of the current request's first byte."""
+        """``time.monotonic()`` at the current request's first byte. Not the event loop's
+        clock: uvloop's counts whole milliseconds, from the start of the loop's turn."""
         return self._first_byte
 
     def _peer(self) -> str | None:
@@ -202,7 +204,7 @@ class BoundedConnection(web.RequestHandler):
                 result = await super().finish_response(request, resp, start_time)
             finally:  # written, or its write failed: the answer's last byte is behind us
                 if isinstance(resp, Timed):
-                    resp.written(self._event_loop.time() - self._first_byte)
+                    resp.written(time.monotonic() - self._first_byte)
             unread = self._malformed or not request.content.is_eof()
             if unread and not resp.keep_alive and not result[1]:
                 await self._linger()
