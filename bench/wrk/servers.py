@@ -65,7 +65,10 @@ async def start_sidecar(ctx: Context, config: Path, name: str = "sidecar", *,
     tree = ctx.args.before if before else REPO
     proc = await ctx.procs.start(
         name, [sys.executable, *launch, "run", "--config", str(config)],
-        ctx.path(f"{name}.log"), env={"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)},
+        ctx.path(f"{name}.log"),
+        # A tree that picks its own loop (sidecar.runtime.loop) is told the one asked for.
+        env={"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree),
+             "WEBHOOK_SIDECAR_LOOP": ctx.args.sidecar_loop},
         cwd=tree)
     return proc, "http://" + await wait_listening(proc)
 
