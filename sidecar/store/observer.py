@@ -9,7 +9,12 @@ reports nothing.
 
 from __future__ import annotations
 
-from typing import Protocol
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from sidecar.core.errors import StoreError
 
 
 class StoreObserver(Protocol):
@@ -56,3 +61,40 @@ class Unobserved:
 
     def statement_sent(self, verb: str, calls: int) -> None:
         pass
+
+
+class Outage:
+    """One store's outages, told from the outcome of its calls: reported once, at the first
+    failed call that ``is_outage`` (the driver's own reading of the error) counts, and its end
+    at the next call that succeeds, with how long it lasted and how many calls failed."""
+
+    def __init__(self, observer: StoreObserver, is_outage: Callable[[StoreError], bool],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._observer = observer
+        self._is_outage = is_outage
+        self._clock = clock
+        self._since: float | None = None
+        self._failures = 0
+
+    @property
+    def on(self) -> bool:
+        return self._since is not None
+
+    def failed(self, error: StoreError) -> None:
+        if not self._is_outage(error):
+            return
+        self._failures += 1
+        if self._since is None:
+            self._since = self._clock()
+            # The driver's own exception carries the detail (refused, reset, shut down); its
+            # traceback says where. Connection-level errors quote no request data. A deadline
+            # has no such detail: its traceback would be the event loop's.
+            cause = error.__cause__
+            driver = cause is not None and not isinstance(cause, TimeoutError)
+            self._observer.unavailable(str(error), cause if driver else None)
+
+    def succeeded(self) -> None:
+        if self._since is None:
+            return
+        self._observer.recovered(self._clock() - self._since, self._failures)
+        self._since, self._failures = None, 0

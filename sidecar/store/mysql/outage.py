@@ -11,6 +11,7 @@ from typing import Final
 import asyncmy
 
 from sidecar.core.errors import RowLocked, StoreClosed, StoreError
+from sidecar.store.observer import Outage as StoreOutage
 from sidecar.store.observer import StoreObserver
 
 # Server and client error codes that say the server is gone, going or refusing connections
@@ -38,28 +39,9 @@ def is_outage(error: StoreError) -> bool:
     return True  # a deadline, no pooled connection in time, a socket error
 
 
-class Outage:
-    """Tracks one store's outages from the outcome of its calls."""
+class Outage(StoreOutage):
+    """Tracks one MySQL store's outages from the outcome of its calls."""
 
     def __init__(self, observer: StoreObserver,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._observer = observer
-        self._clock = clock
-        self._since: float | None = None
-        self._failures = 0
-
-    def failed(self, error: StoreError) -> None:
-        if not is_outage(error):
-            return
-        self._failures += 1
-        if self._since is None:
-            self._since = self._clock()
-            cause = error.__cause__
-            driver = cause is not None and not isinstance(cause, TimeoutError)
-            self._observer.unavailable(str(error), cause if driver else None)
-
-    def succeeded(self) -> None:
-        if self._since is None:
-            return
-        self._observer.recovered(self._clock() - self._since, self._failures)
-        self._since, self._failures = None, 0
+        super().__init__(observer, is_outage, clock)

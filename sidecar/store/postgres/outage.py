@@ -14,7 +14,7 @@ from collections.abc import Callable
 import asyncpg
 
 from sidecar.core.errors import RowLocked, StoreClosed, StoreError
-from sidecar.store.observer import StoreObserver
+from sidecar.store.observer import Outage, StoreObserver
 
 # The database refused one statement, but it is there and answering: not an outage.
 _ANSWERING = asyncpg.PostgresError
@@ -36,40 +36,14 @@ def is_outage(error: StoreError) -> bool:
     return not isinstance(cause, _ANSWERING) or isinstance(cause, _UNAVAILABLE)
 
 
-class OutageLog(logging.Filter):
+class OutageLog(Outage, logging.Filter):
     """Tracks one store's outages from the outcome of its calls. Also a logging filter on
     asyncpg's loggers: below error, their lines are dropped while an outage is on."""
 
     def __init__(self, observer: StoreObserver,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__()
-        self._observer = observer
-        self._clock = clock
-        self._since: float | None = None
-        self._failures = 0
-
-    @property
-    def on(self) -> bool:
-        return self._since is not None
-
-    def failed(self, error: StoreError) -> None:
-        if not is_outage(error):
-            return
-        self._failures += 1
-        if self._since is None:
-            self._since = self._clock()
-            # The driver's own exception carries the detail (refused, reset, shut down); its
-            # traceback says where. Connection-level errors quote no request data. A deadline
-            # has no such detail: its traceback would be the event loop's.
-            cause = error.__cause__
-            driver = cause is not None and not isinstance(cause, TimeoutError)
-            self._observer.unavailable(str(error), cause if driver else None)
-
-    def succeeded(self) -> None:
-        if self._since is None:
-            return
-        self._observer.recovered(self._clock() - self._since, self._failures)
-        self._since, self._failures = None, 0
+        Outage.__init__(self, observer, is_outage, clock)
+        logging.Filter.__init__(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return self._since is None or record.levelno >= logging.ERROR
+        return not self.on or record.levelno >= logging.ERROR
