@@ -1,7 +1,7 @@
 """A provider's deliveries held back: paused by an operator, or by its circuit breaker. The
 state is one row per provider in the store (``ProviderState``); every change is one guarded
 statement there, so that of several replicas exactly one makes it. This module is that state
-and its rules, as plain values: what a delivery may do given the state (``gate``), and each
+and its rules, as plain values: what a delivery may do given the state (``check_hold``), and each
 transition (``count_failure``, ``take_probe``, ``end_probe``, ``pause``, ``resume``), which the
 SQL files mirror and the memory store runs as they are.
 
@@ -102,13 +102,13 @@ class MayProbe:
     one statement: one winner across replicas) delivers one attempt; the others are held."""
 
 
-Gate = Deliver | Held | MayProbe
+HoldCheck = Deliver | Held | MayProbe
 
 PAUSED_RETRY_AFTER = 60.0  # seconds a provider is told to wait while its deliveries are paused
 MIN_RETRY_AFTER = 1.0
 
 
-def gate(state: ProviderState, now: float, policy: BreakerPolicy | None) -> Gate:
+def check_hold(state: ProviderState, now: float, policy: BreakerPolicy | None) -> HoldCheck:
     """What a delivery of ``state.provider`` may do at ``now`` (database clock). A pause comes
     first; without a policy the breaker is off, whatever its row says."""
     if state.paused is not None:

@@ -49,7 +49,7 @@ from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore
 from sidecar.delivery.context import Delivery, Trace
 from sidecar.delivery.filtering import Filters, filtered_result
-from sidecar.delivery.limits import RateGate
+from sidecar.delivery.limits import RateLimiter
 from sidecar.delivery.ports import Forwarding
 from sidecar.delivery.steps import Steps
 
@@ -80,7 +80,7 @@ class _Settled:
 class ForwardMode:
     def __init__(self, steps: Steps, *, store: DeliveryStore, forwarder: Forwarding,
                  known: KnownAnswers, owner: str, clock: Callable[[], float],
-                 rate: RateGate, filters: Filters) -> None:
+                 rate: RateLimiter, filters: Filters) -> None:
         self._steps = steps
         self._rate = rate
         self._filters = filters

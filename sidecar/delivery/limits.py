@@ -18,7 +18,7 @@ from sidecar.delivery.context import Delivery
 from sidecar.delivery.ports import Observer
 
 
-class RateGate:
+class RateLimiter:
     def __init__(self, store: LimitStore, known: KnownAnswers, observer: Observer) -> None:
         self._store = store
         self._known = known

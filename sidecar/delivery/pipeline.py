@@ -20,7 +20,7 @@ from sidecar.delivery.context import Delivery, Inbound, Trace
 from sidecar.delivery.filtering import Filters
 from sidecar.delivery.forward import ForwardMode
 from sidecar.delivery.held import attempt_end, held_answer
-from sidecar.delivery.limits import RateGate
+from sidecar.delivery.limits import RateLimiter
 from sidecar.delivery.ports import Forwarding, Holds, Keys, NoHolds, Observer
 from sidecar.delivery.queue import QueueMode
 from sidecar.delivery.steps import Steps
@@ -43,7 +43,7 @@ class Pipeline:
         self._filters = Filters(self._steps, store=store, known=known, owner=owner)
         self._forward = ForwardMode(self._steps, store=store, forwarder=forwarder, known=known,
                                     owner=owner, clock=clock,
-                                    rate=RateGate(store, known, observer),
+                                    rate=RateLimiter(store, known, observer),
                                     filters=self._filters)
         self._unclaimed = UnclaimedForwards(self._steps, forwarder=forwarder,
                                             observer=observer)
@@ -88,16 +88,16 @@ class Pipeline:
         """Forward mode behind the provider's hold (paused, breaker): held, 503 (duplicates
         of done events still answered from their rows); else forwarded, and how its attempt
         ended told to the breaker."""
-        gate = await self._holds.admit(delivery.provider)
-        if isinstance(gate, Held):
-            return await held_answer(delivery, gate, self._store, self._known)
+        admission = await self._holds.admit(delivery.provider)
+        if isinstance(admission, Held):
+            return await held_answer(delivery, admission, self._store, self._known)
         try:
             answer = await self._forward_or_fail_open(delivery)
         except BaseException as exc:
-            if gate.probe is not None:  # no attempt made (the store failed): give it back
-                await self._holds.ended(delivery.provider, gate, ProbeEnd.UNUSED, "")
+            if admission.probe is not None:  # no attempt made (the store failed): give it back
+                await self._holds.ended(delivery.provider, admission, ProbeEnd.UNUSED, "")
             raise exc  # named: compiled, a bare raise after an await loses it (a crash)
-        await self._holds.ended(delivery.provider, gate, *attempt_end(answer))
+        await self._holds.ended(delivery.provider, admission, *attempt_end(answer))
         return answer
 
     async def _forward_or_fail_open(self, delivery: Delivery) -> Answer:

@@ -27,7 +27,7 @@ from sidecar.core.breaker import (
     MayProbe,
     ProbeEnd,
     ProviderState,
-    gate,
+    check_hold,
     policy_of,
 )
 from sidecar.core.errors import StoreError
@@ -149,7 +149,7 @@ class Holds:
         """Whether a delivery of ``provider`` may go ahead now: held, admitted, or admitted
         as the breaker's one probe (this call took it)."""
         key = provider.key
-        verdict = gate(self.state(key), self.now(), self._policies.get(key))
+        verdict = check_hold(self.state(key), self.now(), self._policies.get(key))
         if isinstance(verdict, Held):
             return verdict
         if not isinstance(verdict, MayProbe):

@@ -1,4 +1,4 @@
-"""The pure rules of a held provider: what a delivery may do (``gate``) for every state, and
+"""The pure rules of a held provider: what a delivery may do (``check_hold``) for every state, and
 each transition of the breaker and the pause, as truth tables."""
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from sidecar.core.breaker import (
     BreakerPolicy,
     BreakerState,
     Deliver,
-    Gate,
     Held,
+    HoldCheck,
     HoldReason,
     MayProbe,
     Pause,
     ProbeEnd,
     ProviderState,
+    check_hold,
     count_failure,
     counts_as_failure,
     end_probe,
-    gate,
     pause,
     resume,
     take_probe,
@@ -57,8 +57,9 @@ PROBE_LOST = replace(PROBING, probe_until=NOW - 1)
     (PROBING, POLICY, Held(HoldReason.BREAKER_OPEN, 5.0)),
     (PROBE_LOST, POLICY, MayProbe()),
 ])
-def test_gate(state: ProviderState, policy: BreakerPolicy | None, expected: Gate) -> None:
-    assert gate(state, NOW, policy) == expected
+def test_check_hold(state: ProviderState, policy: BreakerPolicy | None,
+                     expected: HoldCheck) -> None:
+    assert check_hold(state, NOW, policy) == expected
 
 
 @pytest.mark.parametrize(("outcome", "status", "failed"), [

@@ -38,7 +38,7 @@ REFUSALS_LOGGED_EVERY: Final = 10.0
 
 
 @dataclass(slots=True)
-class Tally:
+class ThrottledCount:
     """Connections a listener refused (or closed to make room), logged as one line at most
     every ``REFUSALS_LOGGED_EVERY`` seconds, with the count since the previous line."""
 

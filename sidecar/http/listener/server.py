@@ -15,7 +15,7 @@ from aiohttp import web
 from sidecar.config.model import Address
 from sidecar.http.listener.accept import AcceptFailures, Accepting
 from sidecar.http.listener.binding import bind_sockets, close_all
-from sidecar.http.listener.bounds import Bounds, Tally
+from sidecar.http.listener.bounds import Bounds, ThrottledCount
 from sidecar.http.listener.connection import BoundedConnection
 
 # The accept queue of a listener on its own addresses (asyncio's default for create_server);
@@ -42,8 +42,8 @@ class Listener:
         # way, found at once however many are busy.
         self._idle: dict[BoundedConnection, None] = {}
         self._requests: set[asyncio.Task[Any]] = set()
-        self._refused = Tally("connection_refused", "refused")
-        self._made_room = Tally("idle_connections_closed", "closed")
+        self._refused = ThrottledCount("connection_refused", "refused")
+        self._made_room = ThrottledCount("idle_connections_closed", "closed")
 
     async def open(self, address: Address | list[socket.socket]) -> Address:
         """Listen on ``address`` (every address it resolves to, on one port), or on sockets

@@ -138,10 +138,10 @@ class PartitionKeeper:
         table's extent after the drops (a read of the catalog a table, for the gauges). One
         process at a time drops (every proxy runs maintenance): while another is in a step,
         this one only reads the counts."""
-        fates: list[tuple[str, str | None]] = []  # (partition, why kept; None: dropped)
+        outcomes: list[tuple[str, str | None]] = []  # (partition, why kept; None: dropped)
         async with self._connection() as conn:
             try:
-                await self._drop_all(conn, retention, fates)
+                await self._drop_all(conn, retention, outcomes)
             except _Elsewhere:
                 pass  # the other process goes on from here
             extent = []
@@ -150,13 +150,13 @@ class PartitionKeeper:
                 row = await fetchrow(conn, "partitioning/extent", {"parent": table})
                 extent.append((table, row["partitions"], row["last_bound_epoch"]))
                 default_rows += row["default_rows"]
-        dropped = tuple(name for name, why in fates if why is None)
-        kept = tuple((name, why) for name, why in fates if why is not None)
+        dropped = tuple(name for name, why in outcomes if why is None)
+        kept = tuple((name, why) for name, why in outcomes if why is not None)
         return PartitionsRetired(dropped, kept, default_rows, tuple(extent))
 
     async def _drop_all(self, conn: asyncpg.Connection, retention: Mapping[str, float],
-                        fates: list[tuple[str, str | None]]) -> None:
-        """Each partition looked at, and why it was kept (None: dropped), into ``fates``."""
+                        outcomes: list[tuple[str, str | None]]) -> None:
+        """Each partition looked at, and why it was kept (None: dropped), into ``outcomes``."""
         async with self._step(conn, self._look_timeout):
             pass  # another process in a step: leave the round to it at once
         for part in await rows(conn, "partitioning/detached"):  # left by a run that died
@@ -165,19 +165,19 @@ class PartitionKeeper:
             except DRIVER_ERRORS as exc:  # one table that cannot go must not stop retention
                 why = f"detached_error:{describe(exc)}"
             if why != GONE:
-                fates.append((part["name"], why))
+                outcomes.append((part["name"], why))
         for table, _, _ in TABLES:
             for part in await rows(conn, "partitioning/candidates", {"parent": table}):
                 try:
-                    why = await self._why_keep(conn, table, part, retention)
+                    why = await self._reason_to_keep(conn, table, part, retention)
                     if why is None:
                         why = await self._drop(conn, table, part)
                 except asyncpg.UndefinedTableError:
                     why = GONE  # dropped by another process since the list was read
                 if why != GONE:  # another process's drop is its to report
-                    fates.append((part["name"], why))
+                    outcomes.append((part["name"], why))
 
-    async def _why_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
+    async def _reason_to_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
                         retention: Mapping[str, float]) -> str | None:
         if part["pending"]:
             return "detach_pending"  # another's DETACH … CONCURRENTLY: an operator's
