@@ -1,5 +1,5 @@
 """The config JSON Schema: generated from the key declarations on the model's fields
-(sidecar/config/model.py) the loader reads, committed, and in agreement with the loader — every
+(sidecar/config/model/) the loader reads, committed, and in agreement with the loader — every
 config the schema rejects, the loader rejects too; the loader's extra rules (what JSON Schema
 cannot express) are listed and each is shown by a case."""
 

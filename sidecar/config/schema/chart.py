@@ -53,7 +53,7 @@ SECRET_KEY_REF: Final[JSON] = {
 
 _GENERATED: Final = (
     "properties.config, properties.providers and definitions are generated from the config "
-    "declarations (sidecar/config/model.py; sidecar/config/schema/chart.py) by `python -m "
+    "declarations (sidecar/config/model/; sidecar/config/schema/chart.py) by `python -m "
     "sidecar.config.schema --write`; the rest is the chart's own, edited by hand.")
 
 # Annotations: beside a $ref, draft-07 ignores every other keyword.
