@@ -15,7 +15,7 @@ from importlib import resources
 
 import yaml
 
-from sidecar.config.presets import preset_names
+from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.errors import ConfigError
 
 
@@ -78,3 +78,19 @@ def find_sample(preset: str, sample_type: str | None) -> Sample:
     known = ", ".join(sample.type for sample in samples)
     raise ConfigError("--sample", f"no sample {sample_type!r} for preset {preset!r}; "
                       f"available: {known}")
+
+
+def sample_lines(preset: str) -> list[str]:
+    """``--list-samples``: per sample, a line with its type (the default marked) and the headers
+    it brings, then an indented line naming its source."""
+    samples = samples_of(preset)
+    if not samples:
+        load_preset(preset)  # an unknown name: its error lists the known ones
+        return [f"preset {preset!r} has no samples"]
+    names = [sample.type + (" (default)" if i == 0 else "") for i, sample in enumerate(samples)]
+    width = max(len(name) for name in names)
+    lines = []
+    for name, sample in zip(names, samples, strict=True):
+        headers = ", ".join(f"{k}: {v}" for k, v in sample.headers.items())
+        lines += [f"{name.ljust(width)}  {headers}".rstrip(), f"    source: {sample.source}"]
+    return lines

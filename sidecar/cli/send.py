@@ -29,57 +29,30 @@ import asyncio
 import json
 import sys
 import time
-import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from sidecar.cli import CONFIG_ENV, default_config
-from sidecar.cli.samples import Sample, find_sample, samples_of
-from sidecar.config.presets import load_preset, preset_names
+from sidecar.cli.samples import Sample, find_sample, sample_lines
+from sidecar.cli.signing_scheme import (
+    Scheme,
+    event_ids,
+    generated_headers,
+    scheme_from_config,
+    scheme_from_preset,
+)
+from sidecar.config.presets import preset_names
 from sidecar.core.errors import ConfigError, EventIdError
-from sidecar.core.eventid import EventIdSpec, delivery_items, parse_event_id_spec
 from sidecar.core.headers import ATTEMPT_HEADER, REPLAY_HEADER, header_value
 from sidecar.core.signing import (
-    DeclarativeSpec,
     Delivery,
-    PluginSpec,
-    SignatureSpec,
-    decode_signing_key,
-    parse_signature_spec,
     sign_delivery,
 )
 from sidecar.runtime import loop as event_loop
 
 if TYPE_CHECKING:
     import aiohttp
-
-
-@dataclass(frozen=True, slots=True)
-class Scheme:
-    """What ``send`` needs to sign like a provider: the signature spec, the signing key and
-    where the event id lives (to generate one when it is a header nobody gave)."""
-
-    signature: SignatureSpec
-    key: bytes
-    event_id: EventIdSpec | None
-    form_body: bool = False
-    preset: str | None = None
-
-
-# The header naming the kind of event, for providers that send one beside the body, and a
-# harmless value for a --file delivery (a provider's own test or ping event where it has one).
-# Apps route on it; the proxy never reads it. A sample's own value, then --header, win.
-EVENT_TYPE_HEADERS: Mapping[str, tuple[str, str]] = {
-    "github": ("X-GitHub-Event", "ping"),
-    "gitlab": ("X-Gitlab-Event", "System Hook"),
-    "bitbucket": ("X-Event-Key", "repo:push"),
-    "shopify": ("X-Shopify-Topic", "app/uninstalled"),
-    "lemonsqueezy": ("X-Event-Name", "order_created"),
-    "linear": ("Linear-Event", "Issue"),
-    "twitch": ("Twitch-Eventsub-Message-Type", "notification"),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,79 +113,6 @@ def _headers(pairs: list[str]) -> dict[str, str]:
     return headers
 
 
-def _needs_url(data: Mapping[str, object]) -> bool:
-    message = data.get("message")
-    return data.get("plugin") == "twilio" or (isinstance(message, str) and "{url}" in message)
-
-
-def _from_preset(args: argparse.Namespace) -> Scheme:
-    if not args.secret:
-        raise ConfigError("--secret", "required with --preset")
-    data = load_preset(args.preset)
-    signature = data["signature"]
-    assert isinstance(signature, dict)
-    if _needs_url(signature):
-        parts = urlsplit(args.url)
-        signature["url"] = args.signed_url or urlunsplit(parts._replace(query="", fragment=""))
-    spec = parse_signature_spec(signature, f"preset {args.preset}.signature")
-    event_id = parse_event_id_spec(data["event_id"], f"preset {args.preset}.event_id")
-    key = decode_signing_key(spec, args.secret, "--secret")
-    return Scheme(spec, key, event_id, _is_form(spec), args.preset)
-
-
-def _from_config(args: argparse.Namespace) -> Scheme:
-    from sidecar.config.loader import load_config_file
-
-    if not args.provider:
-        raise ConfigError("--provider", "required with --config")
-    config = load_config_file(args.config)
-    provider = next((p for p in config.providers if p.key == args.provider), None)
-    if provider is None:
-        known = ", ".join(p.key for p in config.providers)
-        raise ConfigError("--provider", f"no provider {args.provider!r} in the config ({known})")
-    if args.secret:
-        key = decode_signing_key(provider.signature, args.secret, "--secret")
-    else:
-        key = provider.key_bytes[0]
-        if isinstance(provider.signature, DeclarativeSpec) and (
-            provider.signature.asymmetric_algorithm is not None
-            and not provider.signature.has_symmetric
-        ):
-            raise ConfigError("--secret", f"provider {provider.key!r} verifies with public "
-                              "keys: pass the private key to sign with")
-    return Scheme(provider.signature, key, provider.event_id, _is_form(provider.signature),
-                  provider.preset)
-
-
-def _is_form(spec: SignatureSpec) -> bool:
-    return isinstance(spec, PluginSpec) and spec.plugin == "twilio"
-
-
-def _generated(scheme: Scheme, headers: dict[str, str], now: float) -> dict[str, str]:
-    """Headers the scheme needs that were not given: an event id header (one id for every
-    copy, so copies are redeliveries) and any other header the signature covers."""
-    added: dict[str, str] = {}
-    names: list[str] = []
-    if scheme.event_id is not None and scheme.event_id.header is not None:
-        names.append(scheme.event_id.header)
-    spec = scheme.signature
-    if isinstance(spec, DeclarativeSpec):
-        names += [part.name for part in spec.message.parts if part.kind == "header"]
-    event_type = EVENT_TYPE_HEADERS.get(scheme.preset or "")
-    if event_type is not None and header_value(headers, event_type[0]) is None:
-        added[event_type[0]] = event_type[1]
-    for name in names:
-        if header_value({**headers, **added}, name) is not None:
-            continue
-        if "timestamp" in name.lower():
-            added[name] = str(int(now))
-        elif name.lower() in ("webhook-id", "svix-id"):
-            added[name] = f"msg_{uuid.uuid4().hex}"
-        else:
-            added[name] = str(uuid.uuid4())
-    return added
-
-
 async def _deliver(
     session: aiohttp.ClientSession, args: argparse.Namespace, scheme: Scheme, body: bytes,
     headers: dict[str, str], index: int,
@@ -271,15 +171,6 @@ def _line(outcome: Outcome, ids: list[str] | None) -> str:
     return " ".join(parts)
 
 
-def event_ids(scheme: Scheme, body: bytes, headers: Mapping[str, str]) -> list[str]:
-    """The event ids the delivery carries, as the proxy will read them (one, or one per item
-    of a batch); empty when the scheme declares none. Raises ``EventIdError`` when the proxy
-    would find none (it would answer 400)."""
-    if scheme.event_id is None:
-        return []
-    return [item.event_id for item in delivery_items(scheme.event_id, body, headers)]
-
-
 async def send(args: argparse.Namespace, scheme: Scheme, body: bytes,
                sample: Sample | None = None) -> list[Outcome]:
     headers = _headers(args.header)
@@ -289,7 +180,7 @@ async def send(args: argparse.Namespace, scheme: Scheme, body: bytes,
     if header_value(headers, "Content-Type") is None:
         form = "application/x-www-form-urlencoded"
         headers["Content-Type"] = form if scheme.form_body else "application/json"
-    headers.update(_generated(scheme, headers, time.time()))
+    headers.update(generated_headers(scheme, headers, time.time()))
     quiet = args.quiet
     try:
         ids = event_ids(scheme, body, headers)
@@ -340,22 +231,6 @@ def _read_body(name: str) -> bytes:
         raise ConfigError("--file", f"cannot read {name}: {exc.strerror}") from exc
 
 
-def list_samples(preset: str) -> list[str]:
-    """``--list-samples``: per sample, a line with its type (the default marked) and the headers
-    it brings, then an indented line naming its source."""
-    samples = samples_of(preset)
-    if not samples:
-        load_preset(preset)  # an unknown name: its error lists the known ones
-        return [f"preset {preset!r} has no samples"]
-    names = [sample.type + (" (default)" if i == 0 else "") for i, sample in enumerate(samples)]
-    width = max(len(name) for name in names)
-    lines = []
-    for name, sample in zip(names, samples, strict=True):
-        headers = ", ".join(f"{k}: {v}" for k, v in sample.headers.items())
-        lines += [f"{name.ljust(width)}  {headers}".rstrip(), f"    source: {sample.source}"]
-    return lines
-
-
 def _preset_named(args: argparse.Namespace) -> str:
     """The preset --list-samples names, else the --preset or --config provider's."""
     if args.list_samples:
@@ -389,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
         # Like every subcommand; but only here, so that --preset still works where it is set.
         args.config = default_config()
     if args.list_samples is not None:
-        for line in list_samples(_preset_named(args)):
+        for line in sample_lines(_preset_named(args)):
             print(line)
         return 0
     if (args.config is None) == (args.preset is None):
@@ -398,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--url", "required: where to deliver")
     if args.count < 1:
         raise ConfigError("--count", "must be at least 1")
-    scheme = _from_config(args) if args.config else _from_preset(args)
+    scheme = scheme_from_config(args) if args.config else scheme_from_preset(args)
     body, sample = _payload(args, scheme)
     if sample is not None and not args.quiet:
         print(f"sample: {sample.preset} {sample.type} ({sample.source})", flush=True)

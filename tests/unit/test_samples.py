@@ -10,7 +10,7 @@ from importlib import resources
 import pytest
 
 from sidecar.cli.samples import samples_of
-from sidecar.cli.send import EVENT_TYPE_HEADERS
+from sidecar.cli.signing_scheme import EVENT_TYPE_HEADERS
 from sidecar.config.presets import preset_names
 
 
