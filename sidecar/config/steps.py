@@ -25,7 +25,8 @@ from sidecar.config.secret_sources import provider_secrets, signing_secrets
 from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
-from sidecar.core.filtering import FilterSpec, parse_event_type_spec, parse_filter_spec
+from sidecar.core.filter_config import parse_event_type_spec, parse_filter_spec
+from sidecar.core.filtering import FilterSpec
 from sidecar.core.handshake import parse_handshake_spec
 from sidecar.core.jsonpath import parse_json_path
 from sidecar.core.signing import SignatureSpec, parse_signature_spec

@@ -8,14 +8,13 @@ from typing import Any
 import pytest
 
 from sidecar.core.errors import ConfigError
+from sidecar.core.filter_config import parse_event_type_spec, parse_filter_spec
 from sidecar.core.filtering import (
     NOT_JSON,
     FilterSpec,
     Verdict,
     Why,
     judge,
-    parse_event_type_spec,
-    parse_filter_spec,
     read_event_type,
 )
 

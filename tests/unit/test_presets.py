@@ -8,7 +8,7 @@ from sidecar.config.presets import load_preset, preset_names
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
-from sidecar.core.filtering import parse_event_type_spec
+from sidecar.core.filter_config import parse_event_type_spec
 from sidecar.core.signing import parse_signature_spec
 
 EXPECTED = [
