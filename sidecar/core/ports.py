@@ -28,8 +28,6 @@ from sidecar.core.events import (
     AttemptResult,
     Claim,
     Enqueued,
-    EventPage,
-    EventQuery,
     EventRow,
     EventState,
     Guard,
@@ -44,6 +42,7 @@ from sidecar.core.events import (
     StoredRequest,
 )
 from sidecar.core.limits import Permit, RateLimit, Tokens
+from sidecar.core.listing import EventPage, EventQuery
 from sidecar.core.notices import NoticeKind
 
 

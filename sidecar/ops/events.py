@@ -14,7 +14,8 @@ from sidecar.config.model import Config, Mode, ProviderConfig
 from sidecar.core.batch import filtered_body
 from sidecar.core.errors import OperationError
 from sidecar.core.eventid import batch_items
-from sidecar.core.events import Attempt, EventQuery, EventRow, EventState, QueueEntry, StoredRequest
+from sidecar.core.events import Attempt, EventRow, EventState, QueueEntry, StoredRequest
+from sidecar.core.listing import EventQuery
 from sidecar.core.ports import OperatorStore
 from sidecar.forwarding.forwarder import Forwarder
 from sidecar.ops import listing

@@ -15,7 +15,8 @@ from typing import TypeVar
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, OperationError
-from sidecar.core.events import EventQuery, EventState, Outcome, PageKey, StatusClass
+from sidecar.core.events import EventState, Outcome
+from sidecar.core.listing import EventQuery, PageKey, StatusClass
 from sidecar.core.ports import OperatorStore
 
 Choice = TypeVar("Choice", EventState, StatusClass, Outcome)

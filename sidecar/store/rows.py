@@ -11,13 +11,10 @@ from sidecar.core.breaker import BreakerState, Pause, ProviderState
 from sidecar.core.events import (
     Attempt,
     AttemptResult,
-    EventPage,
-    EventQuery,
     EventRow,
     EventState,
     NonceBinding,
     Outcome,
-    PageKey,
     QueuedWork,
     QueueEntry,
     QueueStats,
@@ -27,6 +24,7 @@ from sidecar.core.events import (
     headers_from_json,
     headers_to_json,
 )
+from sidecar.core.listing import EventPage, EventQuery, PageKey
 
 Params = Mapping[str, object]
 """The values of one statement's named parameters (``:provider`` → ``params["provider"]``)."""

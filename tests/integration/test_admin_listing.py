@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from sidecar.config.loader import parse_config
-from sidecar.core.events import PageKey
+from sidecar.core.listing import PageKey
 from sidecar.core.ports import Store
 from sidecar.ops import events as ops
 from sidecar.runtime.wiring import build_apps

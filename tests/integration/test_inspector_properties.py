@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from sidecar.core.events import PageKey
+from sidecar.core.listing import PageKey
 from sidecar.core.ports import Store
 from tests.integration.test_inspector import TOKEN, failing
 from tests.integration.test_inspector_answers import inspector, raw_delivery

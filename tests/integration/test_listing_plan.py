@@ -24,7 +24,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from sidecar.core.events import EventQuery, EventState, PageKey, StatusClass
+from sidecar.core.events import EventState
+from sidecar.core.listing import EventQuery, PageKey, StatusClass
 from sidecar.store.postgres import migrate_postgres
 from sidecar.store.rows import page_params
 from sidecar.store.sqlfiles import statement

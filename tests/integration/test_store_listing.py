@@ -20,15 +20,13 @@ import pytest
 
 from sidecar.core.events import (
     AttemptResult,
-    EventQuery,
     EventState,
     Outcome,
-    PageKey,
     RecordedResponse,
     Settlement,
-    StatusClass,
     StoredRequest,
 )
+from sidecar.core.listing import EventQuery, PageKey, StatusClass
 from sidecar.core.ports import Store
 from sidecar.store.memory import MemoryStore
 from sidecar.store.sqlite import SQLiteStore

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.core.events import PageKey
+from sidecar.core.listing import PageKey
 
 any_text = st.text(st.characters(exclude_categories=()))  # lone surrogates too
 keys = st.builds(PageKey, st.integers(min_value=-(2**63), max_value=2**63 - 1),

@@ -11,16 +11,14 @@ from sidecar.core.events import (
     Attempt,
     AttemptResult,
     Claim,
-    EventPage,
-    EventQuery,
     EventRow,
     EventState,
     Guard,
     NonceBinding,
-    PageKey,
     Replayed,
     StoredRequest,
 )
+from sidecar.core.listing import EventPage, EventQuery, PageKey
 from sidecar.core.notices import NoticeKind
 from sidecar.store.memory.limits import LimitVerbs
 from sidecar.store.memory.providers import ProviderStateVerbs
