@@ -89,8 +89,9 @@ def build_tracer(config: TracingConfig, metrics: Metrics, *, db_system: str,
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
 
-        from sidecar.obs.otel import SCOPE, OtelTracer, RecordExporter, SpanQueue
+        from sidecar.obs.otel import SCOPE, OtelTracer
         from sidecar.obs.sdkexport import SdkExport
+        from sidecar.obs.span_queue import RecordExporter, SpanQueue
         if exporter is None:
             from sidecar.obs import otlp
     except ImportError as exc:

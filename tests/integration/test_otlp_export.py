@@ -18,7 +18,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from sidecar.config.loader import parse_config
 from sidecar.obs import otlp
 from sidecar.obs.metrics import Metrics
-from sidecar.obs.otel import SCOPE, OtelTracer, SpanQueue, SpanRecord
+from sidecar.obs.otel import SCOPE, OtelTracer, SpanRecord
+from sidecar.obs.span_queue import SpanQueue
 from sidecar.obs.tracing import build_tracer
 from tests.support import base_config, serve_on_loopback
 

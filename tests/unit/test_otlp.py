@@ -16,8 +16,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from sidecar.core.tracing import SpanKind
 from sidecar.obs import otel, otlp
-from sidecar.obs.otel import SCOPE, OtelTracer, SpanQueue, SpanRecord
+from sidecar.obs.otel import SCOPE, OtelTracer, SpanRecord
 from sidecar.obs.sdkexport import SdkExport
+from sidecar.obs.span_queue import SpanQueue
 
 INBOUND = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
