@@ -87,7 +87,7 @@ def attempt(record: Record) -> Attempt:
 
 def process_owner(lease_owner: str | None) -> str | None:
     """The process's owner id in a lease owner as the SQL stores write it: the call token
-    (``#…``, ``verbs._call_owner``) that tells one call's rows from another's is left out."""
+    (``#…``, ``owners.call_owner``) that tells one call's rows from another's is left out."""
     if lease_owner is None:
         return None
     owner, token, _ = lease_owner.rpartition("#")
@@ -245,3 +245,16 @@ def provider_state(record: Record) -> ProviderState:
         probe_until=_float(record["probe_until"]),
         now=float(record["now"]),
     )
+
+
+def new_row_values(provider: str, event_id: str, body_sha256: bytes,
+             request: StoredRequest | None) -> dict[str, object]:
+    """The columns of a new event row that ``claim`` and ``enqueue`` insert alike: its key,
+    the body's hash and the stored request (``payload_*``: NULL when none is kept)."""
+    return {
+        "provider": provider,
+        "event_id": event_id,
+        "body_sha256": body_sha256,
+        "payload_body": request.body if request is not None else None,
+        "payload_request": request.meta_json() if request is not None else None,
+    }
