@@ -14,7 +14,7 @@ gauges up to date first, within its own bounds, then the registry is rendered.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Self
 
 import prometheus_client
@@ -87,150 +87,150 @@ class Metrics:
         # Run before each scrape renders; it must not raise, and bounds its own time.
         self.on_scrape: Callable[[], Awaitable[None]] | None = None
         self.registry = registry or CollectorRegistry(auto_describe=True)
-        self.events = Counter(
+        self.events = self._counter(
             "webhook_events", "Deliveries by provider and result "
             "(new, duplicate, in_flight, takeover, upstream_error, mirrored_failure, "
             "payload_mismatch, invalid_signature, replayed_body, bad_request, too_large, "
             "handshake, store_error, error; filtered, unclaimed; queue mode: queued, "
             "queue_full).",
-            ["provider", "result"], registry=self.registry)
+            ["provider", "result"])
         # Sub-millisecond replays of known answers up to the longest upstream timeout.
-        self.delivery_duration = Histogram(
+        self.delivery_duration = self._histogram(
             "webhook_delivery_duration_seconds", "Deliveries end to end, from the request's "
             "first byte received to the answer's last byte written, by provider and result "
             "(the values of webhook_events_total).", ["provider", "result"],
             buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25,
-                     0.5, 1, 2.5, 5, 10, 30, 60), registry=self.registry)
+                     0.5, 1, 2.5, 5, 10, 30, 60))
         # 1 (alone) up to the coalescer's MAX_BATCH.
-        self.store_batch_size = Histogram(
+        self.store_batch_size = self._histogram(
             "webhook_store_batch_size", "Calls carried by each store statement of a coalesced "
             "write (claim, complete, bind_nonce); 1: a call that went alone.", ["verb"],
-            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64), registry=self.registry)
-        self.store_singles = Counter(
+            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
+        self.store_singles = self._counter(
             "webhook_store_singles", "Coalesced-write calls that went to the store alone, "
             "as the single-row statement (none of their kind was waiting with them).",
-            ["verb"], registry=self.registry)
-        self.app_answers = Counter(
+            ["verb"])
+        self.app_answers = self._counter(
             "webhook_app_answers", "Forwards by provider, upstream (the app's "
             "scheme://host:port) and the app's status class (2xx, 3xx, 4xx, 5xx, or none: "
-            "timeout, refused, disconnected).", ["provider", "upstream", "status_class"],
-            registry=self.registry)
-        self.upstream_latency = Histogram(
+            "timeout, refused, disconnected).", ["provider", "upstream", "status_class"])
+        self.upstream_latency = self._histogram(
             "webhook_upstream_latency_seconds", "Time the app took to answer a forward, by "
             "provider and upstream (scheme://host:port).",
-            ["provider", "upstream"], buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.claim_latency = Histogram(
+            ["provider", "upstream"], buckets=LATENCY_BUCKETS)
+        self.claim_latency = self._histogram(
             "webhook_claim_latency_seconds", "Time to claim an event id in the store.",
-            ["provider"], buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.payload_mismatches = Counter(
+            ["provider"], buckets=LATENCY_BUCKETS)
+        self.payload_mismatches = self._counter(
             "webhook_payload_mismatches", "Deliveries whose body differs from the first one "
-            "seen for the same event id.", ["provider"], registry=self.registry)
-        self.unclaimed_forwards = Counter(
+            "seen for the same event id.", ["provider"])
+        self.unclaimed_forwards = self._counter(
             "webhook_unclaimed_forwards", "Deliveries forwarded without a claim because the "
             "store could not be reached (store_outage: forward): not deduplicated.",
-            ["provider"], registry=self.registry)
-        self.superseded = Counter(
+            ["provider"])
+        self.superseded = self._counter(
             "webhook_superseded_results", "Attempt results not recorded because a newer "
-            "attempt had taken the event over.", ["provider"], registry=self.registry)
-        self.stuck = Gauge(
+            "attempt had taken the event over.", ["provider"])
+        self.stuck = self._gauge(
             "webhook_events_stuck", "Rows in processing whose lease has expired (a crashed or "
-            "abandoned attempt); refreshed by the maintenance loop.", ["provider"],
-            registry=self.registry, multiprocess_mode="mostrecent")
-        self.retention_deleted = Counter(
-            "webhook_retention_deleted", "Event rows deleted by retention.", ["provider"],
-            registry=self.registry)
-        self.trace_spans_dropped = Counter(
+            "abandoned attempt); refreshed by the maintenance loop.", ["provider"])
+        self.retention_deleted = self._counter(
+            "webhook_retention_deleted", "Event rows deleted by retention.", ["provider"])
+        self.trace_spans_dropped = self._counter(
             "webhook_trace_spans_dropped", "Trace spans not exported, by reason: queue_full "
             "(tracing.max_queue_size reached while the collector is slow or down), "
             "export_failed (the collector refused them or could not be reached) or "
-            "unencodable (a span the exporter could not encode).", ["reason"],
-            registry=self.registry)
-        self.maintenance_errors = Counter(
+            "unencodable (a span the exporter could not encode).", ["reason"])
+        self.maintenance_errors = self._counter(
             "webhook_maintenance_errors", "Maintenance steps (partitions, retention, stuck "
-            "rows, queue gauges) that failed, by step; the others still ran.", ["step"],
-            registry=self.registry)
+            "rows, queue gauges) that failed, by step; the others still ran.", ["step"])
         # store.partitioning (PostgreSQL): set after each maintenance round's upkeep.
-        self.partitions = Gauge(
+        self.partitions = self._gauge(
             "webhook_partitions", "Bounded partitions attached to each partitioned table; "
-            "refreshed by the maintenance loop.", ["table"], registry=self.registry,
-            multiprocess_mode="mostrecent")
+            "refreshed by the maintenance loop.", ["table"])
         # An absolute time, not a lead from now: a gauge no run refreshes (maintenance failing
         # everywhere) still lets `... - time()` fall, so the alert on it fires.
-        self.partitions_last_bound = Gauge(
+        self.partitions_last_bound = self._gauge(
             "webhook_partitions_last_bound_timestamp_seconds", "Unix time at which the last "
             "bounded partition of each partitioned table ends (past it new rows land in the "
-            "DEFAULT partition; 0: none); refreshed by the maintenance loop.", ["table"],
-            registry=self.registry, multiprocess_mode="mostrecent")
-        self.partition_default_rows = Gauge(
+            "DEFAULT partition; 0: none); refreshed by the maintenance loop.", ["table"])
+        self.partition_default_rows = self._gauge(
             "webhook_partition_default_rows", "Rows in the DEFAULT partitions (received past "
             "the last partition made; moved out when it is made); refreshed by the "
-            "maintenance loop.", registry=self.registry, multiprocess_mode="mostrecent")
-        self.partitions_dropped = Counter(
+            "maintenance loop.")
+        self.partitions_dropped = self._counter(
             "webhook_partitions_dropped", "Partitions dropped by retention (every row in them "
-            "past its provider's retention).", registry=self.registry)
-        self.secret_reloads = Counter(
+            "past its provider's retention).")
+        self.secret_reloads = self._counter(
             "webhook_secret_reloads", "Secret files re-read with changed content, by provider "
             "(result: applied, or error when a file could not be read or decoded).",
-            ["provider", "result"], registry=self.registry)
+            ["provider", "result"])
 
         # queue mode
-        self.queue_depth = Gauge(
+        self.queue_depth = self._gauge(
             "webhook_queue_depth", "Queued events waiting or being delivered, per provider "
             "(all replicas); refreshed by each scrape (at most every 5 s) and the maintenance "
-            "loop.", ["provider"],
-            registry=self.registry, multiprocess_mode="mostrecent")
-        self.queue_oldest = Gauge(
+            "loop.", ["provider"])
+        self.queue_oldest = self._gauge(
             "webhook_queue_oldest_age_seconds", "Age of the oldest queued event not yet "
-            "delivered (0 when none waits); refreshed as webhook_queue_depth.", ["provider"],
-            registry=self.registry, multiprocess_mode="mostrecent")
-        self.queue_dead = Gauge(
+            "delivered (0 when none waits); refreshed as webhook_queue_depth.", ["provider"])
+        self.queue_dead = self._gauge(
             "webhook_queue_dead", "Dead (dead-lettered) events kept for re-drive; refreshed "
-            "as webhook_queue_depth.", ["provider"], registry=self.registry,
-            multiprocess_mode="mostrecent")
-        self.queue_attempts = Counter(
+            "as webhook_queue_depth.", ["provider"])
+        self.queue_attempts = self._counter(
             "webhook_queue_attempts", "Tries of queued events by provider, upstream "
             "(scheme://host:port) and how they ended (done, retry, dead, unreachable: the app "
             "could not be connected to, superseded: a newer take won).",
-            ["provider", "upstream", "result"], registry=self.registry)
-        self.forwards_in_flight = Gauge(
+            ["provider", "upstream", "result"])
+        self.forwards_in_flight = self._gauge(
             "webhook_forwards_in_flight", "Forwards to the app waiting for its answer now, per "
             "provider and upstream (this replica's processes).", ["provider", "upstream"],
-            registry=self.registry,
             multiprocess_mode="livesum")
-        self.delivery_limited = Counter(
+        self.delivery_limited = self._counter(
             "webhook_delivery_limited", "Times a provider's delivery limit held deliveries "
             "back, by limit (rate: delivery.rate, concurrency: delivery.concurrency). Queue "
             "mode: a worker's take cut short or deferred, its events left waiting; forward "
             "mode: a delivery answered 429 (also counted as webhook_events_total{result="
-            "\"rate_limited\"}).", ["provider", "limit"], registry=self.registry)
-        self.dead_lettered = Counter(
+            "\"rate_limited\"}).", ["provider", "limit"])
+        self.dead_lettered = self._counter(
             "webhook_dead_lettered", "Queued events that ran out of attempts or age and are "
-            "now dead.", ["provider"], registry=self.registry)
+            "now dead.", ["provider"])
         # notify: targets (sidecar.ops.notify)
-        self.notifications = Counter(
+        self.notifications = self._counter(
             "webhook_notifications", "Notification messages by kind (provider.paused, "
             "breaker.opened, dead_letters.threshold, signatures.failing, …) and result: sent, "
             "failed (every try failed, or the target refused it), suppressed (a message of the "
             "same condition went to the target within notify.interval, from any replica), "
-            "dropped (the process's queue of notices was full).", ["kind", "result"],
-            registry=self.registry)
+            "dropped (the process's queue of notices was full).", ["kind", "result"])
 
         # held providers (pause, circuit breaker): the store's state as this process last read it
-        self.provider_paused = Gauge(
+        self.provider_paused = self._gauge(
             "webhook_provider_paused", "1 while an operator has paused the provider's "
-            "deliveries (every replica obeys within a second), else 0.", ["provider"],
-            registry=self.registry, multiprocess_mode="mostrecent")
-        self.breaker_state = Gauge(
+            "deliveries (every replica obeys within a second), else 0.", ["provider"])
+        self.breaker_state = self._gauge(
             "webhook_breaker_state", "The provider's circuit breaker: 0 closed, 1 open, "
-            "2 half-open (one probe out).", ["provider"], registry=self.registry,
-            multiprocess_mode="mostrecent")
-        self.provider_transitions = Counter(
+            "2 half-open (one probe out).", ["provider"])
+        self.provider_transitions = self._counter(
             "webhook_provider_transitions", "Changes of a provider's hold state made by this "
             "process (paused, resumed, breaker_opened, breaker_reopened, breaker_closed): each "
             "change is counted once, by the replica whose statement made it.",
-            ["provider", "transition"], registry=self.registry)
+            ["provider", "transition"])
 
         self._group: GroupHealth | None = None
+
+    # Every metric on this object's registry; a gauge's multiprocess value is the most recent
+    # write unless said otherwise (one worker refreshes it).
+    def _counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, labels: Sequence[str] = (), *,
+               multiprocess_mode: str = "mostrecent") -> Gauge:
+        return Gauge(name, doc, labels, registry=self.registry,
+                     multiprocess_mode=multiprocess_mode)
+
+    def _histogram(self, name: str, doc: str, labels: Sequence[str],
+                   buckets: Sequence[float]) -> Histogram:
+        return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
 
     async def scrape(self) -> bytes:
         """What /metrics answers: the gauges refreshed by ``on_scrape``, then rendered."""
