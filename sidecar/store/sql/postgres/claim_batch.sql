@@ -80,13 +80,7 @@ WITH t AS (
     SELECT true AS inserted, false AS in_queue, ins.*  -- inserted now: no queue entry
       FROM ins
     UNION ALL
-    SELECT false AS inserted, {{in_queue}}, e.provider, e.event_id, e.lease_owner, e.state,
-           e.attempt, e.body_sha256, e.received_at, e.updated_at, e.lease_until, e.outcome,
-           e.response_status, e.response_headers, e.response_body, e.latency_ms
-      FROM webhook_event AS e
-     WHERE (e.provider, e.event_id) IN (SELECT key_provider, key_event_id FROM item)
-       AND NOT EXISTS (SELECT 1 FROM ins
-                        WHERE ins.provider = e.provider AND ins.event_id = e.event_id)
+    {{batch_found}}
 )
 SELECT i.n AS item, (f.inserted AND f.lease_owner = i.item_owner) AS won, {{event_row}},
        in_queue, {{guard}}

@@ -28,11 +28,6 @@ WITH written AS (
     RETURNING e.provider, e.event_id, e.attempt, e.state, e.outcome, e.response_status,
               e.latency_ms, e.updated_at, held.lease_owner
 ), recorded AS (
-    INSERT INTO webhook_attempt (provider, event_id, attempt, started_at, finished_at, owner,
-                                 outcome, response_status, latency_ms, state, error)
-    SELECT provider, event_id, attempt,
-           updated_at - make_interval(secs => latency_ms / 1000.0), updated_at, lease_owner,
-           outcome, response_status, latency_ms, state, NULL
-      FROM written
+    {{written_attempt}}
 )
 SELECT attempt FROM written;

@@ -89,13 +89,7 @@ WITH t AS MATERIALIZED (
     SELECT true AS inserted, true AS in_queue, ins.*  -- inserted now, with its entry
       FROM ins
     UNION ALL
-    SELECT false AS inserted, {{in_queue}}, e.provider, e.event_id, e.lease_owner, e.state,
-           e.attempt, e.body_sha256, e.received_at, e.updated_at, e.lease_until, e.outcome,
-           e.response_status, e.response_headers, e.response_body, e.latency_ms
-      FROM webhook_event AS e
-     WHERE (e.provider, e.event_id) IN (SELECT key_provider, key_event_id FROM item)
-       AND NOT EXISTS (SELECT 1 FROM ins
-                        WHERE ins.provider = e.provider AND ins.event_id = e.event_id)
+    {{batch_found}}
 )
 SELECT r.n AS item,
        coalesce(f.inserted AND r.n IN (SELECT c.n FROM chosen AS c), false) AS accepted,
