@@ -250,8 +250,9 @@ async def retention_ours(admin: str) -> Result:
     began = time.monotonic()
     retired = await PartitionKeeper(url, interval=STEP, ahead=AHEAD).retire({"stripe": 60.0})
     took = time.monotonic() - began
+    kept = [(name, str(why)) for name, why in retired.kept]
     return {"manager": "ours", **await busy_outcome(url, "leased"),
-            "run": f"dropped {len(retired.dropped)}, kept {list(retired.kept)} ({took:.2f}s)"}
+            "run": f"dropped {len(retired.dropped)}, kept {kept} ({took:.2f}s)"}
 
 
 async def retention_partman(admin: str, name: str, check: bool) -> Result:

@@ -7,6 +7,8 @@ import enum
 import json
 from dataclasses import dataclass, field
 
+from sidecar.core.partition_retention import Kept
+
 
 def headers_to_json(headers: tuple[tuple[str, str], ...]) -> list[list[object]]:
     """Header pairs as JSON-safe values. aiohttp decodes header bytes that are not UTF-8 as lone
@@ -294,7 +296,7 @@ class PartitionsRetired:
     """What one round of partition retention did (``PartitionUpkeep.retire``)."""
 
     dropped: tuple[str, ...] = ()  # partitions dropped
-    kept: tuple[tuple[str, str], ...] = ()  # (partition, why) for ended partitions kept
+    kept: tuple[tuple[str, Kept], ...] = ()  # (partition, why) for ended partitions kept
     default_rows: int = 0  # rows in the DEFAULT partitions: inserts past the last partition
     # (partitioned table, bounded partitions attached, the last one's upper bound as Unix
     # time: new rows land in the DEFAULT partition past it; 0 with none), after the round

@@ -110,9 +110,9 @@ class Maintenance:
         retired = await self._partitions.retire(retention)
         for name in retired.dropped:
             log.info("partition_dropped", partition=name)
-        for name, why in retired.kept:
-            if why != "inside_retention":
-                log.warning("partition_kept", partition=name, reason=why)
+        for name, kept in retired.kept:
+            if kept.worth_a_warning:  # the reason's text as docs/operations.md lists it
+                log.warning("partition_kept", partition=name, reason=str(kept))
         if retired.default_rows:
             log.warning("partition_default_used", rows=retired.default_rows)
         self._metrics.partitions_dropped.inc(len(retired.dropped))

@@ -11,6 +11,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
+from sidecar.core.events import PartitionsRetired
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.postgres.partitioning import partition_store
 
@@ -39,6 +40,12 @@ async def make_past(dsn: str, parts: Iterable[tuple[str, str, int]]) -> None:
                                f"('{lo.isoformat()}') TO ('{hi.isoformat()}')")
     finally:
         await conn.close()
+
+
+def reasons(retired: PartitionsRetired) -> list[tuple[str, str]]:
+    """The partitions a round kept, each with its reason as the ``partition_kept`` line
+    renders it (``str()`` of the typed reason)."""
+    return [(name, str(kept)) for name, kept in retired.kept]
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ from sidecar.store.postgres.partition_upkeep import PartitionKeeper
 from sidecar.store.postgres.partitioning import partition_store
 from sidecar.store.sqlfiles import statement
 from tests.integration import partitioned
-from tests.integration.partitioned import STEP, make_past, partitioned_database
+from tests.integration.partitioned import STEP, make_past, partitioned_database, reasons
 from tests.support import base_config
 
 pytestmark = pytest.mark.postgres
@@ -292,7 +292,7 @@ async def test_retention_drops_old_partitions_but_never_one_holding_work(
     keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=2)
     retired = await keeper.retire({"stripe": 120.0})  # "gone" is no longer configured
 
-    kept = dict(retired.kept)
+    kept = dict(reasons(retired))
     assert "webhook_event_past5" not in retired.dropped
     assert kept["webhook_event_past5"] == "unconfigured_provider:gone"
     assert kept["webhook_event_past4"] == "busy" and kept["webhook_event_past3"] == "busy"
@@ -413,7 +413,7 @@ async def test_partitions_left_detached_by_a_round_that_died_are_dropped_or_atta
     retired = await PartitionKeeper(part_dsn, interval=STEP, ahead=2).retire({"stripe": 120.0})
 
     assert "webhook_event_past5" in retired.dropped
-    assert ("webhook_event_past4", "busy_after_detach") in retired.kept
+    assert ("webhook_event_past4", "busy_after_detach") in reasons(retired)
     assert "webhook_event_past5" not in await _parts(conn)
     assert "webhook_event_past4" in await _parts(conn)
     assert not await conn.fetch("SELECT * FROM webhook_partitions_detached()")
@@ -722,7 +722,7 @@ async def test_a_partition_held_by_a_long_transaction_is_kept_and_the_round_goes
                 {"stripe": 120.0})
     finally:
         await reader.close()
-    assert ("webhook_event_past5", "locked") in retired.kept
+    assert ("webhook_event_past5", "locked") in reasons(retired)
     assert "webhook_event_past4" in retired.dropped
     assert "webhook_event_past5" in await _parts(conn)
 
@@ -771,7 +771,7 @@ async def test_one_process_retires_at_a_time_and_the_others_only_count(
     dropped = [name for r in rounds for name in r.dropped]
     assert len(dropped) == len(set(dropped))
     assert {"webhook_event_past5", "webhook_event_past4"} <= set(dropped)
-    assert not [k for r in rounds for k in r.kept if k[1] != "inside_retention"]
+    assert not [k for r in rounds for k in reasons(r) if k[1] != "inside_retention"]
 
 
 async def test_a_partition_another_process_drops_after_the_list_is_skipped(
@@ -827,7 +827,7 @@ async def test_a_detached_table_that_cannot_go_is_kept_and_the_round_goes_on(
     keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=2)
     for _ in range(2):
         retired = await keeper.retire({"stripe": 120.0})
-        why = dict(retired.kept).get("webhook_event_past4", "")
+        why = dict(reasons(retired)).get("webhook_event_past4", "")
         assert why.startswith("detached_error:"), retired.kept
         assert not {"stray_a", "stray_b"} & {name for name, _ in retired.kept}
     assert "webhook_event_past5" not in await _parts(conn)
@@ -848,10 +848,10 @@ async def test_attaching_again_waits_for_its_locks_no_longer_than_a_detach(
             retired = await keeper.retire({"stripe": 120.0})
     finally:
         await reader.close()
-    assert ("webhook_event_past4", "locked_detached") in retired.kept
+    assert ("webhook_event_past4", "locked_detached") in reasons(retired)
     assert [r["part"] for r in await conn.fetch(
         "SELECT part::text FROM webhook_partitions_detached()")] == ["webhook_event_past4"]
     retired = await keeper.retire({"stripe": 120.0})
-    assert ("webhook_event_past4", "busy_after_detach") in retired.kept
+    assert ("webhook_event_past4", "busy_after_detach") in reasons(retired)
     assert "webhook_event_past4" in await _parts(conn)
     assert not (await store.claim("stripe", "live4", BODY, 30.0, "o2")).won

@@ -14,7 +14,7 @@ from sidecar.config.loader import parse_config
 from sidecar.core.events import AttemptResult, EventState, Outcome, RecordedResponse
 from sidecar.runtime.wiring import partition_keeper
 from sidecar.store.postgres import PostgresStore
-from tests.integration.partitioned import STEP, make_past, partitioned_database
+from tests.integration.partitioned import STEP, make_past, partitioned_database, reasons
 from tests.integration.test_partitioning_isolation import isolated_database, race_claims
 from tests.pgbouncer import PgBouncer
 from tests.support import base_config
@@ -60,7 +60,7 @@ async def test_partition_upkeep_through_pgbouncer_leaves_no_lock_behind(
             rounds.append(await keeper.retire({"stripe": 120.0}))
             assert made.busy == ()
         assert OLD in rounds[0].dropped
-        assert all(not r.kept or {why for _, why in r.kept} == {"inside_retention"}
+        assert all(not r.kept or {why for _, why in reasons(r)} == {"inside_retention"}
                    for r in rounds)
         # Nothing left held on pgbouncer's server connections, which outlive the keeper's.
         assert await direct.fetchval(

@@ -21,7 +21,7 @@ from sidecar.core.events import (
 from sidecar.store.postgres import PostgresStore
 from sidecar.store.postgres.partition_upkeep import PartitionKeeper
 from tests.integration import partitioned
-from tests.integration.partitioned import STEP, make_past, partitioned_database
+from tests.integration.partitioned import STEP, make_past, partitioned_database, reasons
 
 pytestmark = pytest.mark.postgres
 conn, store = partitioned.conn, partitioned.store  # the fixtures on part_dsn
@@ -104,7 +104,7 @@ async def test_a_look_longer_than_its_bound_keeps_the_partition_and_frees_take_o
     retired = await asyncio.wait_for(
         PartitionKeeper(part_dsn, interval=STEP, ahead=2).retire({"stripe": 120.0}), 30)
     assert loop.time() - started < 15  # the default bound (5 s), not the minute
-    assert (OLD, "look_timeout") in retired.kept
+    assert (OLD, "look_timeout") in reasons(retired)
     assert await asyncio.wait_for(store.take_over("stripe", "late", 30.0, "o2"), 5) == 2
     assert await conn.fetchval(
         "SELECT count(*) FROM webhook_event WHERE event_id = 'late'") == 1

@@ -35,13 +35,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Final
+from typing import Final, assert_never
 
 import asyncpg
 
 from sidecar.core.events import PartitionsMade, PartitionsRetired
+from sidecar.core.partition_retention import (
+    DetachAnswer,
+    Gone,
+    KeepReason,
+    Kept,
+    PartitionOutcome,
+    Retire,
+    TryAgain,
+    after_detach,
+    reason_to_keep,
+    retired,
+    round_report,
+)
 from sidecar.store.postgres.faults import DRIVER_ERRORS, describe
 from sidecar.store.postgres.migrate import single_connection
+from sidecar.store.postgres.partition_retire import known_parent, retire_detached
 from sidecar.store.postgres.partitioning import TABLES, fetchrow, fetchval, rows
 
 UPKEEP_LOCK_TIMEOUT: Final = "100ms"  # each lock wait of dropping partitions
@@ -50,14 +64,11 @@ UPKEEP_LOCK_TIMEOUT: Final = "100ms"  # each lock wait of dropping partitions
 # tried again: made `ahead`, a partition can wait for a quiet moment.
 MAKE_LOCK_TIMEOUT: Final = "20ms"
 MAKE_TRIES: Final = 5
-DETACH_TRIES: Final = 5
 # The longest statement of making a partition (moving a range's rows out of the DEFAULT
 # partition, the attach's check of it): inserts into the DEFAULT partition wait for it.
 MAKE_TIMEOUT: Final = 10.0
 # The longest look for work under the retire lock (take-overs answer "in flight" meanwhile).
 LOOK_TIMEOUT: Final = 5.0
-# A partition another process dropped meanwhile: not this round's to report.
-GONE: Final = "gone"
 
 # Making a partition met a lock, a row of its range that came in meanwhile, or its timeout.
 _BUSY: Final = (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError,
@@ -138,7 +149,7 @@ class PartitionKeeper:
         table's extent after the drops (a read of the catalog a table, for the gauges). One
         process at a time drops (every proxy runs maintenance): while another is in a step,
         this one only reads the counts."""
-        outcomes: list[tuple[str, str | None]] = []  # (partition, why kept; None: dropped)
+        outcomes: list[tuple[str, PartitionOutcome]] = []
         async with self._connection() as conn:
             try:
                 await self._drop_all(conn, retention, outcomes)
@@ -150,87 +161,87 @@ class PartitionKeeper:
                 row = await fetchrow(conn, "partitioning/extent", {"parent": table})
                 extent.append((table, row["partitions"], row["last_bound_epoch"]))
                 default_rows += row["default_rows"]
-        dropped = tuple(name for name, why in outcomes if why is None)
-        kept = tuple((name, why) for name, why in outcomes if why is not None)
+        dropped, kept = round_report(outcomes)
         return PartitionsRetired(dropped, kept, default_rows, tuple(extent))
 
     async def _drop_all(self, conn: asyncpg.Connection, retention: Mapping[str, float],
-                        outcomes: list[tuple[str, str | None]]) -> None:
-        """Each partition looked at, and why it was kept (None: dropped), into ``outcomes``."""
+                        outcomes: list[tuple[str, PartitionOutcome]]) -> None:
+        """Each partition looked at, with what became of it, into ``outcomes``."""
         async with self._step(conn, self._look_timeout):
             pass  # another process in a step: leave the round to it at once
         for part in await rows(conn, "partitioning/detached"):  # left by a run that died
-            try:
-                why = await self._retire_detached(conn, part["parent"], part, step=True)
-            except DRIVER_ERRORS as exc:  # one table that cannot go must not stop retention
-                why = f"detached_error:{describe(exc)}"
-            if why != GONE:
-                outcomes.append((part["name"], why))
+            outcome: PartitionOutcome
+            if not known_parent(part["parent"]):  # a comment edited by hand: never dropped
+                outcome = Kept(KeepReason.DETACHED_ERROR,
+                               f"{part['parent']} is no partitioned table of the store")
+            else:
+                try:
+                    outcome = await self._retire(conn, part["parent"], part, step=True)
+                except DRIVER_ERRORS as exc:  # one table that cannot go must not stop retention
+                    outcome = Kept(KeepReason.DETACHED_ERROR, describe(exc))
+            outcomes.append((part["name"], outcome))
         for table, _, _ in TABLES:
             for part in await rows(conn, "partitioning/candidates", {"parent": table}):
                 try:
-                    why = await self._reason_to_keep(conn, table, part, retention)
-                    if why is None:
-                        why = await self._drop(conn, table, part)
+                    outcome = await self._look_and_drop(conn, table, part, retention)
                 except asyncpg.UndefinedTableError:
-                    why = GONE  # dropped by another process since the list was read
-                if why != GONE:  # another process's drop is its to report
-                    outcomes.append((part["name"], why))
+                    outcome = Gone()  # dropped by another process since the list was read
+                outcomes.append((part["name"], outcome))
 
-    async def _reason_to_keep(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
-                        retention: Mapping[str, float]) -> str | None:
-        if part["pending"]:
-            return "detach_pending"  # another's DETACH … CONCURRENTLY: an operator's
-        providers = await fetchval(conn, "partitioning/providers", {"part": part["name"]})
-        unknown = [p for p in providers if p not in retention]
-        if unknown:
-            return f"unconfigured_provider:{','.join(sorted(unknown))}"
-        longest = max((retention[p] for p in providers), default=0.0)
-        if part["age_seconds"] <= longest:
-            return "inside_retention"
-        return None  # the look for work runs with the detach (_drop)
+    async def _look_and_drop(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record,
+                             retention: Mapping[str, float]) -> PartitionOutcome:
+        providers: list[str] = [] if part["pending"] else await fetchval(
+            conn, "partitioning/providers", {"part": part["name"]})
+        kept = reason_to_keep(pending=part["pending"], age=part["age_seconds"],
+                              providers=providers, retention=retention)
+        if kept is not None:
+            return kept
+        attempt = 0  # the look for work runs with the detach
+        while True:
+            step = after_detach(await self._detach(conn, table, part), attempt)
+            match step:
+                case Retire():
+                    return await self._retire(conn, table, part)
+                case TryAgain(pause=pause):
+                    await asyncio.sleep(pause)  # back off: deliveries come first
+                case Kept() | Gone():
+                    return step
+                case _:
+                    assert_never(step)
+            attempt += 1
 
-    async def _drop(self, conn: asyncpg.Connection, table: str,
-                    part: asyncpg.Record) -> str | None:
-        """Detach, then drop ``part``; None when dropped, else why it was kept."""
-        for attempt in range(DETACH_TRIES):
-            try:
-                async with self._step(conn, self._look_timeout):
-                    detached = await fetchval(conn, "partitioning/detach",
-                                              {"parent": table, "part": part["name"]})
-                if detached is None:
-                    return GONE  # no partition of the table any more: someone else's act
-                if not detached:
-                    return "busy"  # a live lease or a waiting queue entry: not detached
-                break
-            except asyncpg.ObjectInUseError:
-                return "busy"  # a queue entry re-driven since the look: detach rolled back
-            except asyncpg.QueryCanceledError:
-                return "look_timeout"  # too large to look at within look_timeout
-            except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
-                if attempt == DETACH_TRIES - 1:
-                    return "locked"  # a long transaction holds it: the next round tries again
-                await asyncio.sleep(0.05 * 2 ** attempt)  # back off: deliveries come first
-        return await self._retire_detached(conn, table, part)
+    async def _detach(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record
+                      ) -> DetachAnswer:
+        """One try of the detach (``webhook_partition_detach``), its answer or error typed."""
+        try:
+            async with self._step(conn, self._look_timeout):
+                detached: bool | None = await fetchval(
+                    conn, "partitioning/detach", {"parent": table, "part": part["name"]})
+        except asyncpg.ObjectInUseError:
+            return DetachAnswer.WORK_ARRIVED  # the detach was rolled back
+        except asyncpg.QueryCanceledError:
+            return DetachAnswer.LOOK_TIMED_OUT
+        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
+            return DetachAnswer.LOCK_BUSY
+        if detached is None:
+            return DetachAnswer.NOT_A_PARTITION
+        return DetachAnswer.DETACHED if detached else DetachAnswer.HOLDS_WORK
 
-    async def _retire_detached(self, conn: asyncpg.Connection, table: str,
-                               part: asyncpg.Record, *, step: bool = False) -> str | None:
-        """Drop detached ``part`` (None), or attach it again if it holds work; why it is kept.
-        The attach's lock waits are bounded as the detach's: past them it stays detached,
-        and the next round finds it by its comment. ``step``: one this round did not detach
-        itself, so it takes the round's lock first."""
+    async def _retire(self, conn: asyncpg.Connection, table: str, part: asyncpg.Record, *,
+                      step: bool = False) -> PartitionOutcome:
+        """Drop detached ``part``, or attach it again if it holds work. The attach's lock waits
+        are bounded as the detach's: past them it stays detached, and the next round finds it
+        by its comment. ``step``: one this round did not detach itself, so it takes the
+        round's lock first."""
         try:
             async with (self._step(conn, self._look_timeout) if step else
                         self._transaction(conn, UPKEEP_LOCK_TIMEOUT, self._look_timeout)):
-                retired: bool | None = await fetchval(conn, "partitioning/retire", {
-                    "parent": table, "part": part["name"], "lower_bound": part["lower_bound"],
-                    "upper_bound": part["upper_bound"]})
+                action = await retire_detached(conn, table, part["name"], part["lower_bound"],
+                                               part["upper_bound"])
         except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError,
                 asyncpg.QueryCanceledError):
-            return "locked_detached"
-        if retired is None:
-            return GONE
-        return None if retired else "busy_after_detach"
+            return Kept(KeepReason.LOCKED_DETACHED)
+        return retired(action)
 
     @asynccontextmanager
     async def _step(self, conn: asyncpg.Connection, statement_timeout: str
