@@ -81,3 +81,36 @@ def drop_table(part: str) -> str:
 
 def lock_exclusive(part: str) -> str:
     return f"LOCK TABLE {part} IN ACCESS EXCLUSIVE MODE"
+
+
+# -- before the switch (``store partition``): the CHECK that lets its attach skip the scan ------
+
+def switch_bound_name(table: str) -> str:
+    return quote_ident(f"{table}_partition_bound")
+
+
+def switch_prepare(*, table: str, key: str, bound: datetime) -> str:
+    """The CHECK (``key`` < ``bound``) on plain ``table``, NOT VALID (no scan, a brief lock),
+    replacing one an interrupted run left with another bound: one script, one transaction."""
+    name = switch_bound_name(table)
+    return ";\n".join([
+        f"ALTER TABLE {quote_ident(table)} DROP CONSTRAINT IF EXISTS {name}",
+        f"ALTER TABLE {quote_ident(table)} ADD CONSTRAINT {name} "
+        f"CHECK ({quote_ident(key)} < {timestamp(bound)}) NOT VALID",
+    ])
+
+
+def switch_validate(table: str) -> str:
+    """The CHECK's scan, under SHARE UPDATE EXCLUSIVE: reads and writes go on meanwhile."""
+    return f"ALTER TABLE {quote_ident(table)} VALIDATE CONSTRAINT {switch_bound_name(table)}"
+
+
+def switch_unprepare(table: str) -> str:
+    """A switch that did not happen leaves no CHECK behind (it would refuse every insert once
+    its bound is past)."""
+    return (f"ALTER TABLE {quote_ident(table)} "
+            f"DROP CONSTRAINT IF EXISTS {switch_bound_name(table)}")
+
+
+def drop_index(schema: str, name: str) -> str:
+    return f"DROP INDEX {qualified(schema, name)}"

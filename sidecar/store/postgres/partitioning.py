@@ -26,6 +26,7 @@ import asyncpg
 
 from sidecar.core.errors import SchemaError, StoreError
 from sidecar.store import migrations
+from sidecar.store.postgres import partition_ddl as ddl
 from sidecar.store.postgres.connections import DIALECT
 from sidecar.store.postgres.faults import DRIVER_ERRORS, describe
 from sidecar.store.postgres.migrate import single_connection
@@ -122,7 +123,10 @@ async def _partition(conn: asyncpg.Connection, interval: float, ahead: int,
             "the event table holds events: move it to partitions with " + CHECK_FIX)
     await conn.execute(query(DIALECT, "partitioning/functions"))  # a script: simple protocol
     for index_name in KEY_INDEXES:  # an interrupted build leaves an invalid index behind
-        await fetchval(conn, "partitioning/drop_invalid", {"index_name": index_name})
+        for invalid in await rows(conn, "partitioning/invalid_index", {"index_name": index_name}):
+            # Dropped so that the next build makes it again: IF NOT EXISTS would keep it, and
+            # the attach would build it itself, inside the switch, every delivery waiting.
+            await conn.execute(ddl.drop_index(invalid["schema"], invalid["name"]))
     for _, _, build in TABLES:  # concurrently: writers go on (never inside a transaction)
         if build is not None:
             await conn.execute(statement(DIALECT, build).sql)
@@ -130,10 +134,9 @@ async def _partition(conn: asyncpg.Connection, interval: float, ahead: int,
     try:
         for _attempt in range(SWITCH_TRIES):
             bound = _bound(interval)
-            for table, column, _ in TABLES:
-                await fetchval(conn, "partitioning/prepare",
-                                {"tbl": table, "keycol": column, "bound": bound})
-                await fetchval(conn, "partitioning/validate", {"tbl": table})
+            for table, column, _ in TABLES:  # each statement a transaction of its own
+                await conn.execute(ddl.switch_prepare(table=table, key=column, bound=bound))
+                await conn.execute(ddl.switch_validate(table))
             try:
                 async with conn.transaction(isolation="read_committed"):
                     await fetchval(conn, "partitioning/lock_timeout",
@@ -151,7 +154,8 @@ async def _partition(conn: asyncpg.Connection, interval: float, ahead: int,
     finally:
         if not switched:
             for table, _, _ in TABLES:
-                await fetchval(conn, "partitioning/unprepare", {"tbl": table})
+                if await fetchval(conn, "partitioning/plain_table", {"tbl": table}):
+                    await conn.execute(ddl.switch_unprepare(table))
 
 
 def _bound(interval: float, now: float | None = None) -> datetime:
