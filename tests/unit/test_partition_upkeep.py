@@ -11,6 +11,7 @@ from structlog.testing import capture_logs
 from sidecar.config.keyring import Keyring
 from sidecar.config.loader import parse_config
 from sidecar.core.events import PartitionsMade, PartitionsRetired
+from sidecar.core.partition_retention import KeepReason, Kept
 from sidecar.obs.metrics import Metrics
 from sidecar.ops.maintenance import Maintenance
 from sidecar.store.memory import MemoryStore
@@ -86,3 +87,17 @@ async def test_an_unpartitioned_store_sets_no_partition_series() -> None:
                                   "webhook_partitions_dropped_total"}
     assert registry.get_sample_value("webhook_partition_default_rows") == 0
     assert registry.get_sample_value("webhook_partitions_dropped_total") == 0
+
+
+async def test_a_kept_partition_is_logged_with_its_reason_unless_simply_not_due() -> None:
+    """The ``reason`` field is the typed reason's text (docs/operations.md lists them); a
+    partition inside its retention is met every round and is not worth a warning."""
+    kept = (("p_young", Kept(KeepReason.INSIDE_RETENTION)),
+            ("p_orphan", Kept(KeepReason.UNCONFIGURED_PROVIDER, "a,b")),
+            ("p_lease", Kept(KeepReason.BUSY)))
+    upkeep = FakeUpkeep(PartitionsMade(), PartitionsRetired(kept=kept))
+    with capture_logs() as logs:
+        await _maintenance(CollectorRegistry(), upkeep).keep_partitions()
+    assert [(e["partition"], e["reason"], e["log_level"]) for e in logs
+            if e["event"] == "partition_kept"] == [
+        ("p_orphan", "unconfigured_provider:a,b", "warning"), ("p_lease", "busy", "warning")]

@@ -1,7 +1,15 @@
 -- webhook-sidecar partitioning: the functions a partitioned store runs in the database
--- (store.partitioning; docs/design.md, "Partitioned retention"). Installed, and re-installed
+-- (store.partitioning; docs/design.md, "Where the logic lives"). Installed, and re-installed
 -- by every newer release, with CREATE OR REPLACE by `migrate` and `store partition`; a
--- database that was never partitioned has none of them.
+-- database that was never partitioned has none of them. Retention's decisions are Python's
+-- (core/partition_retention.py); only what must run inside the database is here, each for
+-- one reason:
+-- - the uniqueness triggers: they run on every insert, whoever inserts;
+-- - webhook_partition_detach and webhook_partition_attach_next: no client round trip under a
+--   lock that deliveries queue behind (the parent's, the DEFAULT partition's);
+-- - the switch and the partitions it makes ahead (webhook_partition_switch_all and what it
+--   calls): one transaction holding all four tables, which every delivery waits for;
+-- - the looks and catalog reads those call (webhook_partition_busy, webhook_partitions, …).
 --
 -- Partitioned tables and their partition key:
 --   webhook_event   received_at   unique on (provider, event_id) by webhook_event_unique()
@@ -72,31 +80,19 @@ $$;
 CREATE OR REPLACE FUNCTION webhook_partitions(parent regclass)
 RETURNS TABLE (part regclass, lower_bound timestamptz, upper_bound timestamptz,
                is_default boolean, pending boolean)
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    r record;
-    m text[];
-BEGIN
-    FOR r IN SELECT i.inhrelid::regclass AS child, i.inhdetachpending,
-                    pg_get_expr(c.relpartbound, c.oid) AS bound
-               FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
-              WHERE i.inhparent = parent
-    LOOP
-        part := r.child;
-        pending := r.inhdetachpending;
-        is_default := r.bound = 'DEFAULT';
-        lower_bound := NULL;
-        upper_bound := NULL;
-        IF NOT is_default THEN
-            m := regexp_match(r.bound, '^FOR VALUES FROM \((.*)\) TO \((.*)\)$');
-            IF m[1] <> 'MINVALUE' THEN
-                lower_bound := trim(both '''' from m[1])::timestamptz;
-            END IF;
-            upper_bound := trim(both '''' from m[2])::timestamptz;
-        END IF;
-        RETURN NEXT;
-    END LOOP;
-END
+LANGUAGE sql STABLE AS $$
+    SELECT i.inhrelid::regclass,
+           CASE WHEN b.m[1] <> 'MINVALUE' THEN trim(both '''' from b.m[1])::timestamptz END,
+           trim(both '''' from b.m[2])::timestamptz,
+           b.bound = 'DEFAULT',
+           i.inhdetachpending
+      FROM pg_inherits AS i
+      JOIN pg_class AS c ON c.oid = i.inhrelid
+     CROSS JOIN LATERAL (
+           SELECT pg_get_expr(c.relpartbound, c.oid) AS bound,
+                  regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                               '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS m) AS b
+     WHERE i.inhparent = parent
 $$;
 
 -- Making the next partition of `parent`, from its last upper bound (or from the start of the
