@@ -9,7 +9,9 @@
 --   lock that deliveries queue behind (the parent's, the DEFAULT partition's);
 -- - the switch and the partitions it makes ahead (webhook_partition_switch_all and what it
 --   calls): one transaction holding all four tables, which every delivery waits for;
--- - the looks and catalog reads those call (webhook_partition_busy, webhook_partitions, …).
+-- - the looks and catalog reads those call (webhook_partition_busy, webhook_partitions, …);
+-- - reads with no decision in them that name a table at run time (the providers of a
+--   partition, the rows of a DEFAULT partition) or parse the detach's comments.
 --
 -- Partitioned tables and their partition key:
 --   webhook_event   received_at   unique on (provider, event_id) by webhook_event_unique()
