@@ -86,14 +86,13 @@ LANGUAGE sql STABLE AS $$
     SELECT i.inhrelid::regclass,
            CASE WHEN b.m[1] <> 'MINVALUE' THEN trim(both '''' from b.m[1])::timestamptz END,
            trim(both '''' from b.m[2])::timestamptz,
-           b.bound = 'DEFAULT',
+           e.bound = 'DEFAULT',
            i.inhdetachpending
       FROM pg_inherits AS i
       JOIN pg_class AS c ON c.oid = i.inhrelid
+     CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) AS e
      CROSS JOIN LATERAL (
-           SELECT pg_get_expr(c.relpartbound, c.oid) AS bound,
-                  regexp_match(pg_get_expr(c.relpartbound, c.oid),
-                               '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS m) AS b
+           SELECT regexp_match(e.bound, '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS m) AS b
      WHERE i.inhparent = parent
 $$;
 
