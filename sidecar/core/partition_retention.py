@@ -1,6 +1,7 @@
 """Partitioned retention's decisions, as pure functions of plain values: whether an ended
 partition is due for its drop or kept (and why), what a detach's answer leads to, whether a
-detached table is dropped or attached again, and what a round reports. The PostgreSQL adapter
+detached table is dropped or attached again, what a round reports, and what an answer of making
+a partition ahead leads to. The PostgreSQL adapter
 (``store/postgres/partition_upkeep.py``) reads the catalog, runs the statements and executes
 these decisions. The design: docs/design.md, "Partitioned retention".
 """
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from typing import Final, assert_never
 
 DETACH_TRIES: Final = 5  # lock waits of one detach before the partition waits for next round
-FIRST_PAUSE: Final = 0.05  # seconds before the second try; doubled each try after it
+MAKE_TRIES: Final = 5  # tries of a table's partitions that made nothing, then next round
+FIRST_PAUSE: Final = 0.05  # seconds: a pause after the first try; doubled each try after it
 
 
 class KeepReason(enum.StrEnum):
@@ -173,3 +175,53 @@ def round_report(outcomes: Iterable[tuple[str, PartitionOutcome]]
             case _:
                 assert_never(outcome)
     return tuple(dropped), tuple(kept)
+
+
+class MakeAnswer(enum.Enum):
+    """What one try of making a table's next partition (``webhook_partition_prepare_next``,
+    then ``webhook_partition_attach_next``) answered."""
+
+    NONE_DUE = enum.auto()  # the partitions reach ``ahead`` intervals past now already
+    ATTACHED = enum.auto()  # made and attached by this try
+    MADE_ELSEWHERE = enum.auto()  # another process made that range meanwhile
+    BUSY = enum.auto()  # a lock, a row of the range that came in meanwhile, or the timeout
+
+    @property
+    def made_nothing(self) -> bool:
+        """A try that counts toward ``MAKE_TRIES``."""
+        return self in (MakeAnswer.MADE_ELSEWHERE, MakeAnswer.BUSY)
+
+
+@dataclass(frozen=True, slots=True)
+class MakeNext:
+    """On to the table's next partition at once; ``made``: this try made one (count it)."""
+
+    made: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TableDone:
+    """No more of this table's partitions this round; ``busy``: it stayed busy through every
+    try (named in ``PartitionsMade.busy``, warned of, tried again next round: the partitions
+    are made ``ahead``, so a round missed costs nothing)."""
+
+    busy: bool = False
+
+
+def after_make(answer: MakeAnswer, made_nothing: int, tries: int = MAKE_TRIES
+               ) -> MakeNext | TryAgain | TableDone:
+    """The step after a try; ``made_nothing``: this table's tries this round that made nothing,
+    this one included."""
+    match answer:
+        case MakeAnswer.ATTACHED:
+            return MakeNext(made=True)
+        case MakeAnswer.NONE_DUE:
+            return TableDone()
+        case MakeAnswer.MADE_ELSEWHERE:  # on to the next range, boundedly
+            return TableDone() if made_nothing >= tries else MakeNext(made=False)
+        case MakeAnswer.BUSY:  # deliveries come first: a pause, doubled each time
+            if made_nothing >= tries:
+                return TableDone(busy=True)
+            return TryAgain(FIRST_PAUSE * 2 ** made_nothing)
+        case _:
+            assert_never(answer)

@@ -1,5 +1,6 @@
 """The pure core of partitioned retention: why an ended partition is kept, what each answer of
-the detach leads to, what becomes of a detached table, and what a round reports."""
+the detach leads to, what becomes of a detached table, what a round reports, and what each
+answer of making a partition ahead leads to."""
 
 from __future__ import annotations
 
@@ -8,15 +9,20 @@ import pytest
 from sidecar.core.partition_retention import (
     DETACH_TRIES,
     FIRST_PAUSE,
+    MAKE_TRIES,
     DetachAnswer,
     Dropped,
     Gone,
     KeepReason,
     Kept,
+    MakeAnswer,
+    MakeNext,
     Retire,
     RetireAction,
+    TableDone,
     TryAgain,
     after_detach,
+    after_make,
     reason_to_keep,
     retire_action,
     retired,
@@ -130,3 +136,41 @@ def test_a_round_reports_drops_and_keeps_in_order_and_leaves_out_the_gone() -> N
         ("p1", "p4"),
         (("p2", Kept(KeepReason.BUSY)), ("p5", Kept(KeepReason.UNCONFIGURED_PROVIDER, "x"))))
     assert round_report([]) == ((), ())
+
+
+# -- making a table's partitions ahead ------------------------------------------------------
+
+@pytest.mark.parametrize(("answer", "made_nothing", "expected"), [
+    (MakeAnswer.ATTACHED, 0, MakeNext(made=True)),
+    (MakeAnswer.ATTACHED, MAKE_TRIES - 1, MakeNext(made=True)),
+    (MakeAnswer.NONE_DUE, 0, TableDone()),
+    (MakeAnswer.NONE_DUE, MAKE_TRIES - 1, TableDone()),
+    # another process made that range: on to the next at once, but not for ever
+    (MakeAnswer.MADE_ELSEWHERE, 1, MakeNext(made=False)),
+    (MakeAnswer.MADE_ELSEWHERE, MAKE_TRIES - 1, MakeNext(made=False)),
+    (MakeAnswer.MADE_ELSEWHERE, MAKE_TRIES, TableDone()),
+    # busy: a pause doubling from the first, then the table is named busy
+    (MakeAnswer.BUSY, 1, TryAgain(2 * FIRST_PAUSE)),
+    (MakeAnswer.BUSY, 2, TryAgain(4 * FIRST_PAUSE)),
+    (MakeAnswer.BUSY, MAKE_TRIES - 1, TryAgain(FIRST_PAUSE * 2 ** (MAKE_TRIES - 1))),
+    (MakeAnswer.BUSY, MAKE_TRIES, TableDone(busy=True)),
+])
+def test_after_make(answer: MakeAnswer, made_nothing: int, expected: object) -> None:
+    assert after_make(answer, made_nothing) == expected
+
+
+def test_only_tries_that_made_nothing_count() -> None:
+    assert {a for a in MakeAnswer if a.made_nothing} == {MakeAnswer.MADE_ELSEWHERE,
+                                                          MakeAnswer.BUSY}
+
+
+def test_a_table_busy_on_every_try_is_given_up_after_make_tries_with_the_pauses_between() -> None:
+    """The loop the adapter runs, on a table that stays locked."""
+    steps, made_nothing = [], 0
+    while True:
+        made_nothing += MakeAnswer.BUSY.made_nothing
+        steps.append(step := after_make(MakeAnswer.BUSY, made_nothing))
+        if isinstance(step, TableDone):
+            break
+    assert steps == [TryAgain(FIRST_PAUSE * 2 ** n) for n in range(1, MAKE_TRIES)] + [
+        TableDone(busy=True)]

@@ -45,10 +45,14 @@ from sidecar.core.partition_retention import (
     Gone,
     KeepReason,
     Kept,
+    MakeAnswer,
+    MakeNext,
     PartitionOutcome,
     Retire,
+    TableDone,
     TryAgain,
     after_detach,
+    after_make,
     reason_to_keep,
     retired,
     round_report,
@@ -63,7 +67,6 @@ UPKEEP_LOCK_TIMEOUT: Final = "100ms"  # each lock wait of dropping partitions
 # which every insert reads (the uniqueness trigger), so inserts queue behind the wait. Short,
 # tried again: made `ahead`, a partition can wait for a quiet moment.
 MAKE_LOCK_TIMEOUT: Final = "20ms"
-MAKE_TRIES: Final = 5
 # The longest statement of making a partition (moving a range's rows out of the DEFAULT
 # partition, the attach's check of it): inserts into the DEFAULT partition wait for it.
 MAKE_TIMEOUT: Final = 10.0
@@ -101,47 +104,48 @@ class PartitionKeeper:
     async def make_ahead(self) -> PartitionsMade:
         """Make the partitions ``ahead`` intervals past now (and move rows that went to a
         DEFAULT partition into the partition of their time); the number made. A table that
-        stays busy through ``MAKE_TRIES`` tries waits for the next round (and is named in
-        ``busy``): the partitions are made ``ahead``, so a round missed costs nothing."""
+        stays busy through ``MAKE_TRIES`` tries (``core.partition_retention.after_make``)
+        waits for the next round (and is named in ``busy``): the partitions are made
+        ``ahead``, so a round missed costs nothing."""
         made = 0
         busy: list[str] = []
         async with self._connection() as conn:
             for table, column, _ in TABLES:
-                tries = 0
+                made_nothing = 0
                 while True:
-                    try:
-                        attached = await self._make_next(conn, table, column)
-                        if attached is None:
+                    answer = await self._make_next(conn, table, column)
+                    made_nothing += answer.made_nothing
+                    step = after_make(answer, made_nothing)
+                    match step:
+                        case MakeNext(made=counted):
+                            made += counted
+                        case TryAgain(pause=pause):
+                            await asyncio.sleep(pause)
+                        case TableDone(busy=stayed_busy):
+                            if stayed_busy:
+                                busy.append(table)  # the caller warns; next round tries again
                             break
-                        if attached:
-                            made += 1
-                            continue
-                        tries += 1  # another process's meanwhile: on to the next, boundedly
-                        if tries == MAKE_TRIES:
-                            break
-                    except _BUSY:
-                        tries += 1
-                        if tries == MAKE_TRIES:
-                            busy.append(table)  # the caller warns; the next round tries again
-                            break
-                        await asyncio.sleep(0.05 * 2 ** tries)  # deliveries come first
+                        case _:
+                            assert_never(step)
         return PartitionsMade(made, tuple(busy))
 
     async def _make_next(self, conn: asyncpg.Connection, table: str, column: str
-                         ) -> bool | None:
-        """Make ``table``'s next partition if one is due: whether this call attached it (else
-        another process did meanwhile); None when none is due."""
+                         ) -> MakeAnswer:
+        """One try of making ``table``'s next partition, if one is due."""
         params: dict[str, object] = {"parent": table, "keycol": column,
                                      "step_seconds": self._interval, "ahead": self._ahead}
-        async with self._transaction(conn, MAKE_LOCK_TIMEOUT, self._make_timeout):
-            due = await rows(conn, "partitioning/prepare_next", params)
-        if not due:
-            return None
-        async with self._transaction(conn, MAKE_LOCK_TIMEOUT, self._make_timeout):
-            attached: bool = await fetchval(conn, "partitioning/attach_next", {
-                "parent": table, "keycol": column, "part_name": due[0]["part_name"],
-                "lo": due[0]["lo"], "hi": due[0]["hi"]})
-        return attached
+        try:
+            async with self._transaction(conn, MAKE_LOCK_TIMEOUT, self._make_timeout):
+                due = await rows(conn, "partitioning/prepare_next", params)
+            if not due:
+                return MakeAnswer.NONE_DUE
+            async with self._transaction(conn, MAKE_LOCK_TIMEOUT, self._make_timeout):
+                attached: bool = await fetchval(conn, "partitioning/attach_next", {
+                    "parent": table, "keycol": column, "part_name": due[0]["part_name"],
+                    "lo": due[0]["lo"], "hi": due[0]["hi"]})
+        except _BUSY:
+            return MakeAnswer.BUSY
+        return MakeAnswer.ATTACHED if attached else MakeAnswer.MADE_ELSEWHERE
 
     async def retire(self, retention: Mapping[str, float]) -> PartitionsRetired:
         """Drop the partitions whose rows are all past their provider's ``retention`` (seconds
