@@ -417,8 +417,9 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT hashtextextended('webhook_partition_retire',
 -- back (object_in_use). Not CONCURRENTLY: PostgreSQL refuses that while a DEFAULT partition
 -- exists, and the DEFAULT partition is what keeps an insert past the last partition from
 -- failing a delivery. The detached table carries its bounds in a comment, so that a
--- maintenance round that died before the retire (store/postgres/partition_retire.py) finds it again
--- (webhook_partitions_detached) instead of leaving it, and its dead queue entries, for ever.
+-- maintenance round that died before the retire (store/postgres/partition_retire.py) finds
+-- it again (webhook_partitions_detached) instead of leaving it, and its dead queue entries,
+-- for ever.
 CREATE OR REPLACE FUNCTION webhook_partition_detach(parent regclass, part regclass)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
