@@ -406,8 +406,9 @@ CREATE OR REPLACE FUNCTION webhook_partition_retire_lock() RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$ SELECT hashtextextended('webhook_partition_retire', 0) $$;
 
 -- Detach `part` from `parent` unless it holds work, in the caller's transaction; answers
--- whether it was detached (NULL: it is no partition of `parent` any more). First, holding the retention lock (above; its wait bounded by the
--- caller's lock_timeout, take-overs wait for it at most ~100 ms and answer "in flight"), the
+-- whether it was detached (NULL: it is no partition of `parent` any more). First, holding
+-- the retention lock (above; its wait bounded by the caller's lock_timeout, take-overs wait
+-- for it at most ~100 ms and answer "in flight"), the
 -- look at an event partition's work (webhook_partition_busy): a scan of an old partition, with
 -- no lock deliveries wait for. No lease can be taken in it after this look: new leases come
 -- only from take-overs, held off, and from queue takes, which need a waiting queue entry.
