@@ -430,11 +430,12 @@ async def test_partitions_are_made_ahead_and_rows_past_them_are_moved_out_of_def
     assert await _partition_of(conn, "future") == "webhook_event_default"
     keeper = PartitionKeeper(part_dsn, interval=STEP, ahead=5)
     assert (await keeper.retire({"stripe": 3600.0})).default_rows == 1
+    before = await conn.fetchval("SELECT clock_timestamp()")  # the round's horizon's clock
     assert (await keeper.make_ahead()).made >= 3
     assert await _partition_of(conn, "future") != "webhook_event_default"
     assert (await keeper.retire({"stripe": 3600.0})).default_rows == 0
-    uppers = await conn.fetchval("SELECT max(upper_bound) - clock_timestamp() "
-                                 "FROM webhook_partitions('webhook_event')")
+    uppers = await conn.fetchval("SELECT max(upper_bound) - $1::timestamptz "
+                                 "FROM webhook_partitions('webhook_event')", before)
     assert uppers > timedelta(seconds=5 * STEP)
     assert not (await store.claim("stripe", "future", BODY, 30.0, "o2")).won
     assert datetime.now(UTC)  # the store answered through the new partitions
@@ -451,14 +452,17 @@ async def test_maintenance_makes_and_drops_partitions_and_says_what_it_kept(
                          partitions=partition_keeper(config.store))
     await store.claim("stripe", "live", BODY, 600.0, "o")
     await _age(conn, "live", 4)
+    # The horizon is counted from the round's clock, not the assertion's, which runs later.
+    before = await conn.fetchval("SELECT clock_timestamp()")
     with capture_logs() as logs:
         await upkeep.keep_partitions()
     events = {(e["event"], e.get("partition"), e.get("reason")) for e in logs}
     assert ("partition_dropped", "webhook_event_past5", None) in events
     assert ("partition_kept", "webhook_event_past4", "busy") in events
     assert any(e["event"] == "partitions_made" for e in logs)
-    assert await conn.fetchval("SELECT max(upper_bound) - clock_timestamp() "
-                               "FROM webhook_partitions('webhook_event')") > timedelta(minutes=4)
+    assert await conn.fetchval("SELECT max(upper_bound) - $1::timestamptz "
+                               "FROM webhook_partitions('webhook_event')",
+                               before) > timedelta(minutes=4)
 
 
 async def test_partitioning_again_changes_nothing_and_another_interval_is_refused(
@@ -554,6 +558,7 @@ async def test_inserts_never_wait_long_behind_the_partitions_made_ahead(
 
     try:
         await reader.execute("BEGIN; SELECT count(*) FROM webhook_event")
+        before = await conn.fetchval("SELECT clock_timestamp()")  # the round's horizon's clock
         started = time.monotonic()
         making = asyncio.create_task(keeper.make_ahead())
         while not await conn.fetchval(  # the first attach waits for the reader's lock
@@ -572,8 +577,8 @@ async def test_inserts_never_wait_long_behind_the_partitions_made_ahead(
         await writer.close()
     assert made >= 3 * 28, made  # the switch made two ahead; 30 intervals on now
     assert max(waits) <= max(0.100, round_took / 4), (sorted(waits)[-5:], round_took)
-    uppers = await conn.fetchval("SELECT max(upper_bound) - clock_timestamp() "
-                                 "FROM webhook_partitions('webhook_event')")
+    uppers = await conn.fetchval("SELECT max(upper_bound) - $1::timestamptz "
+                                 "FROM webhook_partitions('webhook_event')", before)
     assert uppers > timedelta(seconds=30 * STEP)
 
 
