@@ -413,6 +413,21 @@ async def test_logout_and_the_bare_ui_path_redirect_with_the_security_headers(
         assert status == 308 and all(name in resp.headers for name in SECURITY)
 
 
+async def test_aiohttps_own_404_and_405_under_ui_carry_the_security_headers(
+    tmp_path: Path,
+) -> None:
+    """The headers are added by the inspector's middleware, so they reach the answers no
+    handler writes as well; the admin app outside ``/ui/`` is not the inspector."""
+    async with inspector(tmp_path, admin_token=TOKEN) as ui:
+        for method, path, status in (("GET", "/ui/nope", 404), ("GET", "/ui/overview/", 404),
+                                     ("GET", "/ui/logout", 405), ("PUT", "/ui/", 405)):
+            async with ui.client.request(method, ui.admin(path), allow_redirects=False) as resp:
+                assert resp.status == status, (method, path)
+                assert all(name in resp.headers for name in SECURITY), (method, path)
+        async with ui.client.get(ui.admin("/uix")) as resp:
+            assert resp.status == 404 and "Content-Security-Policy" not in resp.headers
+
+
 async def test_the_overview_pauses_and_resumes_a_provider_with_its_form(tmp_path: Path) -> None:
     """The overview shows each provider's hold and a form to change it, CSRF-protected; a
     paused forward-mode provider is answered 503 until resumed; GitHub (no retries) needs the
