@@ -45,7 +45,7 @@ QUEUES: web.AppKey[Cached[dict[str, QueueStats]]] = web.AppKey("queues")
 ACCESS: web.AppKey[Mapping[Handler, Access]] = web.AppKey("access")
 
 
-def access(request: web.Request) -> Access | None:
+def route_access(request: web.Request) -> Access | None:
     """Who may use the route ``request`` reached; None when it reached none (aiohttp answers
     404 or 405)."""
     return request.app[ACCESS].get(request.match_info.handler)

@@ -13,7 +13,7 @@ from sidecar.core.errors import OperationError, StoreError
 from sidecar.http.access import browser_refusal
 from sidecar.http.appkeys import CONFIG, STORE
 from sidecar.http.ui.auth import CSRF_FIELD, OPERATOR
-from sidecar.http.ui.keys import GATE, PROXY, RENDERER, Access, Handler, access
+from sidecar.http.ui.keys import GATE, PROXY, RENDERER, Access, Handler, route_access
 from sidecar.http.ui.paths import PREFIX, form_action
 from sidecar.obs.logs import get_logger
 from sidecar.ops import listing
@@ -58,16 +58,16 @@ async def admission(request: web.Request, handler: Handler) -> web.StreamRespons
     made the browser send (``access.browser_refusal``). A page or an action gets the operator
     under ``auth.OPERATOR``; without one a GET goes to the login form (with a token
     configured), anything else is a 403 page."""
-    who = access(request)
-    if who is None or who is Access.OPEN:
+    rule = route_access(request)
+    if rule is None or rule is Access.OPEN:
         return await handler(request)
     gate = request.app[GATE]
-    if who is Access.LOGIN and not gate.needs_login:
+    if rule is Access.LOGIN and not gate.needs_login:
         return await handler(request)  # no token, no login: the handler sends the browser on
     refused = _foreign(request)
     if refused is not None:
         return refused
-    if who is Access.LOGIN:
+    if rule is Access.LOGIN:
         return await handler(request)
     operator = gate.operator(request)
     if operator is None:
@@ -107,7 +107,7 @@ def _no_operator(request: web.Request) -> web.Response:
 async def csrf(request: web.Request, handler: Handler) -> web.StreamResponse:
     """An action is done only when its form carries the CSRF token of its operator and its
     path (``auth.Gate.csrf``); else nothing is done and a 403 page says so."""
-    if access(request) is not Access.ACTION:
+    if route_access(request) is not Access.ACTION:
         return await handler(request)
     operator = request[OPERATOR]
     form = await request.post()
@@ -129,7 +129,7 @@ async def error_pages(request: web.Request, handler: Handler) -> web.StreamRespo
     still starting (503), a verb's refusal (its status), the store unavailable (503). A bug is
     a 500 page and a ``ui_failed`` line with its traceback, never passed off as something
     else. Redirects (``web.HTTPException``) go through."""
-    if access(request) not in (Access.PAGE, Access.ACTION):
+    if route_access(request) not in (Access.PAGE, Access.ACTION):
         return await handler(request)
     problem = request.app[RENDERER].problem
     if STORE not in request.app[PROXY]:  # the proxy app opens its store as it starts
