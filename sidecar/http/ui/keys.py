@@ -46,9 +46,12 @@ ACCESS: web.AppKey[Mapping[Handler, Access]] = web.AppKey("access")
 
 
 def route_access(request: web.Request) -> Access | None:
-    """Who may use the route ``request`` reached; None when it reached none (aiohttp answers
-    404 or 405)."""
-    return request.app[ACCESS].get(request.match_info.handler)
+    """Who may use the route ``request`` reached, as ``app.ROUTES`` says: a route missing there
+    gets the strictest, ``ACTION`` (it fails closed). None when it reached no route (aiohttp
+    answers 404 or 405)."""
+    if request.match_info.http_exception is not None:
+        return None
+    return request.app[ACCESS].get(request.match_info.handler, Access.ACTION)
 
 
 def store(request: web.Request) -> AdminStore:
