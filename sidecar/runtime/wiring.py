@@ -49,7 +49,8 @@ from sidecar.http.appkeys import (
 )
 from sidecar.http.listener import tracked
 from sidecar.http.proxy import delivery_handler, unrouted
-from sidecar.http.ui import install as install_inspector
+from sidecar.http.ui import PREFIX as INSPECTOR_PREFIX
+from sidecar.http.ui import build_inspector
 from sidecar.obs.logs import get_logger
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.telemetry import DeliveryTelemetry
@@ -309,5 +310,5 @@ def build_apps(
 
     admin = web.Application(middlewares=[tracked])  # its connections are bounded as well
     admin.add_routes(admin_routes(proxy))
-    install_inspector(admin, proxy)  # the events inspector, under /ui/
+    admin.add_subapp(INSPECTOR_PREFIX, build_inspector(proxy))  # the events inspector
     return Apps(proxy=proxy, admin=admin, shutdown=shutdown)

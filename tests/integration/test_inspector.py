@@ -18,10 +18,19 @@ import structlog
 from aiohttp import web
 
 from sidecar.config.loader import parse_config
+from sidecar.http.ui import PREFIX, build_inspector
 from sidecar.runtime.serve import Running, start, stop
+from sidecar.runtime.wiring import build_apps
 from sidecar.store.sqlite import SQLiteStore
 from tests.acceptance.test_admin_access import non_loopback_address
-from tests.support import StubApp, base_config, post, stripe_event, stripe_headers
+from tests.support import (
+    StubApp,
+    base_config,
+    post,
+    serve_on_loopback,
+    stripe_event,
+    stripe_headers,
+)
 
 TOKEN = "inspector-token-0123456789"
 STRIPE = "/webhooks/stripe"
@@ -411,6 +420,52 @@ async def test_logout_and_the_bare_ui_path_redirect_with_the_security_headers(
             assert all(name in resp.headers for name in SECURITY)
         status, _, resp = await ui.page("/ui")
         assert status == 308 and all(name in resp.headers for name in SECURITY)
+
+
+async def test_aiohttps_own_404_and_405_under_ui_carry_the_security_headers(
+    tmp_path: Path,
+) -> None:
+    """The headers are added by the inspector's middleware, so they reach the answers no
+    handler writes as well; the admin app outside ``/ui/`` is not the inspector."""
+    async with inspector(tmp_path, admin_token=TOKEN) as ui:
+        for method, path, status in (("GET", "/ui/nope", 404), ("GET", "/ui/overview/", 404),
+                                     ("GET", "/ui/logout", 405), ("PUT", "/ui/", 405)):
+            async with ui.client.request(method, ui.admin(path), allow_redirects=False) as resp:
+                assert resp.status == status, (method, path)
+                assert all(name in resp.headers for name in SECURITY), (method, path)
+        async with ui.client.get(ui.admin("/uix")) as resp:
+            assert resp.status == 404 and "Content-Security-Policy" not in resp.headers
+
+
+async def test_a_route_missing_from_the_access_table_is_refused_never_open(
+    tmp_path: Path,
+) -> None:
+    """A handler added to the sub-app without its line in ``app.ROUTES`` is taken as an action
+    (the rules fail closed): without a session a GET goes to the login form; with the token, the
+    form's CSRF token is missing. The handler never runs."""
+    ran: list[str] = []
+
+    async def unlisted(_: web.Request) -> web.StreamResponse:
+        ran.append("unlisted")
+        return web.Response(text="open to all")
+
+    config = base_config("http://127.0.0.1:9", f"sqlite:///{tmp_path / 'events.db'}",
+                         admin_token=TOKEN)
+    inspector_app = build_inspector(build_apps(parse_config(config, env={})).proxy)
+    inspector_app.router.add_get("/unlisted", unlisted)
+    admin = web.Application()
+    admin.add_subapp(PREFIX, inspector_app)
+    runner, port = await serve_on_loopback(admin)
+    try:
+        async with aiohttp.ClientSession() as client:
+            url = f"http://127.0.0.1:{port}/ui/unlisted"
+            async with client.get(url, allow_redirects=False) as resp:
+                assert resp.status == 303 and resp.headers["Location"].startswith("/ui/login")
+            async with client.get(url, headers={"Authorization": f"Bearer {TOKEN}"}) as resp:
+                assert resp.status == 403 and "Nothing was done" in await resp.text()
+    finally:
+        await runner.cleanup()
+    assert ran == []
 
 
 async def test_the_overview_pauses_and_resumes_a_provider_with_its_form(tmp_path: Path) -> None:

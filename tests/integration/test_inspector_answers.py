@@ -21,7 +21,8 @@ from aiohttp import web
 
 from sidecar.config.loader import parse_config
 from sidecar.core.ports import Store
-from sidecar.http.ui import views
+from sidecar.http.ui import viewmodels
+from sidecar.http.ui.auth import Gate
 from sidecar.ops import listing
 from sidecar.runtime.serve import start, stop
 from tests.acceptance.conftest import run_cli
@@ -165,7 +166,7 @@ async def test_a_bug_in_a_page_is_a_500_page_and_a_log_line_never_starting(
         def broken(_: Any) -> Any:
             raise KeyError("a page's own bug")
 
-        monkeypatch.setattr(views, "timeline", broken)
+        monkeypatch.setattr(viewmodels, "timeline", broken)
         with structlog.testing.capture_logs() as logs:
             status, html, resp = await ui.page("/ui/events/stripe/evt_bug")
         assert status == 500 and "Starting" not in html and "went wrong" in html
@@ -192,7 +193,7 @@ async def test_reading_a_stored_payload_is_logged_with_who_and_which_event(
                 assert resp.status == 200  # a listing shows no payload: not logged
         reads = [(e["event"], e["provider"], e["event_id"], e["token"], e["peer"])
                  for e in logs if e["event"] in ("ui_read", "admin_read")]
-        fingerprint = views.Gate(TOKEN).fingerprint
+        fingerprint = Gate(TOKEN).fingerprint
         assert reads == [("ui_read", "stripe", "evt_read", fingerprint, "127.0.0.1"),
                          ("admin_read", "stripe", "evt_read", fingerprint, "127.0.0.1")]
         assert TOKEN not in json.dumps(logs, default=str)

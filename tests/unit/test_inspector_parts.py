@@ -8,11 +8,16 @@ from typing import Any
 
 from sidecar.config.loader import parse_config
 from sidecar.http.ui.auth import SESSION_SECONDS, Gate, Operator
-from sidecar.http.ui.eventview import request_view, response_view
 from sidecar.http.ui.masking import MASK, Masker
 from sidecar.http.ui.overview import WINDOW, CounterHistory, Counts
 from sidecar.http.ui.templating import printable
-from sidecar.http.ui.timeline import IN_FLIGHT, NO_RESULT, timeline
+from sidecar.http.ui.viewmodels import (
+    IN_FLIGHT,
+    NO_RESULT,
+    request_view,
+    response_view,
+    timeline,
+)
 from sidecar.obs.metrics import Metrics
 from tests.support import base_config
 

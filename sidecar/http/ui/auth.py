@@ -12,10 +12,10 @@ because both are computed from the token. Without a token the CSRF key is random
 form rendered by a replaced worker is refused with "reload the page", never accepted.
 
 Every state-changing request is a POST carrying a CSRF token: an HMAC of the session value (or
-``loopback``) and the form's action path (in one spelling: see ``views``), compared in constant
-time. A cross-site page can make the browser POST (cookie attached, or from loopback with none
-needed) but cannot read a page to learn the token; and such a POST is refused before that
-(``access.browser_refusal``).
+``loopback``) and the form's action path (in one spelling: ``paths.form_action``), compared in
+constant time. A cross-site page can make the browser POST (cookie attached, or from loopback
+with none needed) but cannot read a page to learn the token; and such a POST is refused before
+that (``access.browser_refusal``).
 
 Sessions are stateless: a copied cookie is good until its expiry, anywhere; only rotating the
 token ends sessions, all of them. Cookies ignore ports: another service on the same host name
@@ -59,6 +59,10 @@ class Operator:
     session: str
     fingerprint: str
     peer: str | None
+
+
+# Set on a request once it is let in (``middleware.admission``): pages and actions read it.
+OPERATOR = web.RequestKey("operator", Operator)
 
 
 class Gate:

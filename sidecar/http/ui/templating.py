@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from aiohttp import web
+
+from sidecar.http.ui.auth import CSRF_FIELD, OPERATOR, Gate, Operator
 from sidecar.http.ui.paths import urlpart
 
 if TYPE_CHECKING:
@@ -23,6 +26,40 @@ NOTICES = {
 }
 # A re-queued count is at most 10 000 (the bulk re-drive's limit): more digits are not ours.
 _COUNT_DIGITS = 9
+
+
+class Renderer:
+    """Pages from the templates. Every page is also given what the layout shows: the notice a
+    redirect asked for, the operator (when the request was let in: ``auth.OPERATOR``), the
+    CSRF tokens of its forms, and whether to offer a logout."""
+
+    def __init__(self, gate: Gate) -> None:
+        self._gate = gate
+        self._env: jinja2.Environment | None = None  # made at the first page (``environment``)
+
+    def page(self, request: web.Request, template: str, *, status: int = 200,
+             **values: Any) -> web.Response:
+        operator: Operator | None = request.get(OPERATOR)
+
+        def csrf(action: str) -> str:
+            assert operator is not None
+            return self._gate.csrf(operator, action)
+
+        if self._env is None:
+            self._env = environment()
+        html = self._env.get_template(template).render(
+            operator=operator, csrf=csrf, csrf_field=CSRF_FIELD, notice=notice(request.query),
+            logout=self._gate.needs_login and operator is not None, **values)
+        return web.Response(text=html, status=status, content_type="text/html",
+                            charset="utf-8")
+
+    def problem(self, request: web.Request, status: int, title: str, message: str, *,
+                headers: Mapping[str, str] | None = None) -> web.Response:
+        """The page saying why something was refused or could not be done."""
+        response = self.page(request, "problem.html", status=status, title=title,
+                             message=message)
+        response.headers.update(headers or {})
+        return response
 
 
 def environment() -> jinja2.Environment:

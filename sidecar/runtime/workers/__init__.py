@@ -79,9 +79,10 @@ Worker log lines carry ``worker`` (the index); the supervisor's do not.
 
 By concern:
 
-- ``seats``: the sockets bound for the seats, and the worker in each (``Seat``, ``Worker``);
+- ``seats``: the sockets bound for the seats, and the worker in each: ``Seat`` owns a seat's
+  transitions (filled, served, lost, vacant, bound again) and checks its invariants;
 - ``group``: the group's state, spawning a worker in a seat, and listening to its channel;
-- ``supervisor``: :func:`supervise`, and its loop over the group's happenings (ready, silent,
+- ``supervisor``: :func:`supervise`, and its loop over the group's messages (ready, silent,
   late, exited, a retry, a signal): replacements, vacant seats and their retries;
 - ``stopping``: the graceful stop of every worker within its bound;
 - ``config_copy``: the config read once, handed to every worker as an inherited file;

@@ -1,5 +1,5 @@
-"""The group: its seats, the workers it spawned into them, and what happens to them — a queue of
-happenings that the supervisor's loop (``supervisor``) takes in order. Spawning a worker in a
+"""The group: its seats, the workers it spawned into them, and what happens to them — messages
+in an inbox that the supervisor's loop (``supervisor``) takes in order. Spawning a worker in a
 seat, and listening to its channel (``ready``, then heartbeats), are here."""
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ EXIT_WORKER_FAILED: Final = 1
 SILENCE_GRACE: Final = 0.25
 WORKER_MODULE: Final = "sidecar.cli.worker_main"
 
-Happening = Literal["ready", "silent", "late", "exited", "retry", "stop"]
+Message = Literal["ready", "silent", "late", "exited", "retry", "stop"]
 StartFailure = Literal["exited", "silent", "start_timeout", "spawn_error", "bind_error"]
 
 
 class Group:
-    """The workers, one per seat, and what happens to them (a queue of happenings, taken in
+    """The workers, one per seat, and what happens to them (an inbox of messages, taken in
     order by ``supervisor.run``)."""
 
     def __init__(self, config: Config, config_file: ConfigFile, config_fd: int,
@@ -40,14 +40,14 @@ class Group:
         self.config_fd = config_fd
         self.address = address_of(listeners[0][0])  # as bound (its port: a port 0's)
         # What a vacant seat binds again: every address of ``listen``, on the group's port.
-        self.rebind = Address(config.listen.host, self.address.port)
+        self.rebind_address = Address(config.listen.host, self.address.port)
         self.seats = [Seat(index, sockets) for index, sockets in enumerate(listeners)]
         self.admin = admin
         self.metrics_dir = metrics_dir
         self.env = {**os.environ, MULTIPROC_ENV: metrics_dir}
-        self.everyone: list[Worker] = []
-        self.happenings: asyncio.Queue[tuple[Happening, Worker | Seat | None]] = \
-            asyncio.Queue()
+        # Every worker spawned whose exit is not yet known to be handled: to stop and reap.
+        self.workers: list[Worker] = []
+        self.inbox: asyncio.Queue[tuple[Message, Worker | Seat | None]] = asyncio.Queue()
         self.up = False  # every seat was served once: the group is listening
         self.replaced = 0
         self.replacements: deque[float] = deque()
@@ -57,26 +57,26 @@ class Group:
         interpreter gone) is returned, for the caller to decide."""
         assert seat.sockets is not None
         try:
-            ours, theirs = socket.socketpair()
+            parent_end, child_end = socket.socketpair()
         except OSError as exc:
             return exc
         try:
-            reader, writer = await asyncio.open_unix_connection(sock=ours)
+            reader, writer = await asyncio.open_unix_connection(sock=parent_end)
         except BaseException:
-            ours.close()
-            theirs.close()
+            parent_end.close()
+            child_end.close()
             raise
         try:
             admin_fds = [sock.fileno() for sock in self.admin] if seat.index == 0 else None
-            chair = WorkerSeat(index=seat.index, count=len(self.seats),
-                               listen_fds=[sock.fileno() for sock in seat.sockets],
-                               admin_fds=admin_fds,
-                               channel_fd=theirs.fileno(), metrics_dir=self.metrics_dir,
-                               config_fd=self.config_fd, config_path=self.config_file.path,
-                               config_folder=self.config_file.folder, supervisor=os.getpid())
-            fds = [*chair.listen_fds, chair.channel_fd, chair.config_fd, *(admin_fds or [])]
+            handed = WorkerSeat(index=seat.index, count=len(self.seats),
+                                listen_fds=[sock.fileno() for sock in seat.sockets],
+                                admin_fds=admin_fds,
+                                channel_fd=child_end.fileno(), metrics_dir=self.metrics_dir,
+                                config_fd=self.config_fd, config_path=self.config_file.path,
+                                config_folder=self.config_file.folder, supervisor=os.getpid())
+            fds = [*handed.listen_fds, handed.channel_fd, handed.config_fd, *(admin_fds or [])]
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", WORKER_MODULE, chair.to_json(), pass_fds=fds,
+                sys.executable, "-m", WORKER_MODULE, handed.to_json(), pass_fds=fds,
                 env=self.env, stdin=asyncio.subprocess.DEVNULL)
         except OSError as exc:
             writer.close()
@@ -85,18 +85,18 @@ class Group:
             writer.close()
             raise
         finally:
-            theirs.close()  # the worker holds it now: its end of file is the worker's exit
+            child_end.close()  # the worker holds it now: its end of file is the worker's exit
         worker = Worker(seat.index, proc, reader, writer)
         worker.watching = asyncio.create_task(self._watch(worker))
         worker.reaping = asyncio.create_task(self._reap(worker))
-        seat.worker = worker
-        self.everyone.append(worker)
+        seat.fill(worker)
+        self.workers.append(worker)
         self.tell()
         return None
 
     async def _watch(self, worker: Worker) -> None:
         """What the worker says: ``ready`` once, then its heartbeat. Silence past
-        worker_timeout, once it has said anything, is a happening, and so is no ``ready``
+        worker_timeout, once it has said anything, is a message, and so is no ``ready``
         within the start deadline. Before its first word it is only starting (importing,
         reading its config), and its exit would tell."""
         loop = asyncio.get_running_loop()
@@ -117,20 +117,20 @@ class Group:
                     line = await _read_line(worker.reader, SILENCE_GRACE)
                 except TimeoutError:
                     late = not said_ready and loop.time() >= ready_by
-                    self.happenings.put_nowait(("late" if late else "silent", worker))
+                    self.inbox.put_nowait(("late" if late else "silent", worker))
                     return
             if not line:
                 return  # its end closed: it is exiting, and _reap tells
             heard = True
             if line == READY:
                 said_ready = True
-                self.happenings.put_nowait(("ready", worker))
+                self.inbox.put_nowait(("ready", worker))
 
     async def _reap(self, worker: Worker) -> None:
         await worker.proc.wait()
         worker.writer.close()
         forget_process(self.metrics_dir, worker.pid)
-        self.happenings.put_nowait(("exited", worker))
+        self.inbox.put_nowait(("exited", worker))
 
     def tell(self) -> None:
         """Worker 0's word on the group (its /healthz and /metrics), now."""
@@ -141,7 +141,16 @@ class Group:
             first.writer.write(group_message(down, vacant, self.replaced))
 
     def stop(self) -> None:
-        self.happenings.put_nowait(("stop", None))
+        self.inbox.put_nowait(("stop", None))
+
+    def retry_later(self, seat: Seat, delay: float) -> None:
+        """A ``retry`` message for the vacant ``seat`` in ``delay`` seconds."""
+        loop = asyncio.get_running_loop()
+        seat.retry_at(loop.call_later(delay, self.inbox.put_nowait, ("retry", seat)))
+
+    def forget(self, worker: Worker) -> None:
+        """``worker``, given up on, has exited: nothing is left to stop or reap."""
+        self.workers.remove(worker)
 
     @staticmethod
     def dismiss(worker: Worker) -> None:
@@ -152,10 +161,7 @@ class Group:
 
     def close_sockets(self) -> None:
         for seat in self.seats:
-            if seat.retry is not None:
-                seat.retry.cancel()
-            if seat.sockets is not None:
-                close_all(seat.sockets)
+            seat.close()
         close_all(self.admin)
 
 

@@ -25,8 +25,8 @@ async def stop_workers(group: Group, failed: bool, crashed: list[Worker]) -> int
     loop = asyncio.get_running_loop()
     started = loop.time()
     # Exits already known name their cause too (several workers that could not start).
-    while crashed and not group.happenings.empty():
-        what, subject = group.happenings.get_nowait()
+    while crashed and not group.inbox.empty():
+        what, subject = group.inbox.get_nowait()
         if what == "exited" and isinstance(subject, Worker) and not subject.dismissed:
             crashed.append(subject)
     # No new connection waits on a socket whose worker is stopping.
@@ -46,11 +46,11 @@ async def stop_workers(group: Group, failed: bool, crashed: list[Worker]) -> int
         log.info("shutting_down", timeout_s=group.config.shutdown_timeout)
     else:
         log.info("stopping_workers", timeout_s=group.config.shutdown_timeout)
-    for worker in group.everyone:
+    for worker in group.workers:
         if worker.proc.returncode is None and not worker.dismissed:
             with contextlib.suppress(ProcessLookupError):
                 worker.proc.send_signal(signal.SIGTERM)
-    reaping = {worker.reaping: worker for worker in group.everyone}
+    reaping = {worker.reaping: worker for worker in group.workers}
     running = [task for task in reaping if not task.done()]
     if running:
         bound = group.config.shutdown_timeout + SHUTDOWN_OVERRUN - KILL_MARGIN
@@ -63,7 +63,7 @@ async def stop_workers(group: Group, failed: bool, crashed: list[Worker]) -> int
                 worker.proc.kill()
         if late:
             await asyncio.wait(late)
-    for worker in group.everyone:
+    for worker in group.workers:
         status = worker.proc.returncode
         if (worker not in crashed and not worker.dismissed and status is not None
                 and status > 0):
@@ -76,7 +76,7 @@ async def stop_workers(group: Group, failed: bool, crashed: list[Worker]) -> int
 async def close_group(group: Group) -> None:
     """After the supervisor's loop (an error in it too): no worker left running. Then every
     task and file."""
-    for worker in group.everyone:
+    for worker in group.workers:
         if worker.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 worker.proc.kill()

@@ -1,16 +1,14 @@
 """The supervisor's loop: it binds the group's sockets, spawns a worker in every seat, then
-takes the group's happenings in order — a worker ready, silent, late or gone, a vacant seat's
+takes the group's messages in order — a worker ready, silent, late or gone, a vacant seat's
 retry, a signal — until the group stops (``stopping``). What it does with each, and why, is the
 package's docstring."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
 import signal
-import socket
 import tempfile
 from typing import Final
 
@@ -20,7 +18,7 @@ from sidecar.obs.logs import get_logger
 from sidecar.runtime import loop as event_loop
 from sidecar.runtime.wiring import require_secrets
 from sidecar.runtime.workers.config_copy import ConfigFile, config_copy
-from sidecar.runtime.workers.group import Group, Happening, StartFailure
+from sidecar.runtime.workers.group import Group, Message, StartFailure
 from sidecar.runtime.workers.seats import Seat, Worker, address_of, bind_listeners, close_all
 from sidecar.runtime.workers.stopping import close_group, how_it_ended, stop_workers
 
@@ -29,8 +27,8 @@ log = get_logger("sidecar.workers")
 # Silent workers replaced within REPLACEMENT_WINDOW seconds before the group stops instead.
 REPLACEMENTS_ALLOWED: Final = 3
 REPLACEMENT_WINDOW: Final = 600.0
-# What a happening to a worker that has not said ready yet means.
-_START_FAILURES: Final[dict[Happening, StartFailure]] = {
+# What a message about a worker that has not said ready yet means.
+_START_FAILURES: Final[dict[Message, StartFailure]] = {
     "exited": "exited", "silent": "silent", "late": "start_timeout"}
 
 
@@ -83,15 +81,14 @@ async def _announce(group: Group) -> None:
 
 
 async def _until_done(group: Group) -> tuple[bool, list[Worker]]:
-    """The happenings, in order, until the group stops: (whether it failed, the workers
+    """The messages, in order, until the group stops: (whether it failed, the workers
     whose exit made it fail)."""
     loop = asyncio.get_running_loop()
     while True:
-        what, subject = await group.happenings.get()
+        what, subject = await group.inbox.get()
         if what == "stop":
             return False, []
         if isinstance(subject, Seat):  # "retry"
-            subject.retry = None
             if not await _retry(group, subject):
                 return True, []
             continue
@@ -99,11 +96,10 @@ async def _until_done(group: Group) -> tuple[bool, list[Worker]]:
         worker, seat = subject, group.seats[subject.seat]
         if seat.worker is not worker:  # given up on already
             if what == "exited":
-                group.everyone.remove(worker)  # and gone: nothing left to stop or reap
+                group.forget(worker)
             continue
         if what == "ready":
-            worker.ready = True
-            _ready(group, seat, worker, loop.time())
+            _ready(group, seat, loop.time())
         elif worker.ready and what == "silent":
             if not await _replace(group, seat, worker, loop.time()):
                 return True, []
@@ -120,13 +116,12 @@ async def _until_done(group: Group) -> tuple[bool, list[Worker]]:
                 return True, []
 
 
-def _ready(group: Group, seat: Seat, worker: Worker, now: float) -> None:
-    seat.listening = True
-    seat.failures = 0
-    if seat.lost_at is not None:
-        log.warning("worker_replaced", worker=seat.index, pid=worker.pid,
-                    took_s=round(now - seat.lost_at, 3))
-        seat.lost_at = None
+def _ready(group: Group, seat: Seat, now: float) -> None:
+    took = seat.serve(now)
+    if took is not None:
+        assert seat.worker is not None
+        log.warning("worker_replaced", worker=seat.index, pid=seat.worker.pid,
+                    took_s=round(took, 3))
     group.tell()
     if not group.up and all(other.served for other in group.seats):
         group.up = True
@@ -148,42 +143,28 @@ async def _replace(group: Group, seat: Seat, worker: Worker, now: float) -> bool
         return False
     group.replacements.append(now)
     group.replaced += 1
-    seat.worker = None
-    seat.lost_at = now
+    seat.lose(now)
     return await _spawn(group, seat)
 
 
 def _start_failed(group: Group, seat: Seat, worker: Worker | None, cause: StartFailure,
                   **details: object) -> bool:
     """A worker did not come to serve ``seat``. At the group's start, or when no other
-    worker serves, the group stops (False). Otherwise the seat is vacant — its socket
+    worker serves, the group stops (False). Otherwise the seat is vacant — its sockets
     closed, so no connection waits on it — and tried again after a backoff."""
-    loop = asyncio.get_running_loop()
     if worker is not None:
         group.dismiss(worker)
         details["pid"] = worker.pid
         if cause == "exited" and worker.proc.returncode is not None:
             details.update(how_it_ended(worker.proc.returncode))
-            group.everyone.remove(worker)  # gone: nothing left to stop or reap
-    seat.worker = None
-    if seat.sockets is not None:
-        for sock in seat.sockets:
-            # Out of the port's group at once: a worker just killed may hold the socket until
-            # its exit is complete, and new connections would queue on it meanwhile, to be reset.
-            with contextlib.suppress(OSError):  # ENOTCONN: the worker never listened on it
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()  # connections queued on it are refused: none waits for no one
-        seat.sockets = None
-        seat.listening = False
-    seat.failures += 1
-    if seat.lost_at is None:
-        seat.lost_at = loop.time()
+            group.forget(worker)
+    seat.vacate(asyncio.get_running_loop().time())
     if not group.up or not any(other.served for other in group.seats):
         log.error("worker_start_failed", worker=seat.index, cause=cause, **details,
                   action="stop_group")
         return False
     delay = retry_delay(seat.failures, group.config.worker_timeout)
-    seat.retry = loop.call_later(delay, group.happenings.put_nowait, ("retry", seat))
+    group.retry_later(seat, delay)
     log.error("worker_start_failed", worker=seat.index, cause=cause, **details,
               action="retry", retry_in_s=delay, failures=seat.failures)
     group.tell()
@@ -193,9 +174,10 @@ def _start_failed(group: Group, seat: Seat, worker: Worker | None, cause: StartF
 async def _retry(group: Group, seat: Seat) -> bool:
     """A vacant seat's next try: new sockets on the group's port, a new worker."""
     try:
-        seat.sockets = bind_listeners(group.rebind, 1, reuse_port=True)[0]
+        sockets = bind_listeners(group.rebind_address, 1, reuse_port=True)[0]
     except OSError as exc:
         return _start_failed(group, seat, None, "bind_error", error=str(exc))
+    seat.rebind(sockets)
     return await _spawn(group, seat)
 
 
