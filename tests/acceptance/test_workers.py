@@ -60,12 +60,21 @@ async def group(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 def running(pid: int) -> bool:
-    """Whether ``pid`` runs: neither gone nor a zombie (an orphan waits for init to reap it)."""
+    """Whether ``pid`` runs: gone, or every thread of it a zombie, is not running (an orphan
+    waits for init to reap it). Each thread counts: a killed process's main thread can be a
+    zombie while another is still exiting, and its sockets close only with the last thread."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except FileNotFoundError:
         return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:
+            continue  # that thread is gone
+        if stat.rpartition(")")[2].split()[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def deliveries(proc: ProxyProcess) -> list[dict[str, Any]]:
