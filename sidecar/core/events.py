@@ -7,8 +7,6 @@ import enum
 import json
 from dataclasses import dataclass, field
 
-from sidecar.core.partition_retention import Kept
-
 
 def headers_to_json(headers: tuple[tuple[str, str], ...]) -> list[list[object]]:
     """Header pairs as JSON-safe values. aiohttp decodes header bytes that are not UTF-8 as lone
@@ -289,25 +287,3 @@ class QueueStats:
     pending: int
     dead: int
     oldest_pending_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionsRetired:
-    """What one round of partition retention did (``PartitionUpkeep.retire``)."""
-
-    dropped: tuple[str, ...] = ()  # partitions dropped
-    kept: tuple[tuple[str, Kept], ...] = ()  # (partition, why) for ended partitions kept
-    default_rows: int = 0  # rows in the DEFAULT partitions: inserts past the last partition
-    # (partitioned table, bounded partitions attached, the last one's upper bound as Unix
-    # time: new rows land in the DEFAULT partition past it; 0 with none), after the round
-    extent: tuple[tuple[str, int, float], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionsMade:
-    """What one round of making partitions ahead did (``PartitionUpkeep.make_ahead``)."""
-
-    made: int = 0  # partitions made
-    # tables whose partitions could not be made: busy (a lock) through every try; the next
-    # round tries again
-    busy: tuple[str, ...] = ()

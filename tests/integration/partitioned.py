@@ -11,7 +11,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from sidecar.core.events import PartitionsRetired
+from sidecar.core.partition_retention import PartitionsRetired
 from sidecar.store.postgres import PostgresStore, migrate_postgres
 from sidecar.store.postgres.partitioning import partition_store
 

@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 from sidecar.config.keyring import Keyring
 from sidecar.config.loader import parse_config
 from sidecar.core.errors import StoreError
-from sidecar.core.events import PartitionsMade, PartitionsRetired
+from sidecar.core.partition_retention import PartitionsMade, PartitionsRetired
 from sidecar.obs.metrics import Metrics
 from sidecar.ops.maintenance import Maintenance
 from sidecar.store.memory import MemoryStore

@@ -10,8 +10,7 @@ from structlog.testing import capture_logs
 
 from sidecar.config.keyring import Keyring
 from sidecar.config.loader import parse_config
-from sidecar.core.events import PartitionsMade, PartitionsRetired
-from sidecar.core.partition_retention import KeepReason, Kept
+from sidecar.core.partition_retention import KeepReason, Kept, PartitionsMade, PartitionsRetired
 from sidecar.obs.metrics import Metrics
 from sidecar.ops.maintenance import Maintenance
 from sidecar.store.memory import MemoryStore

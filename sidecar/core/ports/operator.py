@@ -11,14 +11,13 @@ from sidecar.core.events import (
     Attempt,
     EventRow,
     EventState,
-    PartitionsMade,
-    PartitionsRetired,
     QueueEntry,
     QueueStats,
     StoredRequest,
 )
 from sidecar.core.listing import EventPage, EventQuery
 from sidecar.core.notices import NoticeKind
+from sidecar.core.partition_retention import PartitionsMade, PartitionsRetired
 from sidecar.core.ports.delivery import EventStore
 
 

@@ -39,7 +39,6 @@ from typing import Final, assert_never
 
 import asyncpg
 
-from sidecar.core.events import PartitionsMade, PartitionsRetired
 from sidecar.core.partition_retention import (
     DetachAnswer,
     Gone,
@@ -48,6 +47,8 @@ from sidecar.core.partition_retention import (
     MakeAnswer,
     MakeNext,
     PartitionOutcome,
+    PartitionsMade,
+    PartitionsRetired,
     Retire,
     TableDone,
     TryAgain,
