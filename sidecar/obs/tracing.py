@@ -93,7 +93,7 @@ def build_tracer(config: TracingConfig, metrics: Metrics, *, db_system: str,
         from sidecar.obs.sdkexport import SdkExport
         from sidecar.obs.span_queue import RecordExporter, SpanQueue
         if exporter is None:
-            from sidecar.obs import otlp
+            from sidecar.obs import otlp, otlp_encode
     except ImportError as exc:
         raise ConfigError("tracing", f"{why_wanted(config, environ)}, but OpenTelemetry is not "
                           f"installed ({exc.name} is missing): {INSTALL_HINT}") from exc
@@ -106,7 +106,7 @@ def build_tracer(config: TracingConfig, metrics: Metrics, *, db_system: str,
     sends: RecordExporter
     if exporter is None:
         resource = provider.resource
-        encoder = otlp.Encoder(resource.attributes, resource.schema_url, SCOPE,
+        encoder = otlp_encode.Encoder(resource.attributes, resource.schema_url, SCOPE,
                                unencodable=lambda spans: dropped("unencodable", spans))
         sends = otlp.from_environment(encoder, config.endpoint, dict(config.headers), environ)
     else:

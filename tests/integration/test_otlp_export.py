@@ -16,7 +16,7 @@ from aiohttp import web
 from opentelemetry.sdk.trace import TracerProvider
 
 from sidecar.config.loader import parse_config
-from sidecar.obs import otlp
+from sidecar.obs import otlp, otlp_encode
 from sidecar.obs.metrics import Metrics
 from sidecar.obs.otel import SCOPE, OtelTracer, SpanRecord
 from sidecar.obs.span_queue import SpanQueue
@@ -61,7 +61,7 @@ class Collector:
             await self._runner.cleanup()
 
     def exporter(self, timeout: float) -> otlp.OtlpHttp:
-        return otlp.OtlpHttp(otlp.Encoder({}, "", SCOPE), f"http://127.0.0.1:{self.port}"
+        return otlp.OtlpHttp(otlp_encode.Encoder({}, "", SCOPE), f"http://127.0.0.1:{self.port}"
                              "/v1/traces", {}, timeout=timeout)
 
 
@@ -169,7 +169,7 @@ async def test_shutdown_ends_the_retries_of_a_down_collector_at_once() -> None:
     with socket.socket() as closed:  # a port nothing listens on: connections refused
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    exporter = otlp.OtlpHttp(otlp.Encoder({}, "", SCOPE), f"http://127.0.0.1:{port}/v1/traces",
+    exporter = otlp.OtlpHttp(otlp_encode.Encoder({}, "", SCOPE), f"http://127.0.0.1:{port}/v1/traces",
                              {}, timeout=60)
     dropped: list[tuple[str, int]] = []
     queue = SpanQueue(exporter, max_queue_size=100,
@@ -187,7 +187,7 @@ async def test_shutdown_ends_the_retries_of_a_down_collector_at_once() -> None:
 
 
 def test_the_timeout_variable_is_in_milliseconds() -> None:
-    exporter = otlp.from_environment(otlp.Encoder({}, "", SCOPE), None, {},
+    exporter = otlp.from_environment(otlp_encode.Encoder({}, "", SCOPE), None, {},
                                      {"OTEL_EXPORTER_OTLP_TIMEOUT": "10000"})
     assert exporter.timeout == 10.0
     exporter.shutdown()

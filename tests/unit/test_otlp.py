@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from sidecar.core.tracing import SpanKind
-from sidecar.obs import otel, otlp
+from sidecar.obs import otel, otlp, otlp_encode
 from sidecar.obs.otel import SCOPE, OtelTracer, SpanRecord
 from sidecar.obs.sdkexport import SdkExport
 from sidecar.obs.span_queue import SpanQueue
@@ -28,7 +28,7 @@ class BothEncodings:
 
     def __init__(self, provider: TracerProvider) -> None:
         resource = provider.resource
-        self.encoder = otlp.Encoder(resource.attributes, resource.schema_url, SCOPE)
+        self.encoder = otlp_encode.Encoder(resource.attributes, resource.schema_url, SCOPE)
         self.memory = InMemorySpanExporter()
         self.sdk = SdkExport(self.memory, provider)
         self.encoded: list[bytes] = []
@@ -119,7 +119,7 @@ def test_links_remote_parents_trace_state_and_exceptions_encode_as_the_sdk_encod
 def test_the_endpoint_is_the_blocks_else_the_environments_as_the_sdk_reads_it(
     endpoint: str | None, environ: dict[str, str], url: str,
 ) -> None:
-    exporter = otlp.from_environment(otlp.Encoder({}, "", SCOPE), endpoint, {}, environ)
+    exporter = otlp.from_environment(otlp_encode.Encoder({}, "", SCOPE), endpoint, {}, environ)
     assert exporter.endpoint == url
     exporter.shutdown()
 
@@ -127,7 +127,7 @@ def test_the_endpoint_is_the_blocks_else_the_environments_as_the_sdk_reads_it(
 def test_headers_and_timeout_in_milliseconds_come_from_the_environment_the_block_winning() -> None:
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "api-key=env,x-team=a%20b",
                "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2500", "OTEL_EXPORTER_OTLP_TIMEOUT": "9"}
-    exporter = otlp.from_environment(otlp.Encoder({}, "", SCOPE), None, {"api-key": "block"},
+    exporter = otlp.from_environment(otlp_encode.Encoder({}, "", SCOPE), None, {"api-key": "block"},
                                      environ)
     assert exporter.headers == {"api-key": "block", "x-team": "a b"}
     assert exporter.timeout == 2.5
@@ -204,7 +204,7 @@ def test_a_span_that_cannot_be_encoded_is_dropped_alone_and_counted(
 ) -> None:
     tracer, _ = traced
     counted: list[int] = []
-    encoder = otlp.Encoder({}, "", SCOPE, unencodable=counted.append)
+    encoder = otlp_encode.Encoder({}, "", SCOPE, unencodable=counted.append)
     records = []
     for name in ("before", "odd", "after"):
         with tracer.span(name) as span:
