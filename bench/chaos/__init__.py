@@ -5,8 +5,7 @@ quiescence the whole history is checked against the invariants in ``bench.chaos.
 violated invariant makes the command exit 1 and names itself.
 
     .venv/bin/python -m bench.chaos [--store postgres|mariadb] [--scenario NAME]... [--runs N]
-                                    [--break NAME]
-                                    [--write-docs] [--seconds S] [--rate R]
+                                    [--break NAME] [--write-docs] [--seconds S] [--rate R]
 
 Scenarios (each on its own throwaway server, started on a free port: initdb/pg_ctl, or
 mariadb-install-db/mariadbd; on MariaDB the database faults are SIGSTOP/SIGKILL of mariadbd,

@@ -79,7 +79,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "runs from it, as <phase>@before, beside this tree's, in every run")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     parser.add_argument("--write-docs", action="store_true",
-                        help=f"replace the marked results section of {DOCS.relative_to(REPO)}")
+                        help=f"replace the marked results section of {DOCS.relative_to(REPO)} "
+                        "(with several stores: the section putting them side by side)")
     args = parser.parse_args(argv)
     args.phase_list = [p.strip() for p in args.phases.split(",") if p.strip()]
     args.stores = list(dict.fromkeys(s.strip() for s in args.store.split(",") if s.strip()))
@@ -179,7 +180,7 @@ async def bench(args: argparse.Namespace, phases: list[str], tmp: Path) -> int:
         text, ok = report(ctx, results)
         print(text)
         if args.write_docs:
-            write_docs(text)
+            write_docs(text, len(args.stores))
             print(f"wrote {DOCS.relative_to(REPO)}", file=sys.stderr)
         return 0 if ok else 1
     finally:

@@ -21,6 +21,9 @@ from bench.wrk.procs import REPO, BenchError, version_of
 DOCS = REPO / "docs" / "benchmarks.md"
 BEGIN = "<!-- bench.wrk results: begin -->"
 END = "<!-- bench.wrk results: end -->"
+# A run on several stores writes its own block ("MariaDB against PostgreSQL").
+STORES_BEGIN = "<!-- bench.wrk stores side by side: begin -->"
+STORES_END = "<!-- bench.wrk stores side by side: end -->"
 
 
 def median(values: Iterable[float | None]) -> float | None:
@@ -174,10 +177,13 @@ def added_latency(results: dict[str, list[Result]]) -> str:
     return "".join(lines)
 
 
-def write_docs(text: str) -> None:
+def write_docs(text: str, stores: int = 1) -> None:
+    """Replace the results block of docs/benchmarks.md: the one-store block, or for a run on
+    several stores the side-by-side block."""
+    begin, end = (BEGIN, END) if stores == 1 else (STORES_BEGIN, STORES_END)
     doc = DOCS.read_text()
-    if BEGIN not in doc or END not in doc:
-        raise BenchError(f"{DOCS} has no {BEGIN} … {END} section to replace")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOCS.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
+    if begin not in doc or end not in doc:
+        raise BenchError(f"{DOCS} has no {begin} … {end} section to replace")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    DOCS.write_text(f"{head}{begin}\n{text}{end}{tail}")
