@@ -79,13 +79,14 @@ STORE_LABELS = {"postgres": "PostgreSQL", "mariadb": "MariaDB", "sqlite": "SQLit
 
 def ratios(results: dict[str, list[Result]], stores: list[str]) -> str:
     """Each store after the first against the first, phase by phase, from the medians of the
-    same run: req/s, proxy and store CPU per request, commits per request, p50."""
+    same run: req/s, p50, proxy and store CPU per request. (Not commits: each store counts
+    them its own way.)"""
     first = stores[0]
     lines = []
     for other in stores[1:]:
         label = f"{STORE_LABELS[other].split(' ')[0]} ÷ {STORE_LABELS[first].split(' ')[0]}"
-        lines += [f"| phase: {label} | req/s | p50 | proxy CPU/req | store CPU/req "
-                  "| commits/req |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| phase: {label} | req/s | p50 | proxy CPU/req | store CPU/req |",
+                  "|---|---:|---:|---:|---:|"]
         for name, runs in results.items():
             phase = PHASES[name]
             if phase.store != other:
@@ -95,7 +96,7 @@ def ratios(results: dict[str, list[Result]], stores: list[str]) -> str:
                 continue
             cells = [quotient(median(getattr(r, field) for r in runs),
                               median(getattr(r, field) for r in base))
-                     for field in ("rps", "p50_ms", "proxy_us", "db_us", "commits")]
+                     for field in ("rps", "p50_ms", "proxy_us", "db_us")]
             title = phase.title.rsplit(" — ", 1)[0]
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
         lines.append("")
