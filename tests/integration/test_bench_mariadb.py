@@ -63,13 +63,13 @@ async def test_a_commit_outlives_a_sigkill_and_a_paused_server_does_not_answer(
     assert await probe(server.dsn) is None
 
 
-@pytest.mark.slow  # about 60 s: a PostgreSQL database, a mariadbd, two proxies and wrk
+@pytest.mark.slow  # about 70 s: a PostgreSQL database, a mariadbd, the proxies and wrk
 def test_bench_wrk_runs_postgres_and_mariadb_side_by_side() -> None:
     """One short run of new events and known duplicates on both stores: it passes its own
     checks (every answer 2xx, each new event at the app once, no duplicate), and the report
     has each store's rows and the MariaDB ÷ PostgreSQL table."""
     argv = [sys.executable, "-m", "bench.wrk", "--store", "postgres,mariadb",
-            "--phases", "passthrough,new,dups-known", "--duration", "1", "--warmup", "0.5",
+            "--phases", "passthrough,new,dups-known", "--duration", "2", "--warmup", "1",
             "--settle", "0", "--max-rate", "3000"]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=150,
                           check=False)
