@@ -30,6 +30,7 @@ from bench.wrk.procs import REPO, BenchError, Procs
 from bench.wrk.report import DOCS, report, write_docs
 from bench.wrk.servers import ensure_competitor, prepare_stores
 from bench.wrk.stores import PgStore
+from tests.pgserver import ThrowawayCluster
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -42,6 +43,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "mariadbd, every commit fsynced); several, comma-separated, run each "
                         "webhook-sidecar phase on each, interleaved in every run, side by side "
                         "in the report (default: postgres)")
+    parser.add_argument("--private-pg", action="store_true",
+                        help="PostgreSQL: a private cluster (initdb, fsync on, default "
+                        "settings) started for the run, instead of $SIDECAR_BENCH_PG_DSN's "
+                        "server: its CPU is then the benchmark's alone, like MariaDB's")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before each phase")
     parser.add_argument("--connections", type=int, default=32)
@@ -148,12 +153,19 @@ async def bench(args: argparse.Namespace, phases: list[str], tmp: Path) -> int:
     procs = Procs()
     app = App(procs, tmp, args.loop)
     ctx = Context(args, tmp, procs, app)
+    cluster: ThrowawayCluster | None = None
     try:
         ctx.loop_name = loop_label(args.loop)
         used = {ctx.store_of(PHASES[p]) for p in phases if PHASES[p].server == "sidecar"}
         if "postgres" in used:
-            ctx.pg = PgStore(os.environ.get("SIDECAR_BENCH_PG_DSN",
-                                            "postgresql://postgres@127.0.0.1:5432/postgres"))
+            dsn = os.environ.get("SIDECAR_BENCH_PG_DSN",
+                                 "postgresql://postgres@127.0.0.1:5432/postgres")
+            if args.private_pg:
+                cluster = ThrowawayCluster(tmp / "pg", fsync=True)
+                # Not in a thread: its processes are stopped by cleanup() below.
+                cluster.start()
+                dsn = cluster.dsn
+            ctx.pg = PgStore(dsn)
             await ctx.pg.open()
         if "mariadb" in used:
             ctx.maria = MariaStore()
@@ -189,6 +201,8 @@ async def bench(args: argparse.Namespace, phases: list[str], tmp: Path) -> int:
             await ctx.pg.close()
         if ctx.maria is not None:
             await ctx.maria.close()
+        if cluster is not None:
+            await asyncio.to_thread(cluster.cleanup)
 
 
 def main() -> None:
