@@ -100,7 +100,7 @@ def ratios(results: dict[str, list[Result]], stores: list[str]) -> str:
             title = phase.title.rsplit(" — ", 1)[0]
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"  # a blank line: the table ends
 
 
 def quotient(a: float | None, b: float | None) -> str:
