@@ -24,7 +24,8 @@ Kinds (each on a fresh store per proxy):
 - ``new``: ``--ids`` new events as warm-up; counted: ``--requests`` new events, each forwarded.
   Store: ``--new-store``, PostgreSQL by default: a fresh database per proxy run on
   $SIDECAR_BENCH_PG_DSN's server (else 127.0.0.1:5432 as user postgres), migrated by the
-  tree's own ``sidecar migrate``, dropped after.
+  tree's own ``sidecar migrate``, dropped after; ``mariadb``: the same on a private mariadbd
+  (bench/mariadbd.py, every commit fsynced).
 
 Counted requests go over ``--connections`` keep-alive connections, one request in flight on
 each, between ``callgrind_control -i on`` and ``-i off``; the pass-through gets the same
@@ -89,6 +90,7 @@ import yaml
 from bench.phase_marks import PHASES, attribute, callgrind_parts
 from bench.wrk.app import App
 from bench.wrk.deliveries import PATH, SECRET, body_of, headers_of, new_ids
+from bench.wrk.mariadb import MariaStore
 from bench.wrk.procs import REPO, BenchError, Proc, Procs, cpu_us, die_with_parent, wait_listening
 from bench.wrk.stores import PgStore
 
@@ -137,7 +139,7 @@ class Target:
     tree: Path
     loop: str
     kind: str
-    store: str  # sqlite | postgres (sidecar only)
+    store: str  # sqlite | postgres | mariadb (sidecar only)
 
     @property
     def label(self) -> str:
@@ -227,11 +229,20 @@ class Bench:
         self.procs = Procs()
         self.app = App(self.procs, tmp, "auto")
         self.pg: PgStore | None = None
+        self.maria: MariaStore | None = None
         self.serial = 0
 
     async def store_url(self, target: Target, name: str) -> str:
         if target.store == "sqlite":
             return f"sqlite:///{self.tmp / name}.db"
+        if target.store == "mariadb":
+            if self.maria is None:
+                self.maria = MariaStore()
+                await self.maria.open()
+            dsn = await self.maria.fresh()  # the previous run's database dropped
+            await migrate(config(self.tmp, f"{name}-migrate", self.app.url, dsn, target.tree),
+                          target.tree)
+            return dsn
         if self.pg is None:
             self.pg = PgStore(os.environ.get("SIDECAR_BENCH_PG_DSN",
                                              "postgresql://postgres@127.0.0.1:5432/postgres"))
@@ -524,6 +535,8 @@ async def main_async(args: argparse.Namespace) -> int:
             if bench.pg is not None:
                 with contextlib.suppress(Exception):
                     await bench.pg.close()
+            if bench.maria is not None:
+                await bench.maria.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -533,8 +546,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a source tree to run the proxy from (repeat to compare)")
     parser.add_argument("--loop", default="asyncio", help="asyncio, uvloop or both: a,b")
     parser.add_argument("--kind", default="dups,new", help="dups, new or both: a,b")
-    parser.add_argument("--dups-store", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--new-store", choices=["sqlite", "postgres"], default="postgres")
+    parser.add_argument("--dups-store", choices=["sqlite", "postgres", "mariadb"],
+                        default="sqlite")
+    parser.add_argument("--new-store", choices=["sqlite", "postgres", "mariadb"],
+                        default="postgres")
     parser.add_argument("--phases", action="store_true",
                         help="lone deliveries, instructions by phase (plain and marked)")
     parser.add_argument("--requests", type=int, default=None,

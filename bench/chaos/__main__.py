@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from bench import chaos, sabotage
+from bench.chaos.database import STORES
 from bench.chaos.report import DOCS, Outcome, report, results_markdown, summary, table, write_docs
 from bench.chaos.run import run_once
 from bench.chaos.scenarios import CONTROL, SCENARIOS
@@ -29,6 +30,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scenario", action="append", choices=names,
                         help=f"run only these (repeatable; default: all {len(SCENARIOS)})")
     parser.add_argument("--runs", type=int, default=1, help="runs of each scenario")
+    parser.add_argument("--store", choices=STORES, default="postgres",
+                        help="the replicas' store, a private server each run: postgres (an "
+                        "initdb cluster) or mariadb (a mariadbd, every commit fsynced); every "
+                        "scenario has its MariaDB form: SIGSTOP/SIGKILL of mariadbd, KILL "
+                        "CONNECTION, SELECT … FOR UPDATE (default: postgres)")
     parser.add_argument("--break", dest="break_", metavar="NAME[,NAME]",
                         help="run the replicas as a deliberately broken build: "
                              + ", ".join(sabotage.BREAKS))
@@ -51,6 +57,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--seconds must be 5–60 and --rate at most 50 (keep the load light)")
     if not 0.5 <= args.lock_hold <= 10:
         parser.error("--lock-hold must be 0.5–10 seconds")
+    if args.store == "mariadb" and args.result_commit == "no_wait":
+        parser.error("--result-commit no_wait is PostgreSQL's (the MySQL store refuses it)")
+    if args.store == "mariadb" and args.break_ is not None:
+        parser.error("--break patches the PostgreSQL store: use it with --store postgres")
     if args.break_ is not None:
         try:
             sabotage.names(args.break_)
@@ -81,7 +91,7 @@ async def main_async(args: argparse.Namespace) -> int:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     settings = Settings(seconds=args.seconds, rate=args.rate, give_up=args.give_up,
                         duplicate_share=args.duplicate_share, lock_hold=args.lock_hold,
-                        result_commit=args.result_commit)
+                        result_commit=args.result_commit, store=args.store)
     chosen = [SCENARIOS.get(name) or CONTROL for name in (args.scenario or SCENARIOS)]
     seeds = random.Random(args.seed)
     outcomes: list[Outcome] = []
@@ -108,7 +118,7 @@ async def main_async(args: argparse.Namespace) -> int:
                  f"{args.give_up:g} s.")
         if args.break_:
             setup += f" **Broken build: `--break {args.break_}`.**"
-        write_docs(results_markdown(outcomes, setup))
+        write_docs(results_markdown(outcomes, setup, args.store), args.store)
         print(f"results written to {DOCS}")
     verdict, passed = summary(outcomes)
     print(verdict, file=sys.stdout if passed else sys.stderr)

@@ -21,8 +21,13 @@ from tests.pgserver import find_bindir
 from tests.support import REPO
 
 DOCS = REPO / "docs" / "chaos.md"
-RESULTS_BEGIN = "<!-- BEGIN chaos results (written by python -m bench.chaos --write-docs) -->"
-RESULTS_END = "<!-- END chaos results -->"
+# The results block of each store in docs/chaos.md, between its two markers.
+MARKERS = {
+    "postgres": ("<!-- BEGIN chaos results (written by python -m bench.chaos --write-docs) -->",
+                 "<!-- END chaos results -->"),
+    "mariadb": ("<!-- BEGIN chaos results, MariaDB (written by python -m bench.chaos "
+                "--store mariadb --write-docs) -->", "<!-- END chaos results, MariaDB -->"),
+}
 
 
 @dataclass
@@ -36,6 +41,7 @@ class Outcome:
     violations: list[Violation]
     tally: Tally
     notes: list[str]
+    server: str = ""  # MariaDB's version and durability settings (PostgreSQL: read from disk)
 
     @property
     def passed(self) -> bool:
@@ -120,29 +126,34 @@ def report(o: Outcome, verbose: bool) -> str:
     return "\n".join(lines)
 
 
-def machine() -> str:
-    """The machine and software a run was made on, in one line."""
+def machine(server: str = "") -> str:
+    """The machine and software a run was made on, in one line (``server``: the database
+    server's description, when the run read one; else PostgreSQL's binaries' version)."""
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
                platform.processor() or "unknown CPU")
-    try:
-        postgres = subprocess.run([str(find_bindir() / "postgres"), "--version"],
-                                  capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError, RuntimeError):
-        postgres = "PostgreSQL (version unknown)"
+    database = server
+    if not database:
+        try:
+            database = subprocess.run([str(find_bindir() / "postgres"), "--version"],
+                                      capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError, RuntimeError):
+            database = "PostgreSQL (version unknown)"
     revision = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
                               capture_output=True, text=True, timeout=10).stdout.strip()
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return (f"{os.cpu_count()} × {cpu}, {memory:.0f} GiB, Linux {platform.release()}, "
-            f"Python {platform.python_version()}, {postgres}, commit {revision or 'unknown'}")
+            f"Python {platform.python_version()}, {database}, commit {revision or 'unknown'}")
 
 
-def results_markdown(outcomes: Sequence[Outcome], setup: str) -> str:
+def results_markdown(outcomes: Sequence[Outcome], setup: str, store: str = "postgres") -> str:
     """The results block of docs/chaos.md: when, how, on what machine, the table, and the
     first lines of evidence of every violation."""
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     command = " ".join(["python -m bench.chaos", *sys.argv[1:]])
-    lines = [RESULTS_BEGIN, "", f"Run {when} with `{command}` on: {machine()}.", setup,
+    begin, end = MARKERS[store]
+    server = next((o.server for o in outcomes if o.server), "")
+    lines = [begin, "", f"Run {when} with `{command}` on: {machine(server)}.", setup,
              "", *table(outcomes)]
     failing = [o for o in outcomes if not o.passed]
     if failing:
@@ -151,14 +162,15 @@ def results_markdown(outcomes: Sequence[Outcome], setup: str) -> str:
             for v in o.violations:
                 lines.append(f"- **{o.scenario} run {o.run}**, `{v.invariant}`: {v.summary}")
                 lines += [f"  - `{line}`" for line in v.evidence[:3]]
-    lines += ["", RESULTS_END]
+    lines += ["", end]
     return "\n".join(lines)
 
 
-def write_docs(block: str) -> None:
-    """Replace the results block of docs/chaos.md."""
+def write_docs(block: str, store: str = "postgres") -> None:
+    """Replace the store's results block of docs/chaos.md."""
     text = DOCS.read_text()
-    pattern = re.compile(re.escape(RESULTS_BEGIN) + ".*?" + re.escape(RESULTS_END), re.S)
+    begin, end = MARKERS[store]
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     if not pattern.search(text):
         raise SystemExit(f"{DOCS}: no results markers to replace")
     DOCS.write_text(pattern.sub(lambda _: block, text))

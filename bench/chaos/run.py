@@ -1,5 +1,6 @@
-"""One run of a scenario: a private cluster, the app, two replicas and the provider; the load
-and the fault; quiescence; and the history handed to the checker."""
+"""One run of a scenario: a private database server (PostgreSQL or MariaDB), the app, two
+replicas and the provider; the load and the fault; quiescence; and the history handed to the
+checker."""
 
 from __future__ import annotations
 
@@ -15,19 +16,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import asyncpg
 
 from bench.chaos.app import RecordingApp
+from bench.chaos.database import NOW, Database, Session
 from bench.chaos.history import History, Kill, Kind, Receipt, Row
 from bench.chaos.invariants import check
 from bench.chaos.logs import from_logs
 from bench.chaos.provider import Make, Provider, normal
 from bench.chaos.report import Outcome, tally
-from bench.chaos.settings import DATABASE, Settings, answer_bound, proxy_config
+from bench.chaos.settings import Settings, answer_bound, proxy_config
 from bench.faultproxy import Fault, FaultProxy
 from sidecar.config.loader import parse_config
 from sidecar.config.model import Config
-from tests.pgserver import ThrowawayCluster, create_database
 from tests.support import REPO, ProxyProcess, write_config
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Run:
     settings: Settings
     rng: random.Random
     t0: float = field(default_factory=time.monotonic)
-    cluster: ThrowawayCluster | None = None
+    db: Database | None = None
     dsn: str = ""
     app: RecordingApp | None = None
     fault_proxy: FaultProxy | None = None
@@ -69,20 +69,19 @@ class Run:
         self.senders.append(asyncio.create_task(
             self.provider.event(event_id, kind, make, duplicate)))
 
-    async def connect(self, name: str) -> asyncpg.Connection:
-        return await asyncpg.connect(self.dsn, timeout=5,
-                                     server_settings={"application_name": name})
+    async def connect(self, name: str) -> Session:
+        assert self.db is not None
+        return await self.db.session(name)
 
 
 @contextlib.asynccontextmanager
 async def deployed(run: Run, tmp: Path) -> Any:
-    """A private cluster, the app (behind the fault proxy if the scenario has one) and two
-    replicas; all stopped on the way out, whatever happened."""
+    """A private database server, the app (behind the fault proxy if the scenario has one)
+    and two replicas; all stopped on the way out, whatever happened."""
     scenario = run.scenario
-    cluster = run.cluster = ThrowawayCluster(Path(tmp) / "pg", fsync=scenario.fsync)
+    db = run.db = Database(run.settings.store, Path(tmp), fsync=scenario.fsync)
     try:
-        await asyncio.to_thread(cluster.start)
-        run.dsn = await create_database(cluster.dsn, DATABASE)
+        run.dsn = await db.start()
         app = run.app = RecordingApp(run.clock, scenario.app_delay,
                                      close=scenario.fault_proxy is not None)
         if not scenario.app_down:
@@ -109,7 +108,7 @@ async def deployed(run: Run, tmp: Path) -> Any:
             await run.fault_proxy.stop()
         if run.app is not None:
             await run.app.stop()
-        await asyncio.to_thread(cluster.cleanup)
+        await db.cleanup()
 
 
 async def migrate(path: Path) -> None:
@@ -164,27 +163,30 @@ async def quiesce(run: Run) -> list[Row]:
     the queue is delivered, within the provider's give-up time — then read the rows."""
     assert run.config is not None
     lease = max(p.lease for p in run.config.providers)
+    now = NOW[run.settings.store]
     conn = await run.connect("chaos-checker")
     try:
         for _ in range(int((lease + run.settings.give_up) / 0.25) if run.scenario.queue
                        else 0):
-            waiting = await conn.fetchval("SELECT count(*) FROM webhook_event "
-                                          "WHERE state IN ('queued', 'processing')")
+            waiting = await conn.value("SELECT count(*) FROM webhook_event "
+                                       "WHERE state IN ('queued', 'processing')")
             if not waiting:
                 break
             await asyncio.sleep(0.25)
         for _ in range(int((lease + 2) / 0.25)):
-            live = await conn.fetchval("SELECT count(*) FROM webhook_event WHERE state = "
-                                       "'processing' AND lease_until > clock_timestamp()")
+            live = await conn.value("SELECT count(*) FROM webhook_event WHERE state = "
+                                    f"'processing' AND lease_until > {now}")
             if not live:
                 break
             await asyncio.sleep(0.25)
         records = await conn.fetch(
             "SELECT event_id, state, attempt, "
-            "coalesce(lease_until <= clock_timestamp(), true) AS expired FROM webhook_event")
+            f"coalesce(lease_until <= {now}, true) AS expired FROM webhook_event")
     finally:
         await conn.close()
-    return [Row(r["event_id"], r["state"], r["attempt"], r["expired"]) for r in records]
+    # MariaDB's keys are VARBINARY (bytes), its booleans 0 and 1.
+    return [Row(event_id.decode() if isinstance(event_id, bytes) else event_id, state,
+                attempt, bool(expired)) for event_id, state, attempt, expired in records]
 
 
 async def run_once(scenario: Scenario, settings: Settings, number: int,
@@ -240,4 +242,5 @@ async def run_once(scenario: Scenario, settings: Settings, number: int,
                      + ", ".join(f"{n}: {count}" for n, count in sorted(numbers.items()))
                      + " (above 1: a killed worker had taken it)")
     return Outcome(scenario.name, number, time.monotonic() - started, history,
-                   check(history), tally(history), notes)
+                   check(history), tally(history), notes,
+                   server=run.db.description if run.db is not None else "")

@@ -8,8 +8,10 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import asyncmy
 import asyncpg
 
+from bench.chaos.database import Session
 from bench.chaos.history import Kind
 from bench.chaos.provider import fixed, gzip_bomb, gzipped
 from bench.chaos.run import Run, kill_replica
@@ -22,48 +24,102 @@ CRASH_AT, CRASH_DOWN = 6.0, 5.0
 
 
 async def db_hang(run: Run) -> None:
-    """SIGSTOP the postmaster and every backend for HANG_FOR seconds, then SIGCONT (also when
-    the run is cancelled: ``paused`` continues them on the way out)."""
-    assert run.cluster is not None
+    """SIGSTOP the server (the postmaster and every backend; mariadbd) for HANG_FOR seconds,
+    then SIGCONT (also when the run is cancelled: ``paused`` continues them on the way out)."""
+    assert run.db is not None
     await run.at(HANG_AT)
-    processes = len(run.cluster.pids())
-    with run.cluster.paused():
+    processes = run.db.processes()
+    with run.db.paused():
         run.faults["processes stopped"] = processes
         await asyncio.sleep(HANG_FOR)
     run.faults["seconds stopped"] = int(HANG_FOR)
 
 
+# The proxies' sessions, never the harness's own: PostgreSQL's by database and application
+# name; MariaDB keeps no application name, so by database, except this session (the only
+# other session of the harness in this scenario).
+SESSIONS = {
+    "postgres": ("SELECT pid FROM pg_stat_activity WHERE datname = $1 "
+                 "AND application_name LIKE $2 AND pid <> pg_backend_pid()",
+                 (DATABASE, APPLICATION_NAME + "%")),
+    "mariadb": ("SELECT id FROM information_schema.processlist WHERE db = %s "
+                "AND id <> CONNECTION_ID()", (DATABASE,)),
+}
+
+
 async def backend_kills(run: Run) -> None:
-    """pg_terminate_backend on one or two of the proxies' connections every 0.3 to 1 s, filtered
-    by database and application name."""
+    """One or two of the proxies' connections killed every 0.3 to 1 s: pg_terminate_backend
+    (filtered by database and application name), or MariaDB's ``KILL CONNECTION``."""
     conn = await run.connect("chaos-killer")
+    sessions, args = SESSIONS[conn.store]
     try:
         await run.at(3.0)
         while run.clock() < run.settings.seconds - 3:
             await asyncio.sleep(run.rng.uniform(0.3, 1.0))
-            pids = await conn.fetch(
-                "SELECT pid FROM pg_stat_activity WHERE datname = $1 "
-                "AND application_name LIKE $2 AND pid <> pg_backend_pid()",
-                DATABASE, APPLICATION_NAME + "%")
-            for record in run.rng.sample(pids, min(len(pids), run.rng.randint(1, 2))):
-                if await conn.fetchval("SELECT pg_terminate_backend($1)", record["pid"]):
+            pids = [row[0] for row in await conn.fetch(sessions, *args)]
+            for pid in run.rng.sample(pids, min(len(pids), run.rng.randint(1, 2))):
+                if await kill_session(conn, int(pid)):
                     run.faults["backends terminated"] += 1
     finally:
         await conn.close()
 
 
+async def kill_session(conn: Session, pid: int) -> bool:
+    """Whether the session was there to kill."""
+    if conn.store == "postgres":
+        return bool(await conn.value("SELECT pg_terminate_backend($1)", pid))
+    try:
+        await conn.fetch(f"KILL CONNECTION {pid}")
+    except asyncmy.errors.OperationalError as exc:
+        if exc.args and exc.args[0] == UNKNOWN_THREAD:  # it ended meanwhile
+            return False
+        raise
+    return True
+
+
+UNKNOWN_THREAD = 1094  # MariaDB's ER_NO_SUCH_THREAD
+
+
 async def db_crash(run: Run) -> None:
-    """pg_ctl stop -m immediate (a crash: no checkpoint), down CRASH_DOWN seconds, start."""
-    cluster = run.cluster
-    assert cluster is not None
+    """A crash (no checkpoint: ``pg_ctl stop -m immediate``, SIGKILL of mariadbd), down
+    CRASH_DOWN seconds, then started again (crash recovery)."""
+    db = run.db
+    assert db is not None
     await run.at(CRASH_AT)
     try:
-        await asyncio.to_thread(cluster.stop, "immediate")
+        await db.crash()
         run.faults["crashes"] += 1
         await asyncio.sleep(CRASH_DOWN)
     finally:
-        await asyncio.to_thread(cluster.start)
+        await db.restart()
     run.faults["restarts"] += 1
+
+
+# Up to 4 in-flight or failed rows not locked before, at random. MariaDB locks every row a
+# locking read reads, not only those its LIMIT returns: so the rows are picked by a plain read
+# first, then locked by primary key, skipping those already locked. The lock waits end after
+# 500 ms (PostgreSQL) or 1 s (MariaDB counts whole seconds).
+LOCK_PG = ("SELECT event_id FROM webhook_event WHERE provider = 'stripe' "
+           "AND state IN ('processing', 'failed') AND event_id <> ALL($1::text[]) "
+           "ORDER BY random() LIMIT 4 FOR UPDATE SKIP LOCKED")
+PICK_MARIADB = ("SELECT event_id FROM webhook_event WHERE provider = 'stripe' "
+                "AND state IN ('processing', 'failed') ORDER BY RAND() LIMIT 20")
+LOCK_MARIADB = ("SELECT event_id FROM webhook_event WHERE provider = 'stripe' "
+                "AND event_id IN ({}) AND state IN ('processing', 'failed') "
+                "LIMIT 4 FOR UPDATE SKIP LOCKED")
+
+
+async def lock_rows(conn: Session, locked: list[str]) -> list[str]:
+    """Lock (in the caller's transaction) up to 4 rows not in ``locked``; their ids."""
+    if conn.store == "postgres":
+        await conn.fetch("SET LOCAL lock_timeout = '500ms'")
+        return [row[0] for row in await conn.fetch(LOCK_PG, locked)]
+    picked = [row[0] for row in await conn.fetch(PICK_MARIADB)
+              if row[0].decode() not in locked]
+    if not picked:
+        return []
+    rows = await conn.fetch(LOCK_MARIADB.format(", ".join(["%s"] * len(picked))), *picked)
+    return [row[0].decode() for row in rows]
 
 
 async def row_locks(run: Run) -> None:
@@ -71,19 +127,18 @@ async def row_locks(run: Run) -> None:
     ``lock_hold`` seconds, again and again; each row is locked once (a row whose result write
     is being retried stays in flight: locking it again would make one lock of any length)."""
     conn = await run.connect("chaos-locker")
+    if conn.store == "mariadb":  # as the proxies: no gap locks, whole seconds of lock wait
+        await conn.fetch("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        await conn.fetch("SET SESSION innodb_lock_wait_timeout = 1")
     locked: list[str] = []
     try:
         await run.at(3.0)
         hold = run.settings.lock_hold
         while run.clock() < run.settings.seconds - hold - 1:
-            with contextlib.suppress(asyncpg.PostgresError):
+            with contextlib.suppress(asyncpg.PostgresError, asyncmy.errors.Error):
                 async with conn.transaction():
-                    await conn.execute("SET LOCAL lock_timeout = '500ms'")
-                    rows = await conn.fetch(
-                        "SELECT event_id FROM webhook_event WHERE provider = 'stripe' "
-                        "AND state IN ('processing', 'failed') AND event_id <> ALL($1::text[]) "
-                        "ORDER BY random() LIMIT 4 FOR UPDATE SKIP LOCKED", locked)
-                    locked += [r["event_id"] for r in rows]
+                    rows = await lock_rows(conn, locked)
+                    locked += rows
                     run.faults["rows locked"] += len(rows)
                     await asyncio.sleep(hold)
             await asyncio.sleep(0.5)
@@ -214,7 +269,7 @@ class Scenario:
     title: str
     inject: Callable[[Run], Coroutine[Any, Any, None]]
     app_delay: tuple[float, float] = (0.0, 0.05)
-    fsync: bool = False  # only a cluster that is crashed needs it
+    fsync: bool = False  # only a cluster that is crashed needs it (mariadbd: always on)
     fault_proxy: Callable[[Run], Callable[[], Fault]] | None = None
     expect_fault: bool = True
     queue: bool = False  # the provider in queue mode
@@ -227,12 +282,12 @@ class Scenario:
 IN_FLIGHT = (0.1, 0.5)
 
 SCENARIOS = {s.name: s for s in (
-    Scenario("db-hang", f"database hang: SIGSTOP postmaster + backends {HANG_FOR:g} s", db_hang,
-             app_delay=IN_FLIGHT),
-    Scenario("backend-kills", "pg_terminate_backend on the proxies' connections at random",
-             backend_kills, app_delay=IN_FLIGHT),
-    Scenario("db-crash", f"pg_ctl stop -m immediate, restart after {CRASH_DOWN:g} s", db_crash,
-             app_delay=IN_FLIGHT, fsync=True),
+    Scenario("db-hang", f"database hang: SIGSTOP postmaster + backends (mariadbd) "
+             f"{HANG_FOR:g} s", db_hang, app_delay=IN_FLIGHT),
+    Scenario("backend-kills", "pg_terminate_backend (KILL CONNECTION) on the proxies' "
+             "connections at random", backend_kills, app_delay=IN_FLIGHT),
+    Scenario("db-crash", f"pg_ctl stop -m immediate (SIGKILL mariadbd), restart after "
+             f"{CRASH_DOWN:g} s", db_crash, app_delay=IN_FLIGHT, fsync=True),
     Scenario("row-locks", "SELECT … FOR UPDATE held on in-flight rows (--lock-hold)",
              row_locks, app_delay=(0.2, 0.6)),
     Scenario("upstream-faults", "fault proxy to the app: black hole, resets, slow body",

@@ -34,6 +34,7 @@ class Settings:
     duplicate_share: float = 0.1  # events whose first delivery goes to both replicas at once
     lock_hold: float = 3.0  # row-locks: > the proxies' lock_timeout (300ms); 3 s = lease - 1 s
     result_commit: str = "wait"  # store.result_commit of the replicas (no_wait: the opt-in)
+    store: str = "postgres"  # the replicas' store: postgres | mariadb (bench.chaos.database)
 
 
 DEFAULTS = Settings()

@@ -15,12 +15,22 @@ from pathlib import Path
 from bench import wrk
 from bench.wrk.app import App
 from bench.wrk.context import Context
+from bench.wrk.mariadb import MariaStore
 from bench.wrk.measure import run_phase
-from bench.wrk.phases import OPTIONAL, PHASES, Result, run_order, with_before
+from bench.wrk.phases import (
+    OPTIONAL,
+    PHASES,
+    STORES,
+    Result,
+    run_order,
+    with_before,
+    with_stores,
+)
 from bench.wrk.procs import REPO, BenchError, Procs
 from bench.wrk.report import DOCS, report, write_docs
 from bench.wrk.servers import ensure_competitor, prepare_stores
 from bench.wrk.stores import PgStore
+from tests.pgserver import ThrowawayCluster
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -28,7 +38,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="python -m bench.wrk", description=(wrk.__doc__ or "").split("\n\n")[0],
         epilog="Phases: " + ", ".join(PHASES) + ". Competitor phases need node, npm and "
         "redis-server and are skipped without them.")
-    parser.add_argument("--store", choices=["postgres", "sqlite"], default="postgres")
+    parser.add_argument("--store", default="postgres", metavar="STORE[,STORE]",
+                        help="webhook-sidecar's store: " + ", ".join(STORES) + " (a private "
+                        "mariadbd, every commit fsynced); several, comma-separated, run each "
+                        "webhook-sidecar phase on each, interleaved in every run, side by side "
+                        "in the report (default: postgres)")
+    parser.add_argument("--private-pg", action="store_true",
+                        help="PostgreSQL: a private cluster (initdb, fsync on, default "
+                        "settings) started for the run, instead of $SIDECAR_BENCH_PG_DSN's "
+                        "server: its CPU is then the benchmark's alone, like MariaDB's")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before each phase")
     parser.add_argument("--connections", type=int, default=32)
@@ -66,9 +84,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "runs from it, as <phase>@before, beside this tree's, in every run")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     parser.add_argument("--write-docs", action="store_true",
-                        help=f"replace the marked results section of {DOCS.relative_to(REPO)}")
+                        help=f"replace the marked results section of {DOCS.relative_to(REPO)} "
+                        "(with several stores: the section putting them side by side)")
     args = parser.parse_args(argv)
     args.phase_list = [p.strip() for p in args.phases.split(",") if p.strip()]
+    args.stores = list(dict.fromkeys(s.strip() for s in args.store.split(",") if s.strip()))
+    if not args.stores or set(args.stores) - set(STORES):
+        parser.error(f"--store {args.store}: each one of {', '.join(STORES)}")
+    if "mariadb" in args.stores and args.seed_rows:
+        parser.error("--seed-rows is for postgres and sqlite only")
     unknown = [p for p in args.phase_list if p not in PHASES]
     if unknown:
         parser.error(f"unknown phase(s) {', '.join(unknown)}; known: {', '.join(PHASES)}")
@@ -77,6 +101,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if not (args.before / "sidecar" / "__main__.py").is_file():
             parser.error(f"--before {args.before}: not a webhook-sidecar source tree")
         args.phase_list = with_before(args.phase_list)
+    if len(args.stores) > 1:
+        if args.before is not None:
+            parser.error("--before runs with one --store")
+        paced = [p for p in args.phase_list if PHASES[p].half_of]
+        if paced:  # paced at one phase's rate: which store's would be arbitrary
+            parser.error(f"{', '.join(paced)}: run with one --store")
+        args.phase_list = with_stores(args.phase_list, args.stores)
     return args
 
 
@@ -122,12 +153,23 @@ async def bench(args: argparse.Namespace, phases: list[str], tmp: Path) -> int:
     procs = Procs()
     app = App(procs, tmp, args.loop)
     ctx = Context(args, tmp, procs, app)
+    cluster: ThrowawayCluster | None = None
     try:
         ctx.loop_name = loop_label(args.loop)
-        if args.store == "postgres" and any(PHASES[p].server == "sidecar" for p in phases):
-            ctx.pg = PgStore(os.environ.get("SIDECAR_BENCH_PG_DSN",
-                                            "postgresql://postgres@127.0.0.1:5432/postgres"))
+        used = {ctx.store_of(PHASES[p]) for p in phases if PHASES[p].server == "sidecar"}
+        if "postgres" in used:
+            dsn = os.environ.get("SIDECAR_BENCH_PG_DSN",
+                                 "postgresql://postgres@127.0.0.1:5432/postgres")
+            if args.private_pg:
+                cluster = ThrowawayCluster(tmp / "pg", fsync=True)
+                # Not in a thread: its processes are stopped by cleanup() below.
+                cluster.start()
+                dsn = cluster.dsn
+            ctx.pg = PgStore(dsn)
             await ctx.pg.open()
+        if "mariadb" in used:
+            ctx.maria = MariaStore()
+            await ctx.maria.open()
         await app.start()
         await prepare_stores(ctx)
         if OPTIONAL & set(phases):
@@ -144,18 +186,23 @@ async def bench(args: argparse.Namespace, phases: list[str], tmp: Path) -> int:
                       f"{result.proxy_us:,.0f} µs/req"
                       + (f", store {result.db_us:,.0f} µs/req" if result.db_us else "")
                       + (f", commits {result.commits:.2f}/req" if result.commits else "")
+                      + (f", fsyncs {result.fsyncs:.2f}/req" if result.fsyncs else "")
                       + (f"; PROBLEMS: {'; '.join(result.problems)}" if result.problems
                          else ""), file=sys.stderr, flush=True)
         text, ok = report(ctx, results)
         print(text)
         if args.write_docs:
-            write_docs(text)
+            write_docs(text, len(args.stores))
             print(f"wrote {DOCS.relative_to(REPO)}", file=sys.stderr)
         return 0 if ok else 1
     finally:
         await procs.stop_all()
         if ctx.pg is not None:
             await ctx.pg.close()
+        if ctx.maria is not None:
+            await ctx.maria.close()
+        if cluster is not None:
+            await asyncio.to_thread(cluster.cleanup)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from bench.wrk.context import Context
 from bench.wrk.deliveries import new_ids, prime, write_deliveries
 from bench.wrk.load import WrkResult, prime_with_wrk, run_wrk
+from bench.wrk.mariadb import COUNTERS
 from bench.wrk.phases import Phase, Result
 from bench.wrk.procs import BenchError, cpu_us
 from bench.wrk.pyspy import profile_summary, start_py_spy
@@ -46,8 +47,10 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
     measured = write_deliveries(ctx.path(f"{phase.name}.deliveries"), measured_ids)
     warm = (measured if warm_ids is measured_ids else
             write_deliveries(ctx.path(f"{phase.name}-warmup.deliveries"), warm_ids))
-    pg = ctx.pg if phase.server == "sidecar" else None
-    store_url = await fresh_store(ctx) if phase.server == "sidecar" else ""
+    store = ctx.store_of(phase) if phase.server == "sidecar" else ""
+    pg = ctx.pg if store == "postgres" else None
+    maria = ctx.maria if store == "mariadb" else None
+    store_url = await fresh_store(ctx, store) if store else ""
     pause_ms = 0.0
     if phase.half_of:
         reached = median(r.rps for r in ctx.results.get(phase.half_of, []))
@@ -66,7 +69,7 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
                              args.connections)
         await ctx.procs.stop(other)
     server, url = await start_server(ctx, phase, store_url)
-    commits0, db0 = 0, {}
+    commits0, db0, counters0 = 0, {}, {}
     try:
         if phase.prime == "same":
             await prime(url, measured_ids)
@@ -76,6 +79,9 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
             await asyncio.sleep(args.settle)  # idle sessions flush their stats within 10 s
             commits0 = await pg.commits()
             db0 = await pg.cpu()
+        elif maria is not None:
+            counters0 = await maria.counters()
+            db0 = await maria.cpu()
         elif phase.server == "competitor" and ctx.redis is not None:
             db0 = {ctx.redis.pid: cpu_us(ctx.redis.pid)}
         mark = ctx.app.mark()
@@ -87,6 +93,8 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
         db_us: float | None = None
         if pg is not None:
             db_us = cpu_delta(db0, await pg.cpu())
+        elif maria is not None:
+            db_us = cpu_delta(db0, await maria.cpu())
         elif phase.server == "competitor" and ctx.redis is not None:
             db_us = cpu_us(ctx.redis.pid) - db0[ctx.redis.pid]
         if profiler is not None:
@@ -109,14 +117,20 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
             for path in ctx.tmp.glob("*.deliveries"):
                 path.unlink()
     commits: float | None = None
+    fsyncs: float | None = None
     if pg is not None:
         await pg.wait_idle()
         commits = (await pg.commits() - commits0) / max(result.requests, 1)
+    elif maria is not None:
+        counters = await maria.counters()
+        commits, fsyncs = ((counters[name] - counters0[name]) / max(result.requests, 1)
+                           for name in COUNTERS)
     (ctx.path(f"{phase.name}.wrk.txt")).write_text(result.text)
     out = Result(phase.name, result.rps, result.p50_ms, result.p99_ms,
                  (proxy1 - proxy0) / max(result.requests, 1),
                  None if db_us is None else db_us / max(result.requests, 1), commits,
-                 result.requests, None if phase.server == "hello" else len(forwarded))
+                 result.requests, None if phase.server == "hello" else len(forwarded),
+                 fsyncs=fsyncs)
     out.problems = check(phase, result, forwarded, per)
     return out
 

@@ -17,6 +17,7 @@ class Phase:
     half_of: str = ""
     queue: bool = False  # the provider in queue mode: answered once stored, delivered after
     before: bool = False  # webhook-sidecar run from --before's source tree instead of this one
+    store: str = ""  # postgres | sqlite | mariadb; "" for --store's only one
 
 
 PHASES = {p.name: p for p in [
@@ -38,6 +39,7 @@ PHASES = {p.name: p for p in [
 ]}
 OPTIONAL = {"competitor", "competitor-dups"}
 BEFORE = "@before"
+STORES = {"postgres": "PostgreSQL", "mariadb": "MariaDB", "sqlite": "SQLite"}
 
 
 def with_before(names: list[str]) -> list[str]:
@@ -56,22 +58,49 @@ def with_before(names: list[str]) -> list[str]:
     return out
 
 
+def with_stores(names: list[str], stores: list[str]) -> list[str]:
+    """``names`` with each webhook-sidecar phase replaced by one twin per store,
+    ``<name>@<store>`` (the same workload on that store), registered in ``PHASES``; the
+    twins of one phase stand together, so that they run one after the other."""
+    out: list[str] = []
+    for name in names:
+        phase = PHASES[name]
+        if phase.server != "sidecar":
+            out.append(name)
+            continue
+        for store in stores:
+            twin = replace(phase, name=f"{name}@{store}",
+                           title=f"{phase.title} — {STORES[store]}", store=store)
+            PHASES[twin.name] = twin
+            out.append(twin.name)
+    return out
+
+
 def run_order(names: list[str], run: int) -> list[str]:
-    """Odd runs measure each ``@before`` twin after its phase rather than before it, so that
-    neither tree always goes first."""
-    if run % 2 == 0:
-        return names
+    """Odd runs measure each ``@before`` twin after its phase rather than before it, and each
+    run starts a phase's store twins from the next store, so that no tree or store always
+    goes first."""
     out = list(names)
-    for i in range(len(out) - 1):
-        if out[i].endswith(BEFORE) and out[i + 1] == out[i].removesuffix(BEFORE):
-            out[i], out[i + 1] = out[i + 1], out[i]
+    i = 0
+    while i < len(out):
+        base = out[i].split("@", 1)[0]
+        j = i
+        while j < len(out) and out[j].split("@", 1)[0] == base:
+            j += 1
+        group = out[i:j]
+        if any(PHASES[n].store for n in group):
+            shift = run % len(group)
+            out[i:j] = group[shift:] + group[:shift]
+        elif run % 2 == 1 and len(group) == 2 and group[0].endswith(BEFORE):
+            out[i:j] = group[::-1]
+        i = j
     return out
 
 
 @dataclass
 class Result:
-    """One run of a phase: CPU per request in µs, commits per request, and what its checks
-    found wrong."""
+    """One run of a phase: CPU per request in µs, commits (and on MariaDB fsyncs) per request,
+    and what its checks found wrong."""
 
     phase: str
     rps: float
@@ -83,4 +112,5 @@ class Result:
     requests: int
     forwards: int | None
     problems: list[str] = field(default_factory=list)
+    fsyncs: float | None = None  # MariaDB's fsyncs per request (InnoDB's log and data files)
 

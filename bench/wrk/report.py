@@ -21,6 +21,9 @@ from bench.wrk.procs import REPO, BenchError, version_of
 DOCS = REPO / "docs" / "benchmarks.md"
 BEGIN = "<!-- bench.wrk results: begin -->"
 END = "<!-- bench.wrk results: end -->"
+# A run on several stores writes its own block ("MariaDB against PostgreSQL").
+STORES_BEGIN = "<!-- bench.wrk stores side by side: begin -->"
+STORES_END = "<!-- bench.wrk stores side by side: end -->"
 
 
 def median(values: Iterable[float | None]) -> float | None:
@@ -34,15 +37,16 @@ def fmt(value: float | None, digits: int = 0, suffix: str = "") -> str:
     return f"{value:,.{digits}f}{suffix}"
 
 
-def table(results: dict[str, list[Result]], store: str) -> str:
+def table(results: dict[str, list[Result]], stores: list[str]) -> str:
     base = results.get("passthrough")
     base_rps = median(r.rps for r in base) if base else None
     base_us = median(r.proxy_us for r in base) if base else None
-    db = "PostgreSQL" if store == "postgres" else "SQLite (in the proxy)"
+    fsyncs = "mariadb" in stores
     lines = [
         "| phase | req/s | × pass-through | p50 ms | p99 ms | proxy CPU µs/req "
-        "| × pass-through | store CPU µs/req | commits/req | app forwards/req |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| × pass-through | store CPU µs/req | commits/req "
+        + ("| fsyncs/req " if fsyncs else "") + "| app forwards/req |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if fsyncs else "") + "---:|",
     ]
     for name, runs in results.items():
         phase = PHASES[name]
@@ -54,7 +58,7 @@ def table(results: dict[str, list[Result]], store: str) -> str:
         db_cell = fmt(db_us)
         if phase.server == "competitor" and db_us is not None:
             db_cell += " (Redis)"
-        elif phase.server == "sidecar" and store == "sqlite":
+        elif phase.server == "sidecar" and (phase.store or stores[0]) == "sqlite":
             db_cell = "in proxy"
         lines.append(
             f"| {phase.title} | {fmt(rps)} "
@@ -63,10 +67,44 @@ def table(results: dict[str, list[Result]], store: str) -> str:
             f"| {fmt(median(r.p99_ms for r in runs), 1)} | {fmt(proxy)} "
             f"| {fmt(proxy / base_us if proxy and base_us else None, 2)} | {db_cell} "
             f"| {fmt(median(r.commits for r in runs), 2)} "
-            f"| {fmt(forwards / requests if forwards is not None and requests else None, 3)} |")
-    if any(PHASES[name].server == "sidecar" for name in results):
-        lines.append(f"\nwebhook-sidecar's store: {db}.")
+            + (f"| {fmt(median(r.fsyncs for r in runs), 2)} " if fsyncs else "")
+            + f"| {fmt(forwards / requests if forwards is not None and requests else None, 3)} |")
+    if len(stores) == 1 and any(PHASES[name].server == "sidecar" for name in results):
+        lines.append(f"\nwebhook-sidecar's store: {STORE_LABELS[stores[0]]}.")
     return "\n".join(lines)
+
+
+STORE_LABELS = {"postgres": "PostgreSQL", "mariadb": "MariaDB", "sqlite": "SQLite (in the proxy)"}
+
+
+def ratios(results: dict[str, list[Result]], stores: list[str]) -> str:
+    """Each store after the first against the first, phase by phase, from the medians of the
+    same run: req/s, p50, proxy and store CPU per request. (Not commits: each store counts
+    them its own way.)"""
+    first = stores[0]
+    lines = []
+    for other in stores[1:]:
+        label = f"{STORE_LABELS[other].split(' ')[0]} ÷ {STORE_LABELS[first].split(' ')[0]}"
+        lines += [f"| phase: {label} | req/s | p50 | proxy CPU/req | store CPU/req |",
+                  "|---|---:|---:|---:|---:|"]
+        for name, runs in results.items():
+            phase = PHASES[name]
+            if phase.store != other:
+                continue
+            base = results.get(name.rsplit("@", 1)[0] + "@" + first)
+            if not base:
+                continue
+            cells = [quotient(median(getattr(r, field) for r in runs),
+                              median(getattr(r, field) for r in base))
+                     for field in ("rps", "p50_ms", "proxy_us", "db_us")]
+            title = phase.title.rsplit(" — ", 1)[0]
+            lines.append(f"| {title} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines) + "\n"  # a blank line: the table ends
+
+
+def quotient(a: float | None, b: float | None) -> str:
+    return fmt(a / b, 2) if a is not None and b else "—"
 
 
 def machine(ctx: Context) -> str:
@@ -80,8 +118,10 @@ def machine(ctx: Context) -> str:
     parts = [f"{model}, {os.cpu_count()} cores", f"Linux {platform.release()}",
              f"Python {platform.python_version()}"]
     if ctx.pg is not None:
-        parts.append(f"PostgreSQL {ctx.pg.version}")
-    else:
+        parts.append(f"PostgreSQL {ctx.pg.version} ({ctx.pg.durability})")
+    if ctx.maria is not None:
+        parts.append(ctx.maria.version)
+    if "sqlite" in ctx.args.stores:
         parts.append(f"SQLite {sqlite3.sqlite_version}")
     parts += [wrk_version, f"app: {ctx.app.kind}",
               f"bench servers' loop: {ctx.loop_name}"]
@@ -107,8 +147,9 @@ def report(ctx: Context, results: dict[str, list[Result]]) -> tuple[str, bool]:
                 for problem in r.problems]
     checks = ("Checks: every answer 2xx; each new event reached the app once, no duplicate "
               "did; no id ran out." if not problems else "Problems:\n" + "\n".join(problems))
-    text = (f"Machine: {machine(ctx)}.\n\n{conditions}.\n\n{table(results, args.store)}\n\n"
-            f"{added_latency(results)}{checks}\n")
+    side_by_side = ratios(results, args.stores) if len(args.stores) > 1 else ""
+    text = (f"Machine: {machine(ctx)}.\n\n{conditions}.\n\n{table(results, args.stores)}\n\n"
+            f"{side_by_side}{added_latency(results)}{checks}\n")
     return text, not problems
 
 
@@ -137,10 +178,13 @@ def added_latency(results: dict[str, list[Result]]) -> str:
     return "".join(lines)
 
 
-def write_docs(text: str) -> None:
+def write_docs(text: str, stores: int = 1) -> None:
+    """Replace the results block of docs/benchmarks.md: the one-store block, or for a run on
+    several stores the side-by-side block."""
+    begin, end = (BEGIN, END) if stores == 1 else (STORES_BEGIN, STORES_END)
     doc = DOCS.read_text()
-    if BEGIN not in doc or END not in doc:
-        raise BenchError(f"{DOCS} has no {BEGIN} … {END} section to replace")
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOCS.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
+    if begin not in doc or end not in doc:
+        raise BenchError(f"{DOCS} has no {begin} … {end} section to replace")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    DOCS.write_text(f"{head}{begin}\n{text}{end}{tail}")

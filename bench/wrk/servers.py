@@ -74,38 +74,47 @@ async def start_sidecar(ctx: Context, config: Path, name: str = "sidecar", *,
 
 
 async def prepare_stores(ctx: Context) -> None:
-    """The PostgreSQL template (migrated, seeded) or the seeded SQLite template file."""
+    """The PostgreSQL template (migrated, seeded) and the seeded SQLite template file, for the
+    stores the run uses (MariaDB's databases are made and migrated per phase)."""
     rows = ctx.args.seed_rows
     if ctx.pg is not None:
         await ctx.pg.create(ctx.pg.template)
-        config = sidecar_config(ctx, ctx.pg.dsn(ctx.pg.template))
-        await migrate(config)
         store_url = ctx.pg.dsn(ctx.pg.template)
-    else:
-        if not rows:
-            return
+        await migrate(sidecar_config(ctx, store_url))
+        if rows:
+            await seed(ctx, store_url, rows)
+    if "sqlite" in ctx.args.stores and rows:
         ctx.sqlite_template = ctx.tmp / "template.db"
-        store_url = f"sqlite:///{ctx.sqlite_template}"
-        config = sidecar_config(ctx, store_url)
-    if not rows:
-        return
+        await seed(ctx, f"sqlite:///{ctx.sqlite_template}", rows)
+
+
+async def seed(ctx: Context, store_url: str, rows: int) -> None:
+    """``rows`` done rows in a template store, cloned from one delivered event."""
     print(f"seeding {rows} done rows into the template…", file=sys.stderr, flush=True)
     started = time.monotonic()
-    proc, url = await start_sidecar(ctx, config, "sidecar-seed")
+    proc, url = await start_sidecar(ctx, sidecar_config(ctx, store_url), "sidecar-seed")
     template_id = new_ids(1)[0]
     await prime(url, [template_id], 1)
     await ctx.procs.stop(proc)
-    if ctx.pg is not None:
-        await seed_postgres(store_url, template_id, rows)
-    else:
+    if store_url.startswith("sqlite:"):
         assert ctx.sqlite_template is not None
         await asyncio.to_thread(seed_sqlite, ctx.sqlite_template, template_id, rows)
+    else:
+        await seed_postgres(store_url, template_id, rows)
     print(f"seeded in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
 
 
-async def fresh_store(ctx: Context) -> str:
-    if ctx.pg is not None:
+async def fresh_store(ctx: Context, store: str) -> str:
+    """A store URL for one phase: a copy of the template (PostgreSQL, SQLite) or a new,
+    migrated database (MariaDB)."""
+    if store == "postgres":
+        assert ctx.pg is not None
         return await ctx.pg.fresh()
+    if store == "mariadb":
+        assert ctx.maria is not None
+        store_url = await ctx.maria.fresh()
+        await migrate(sidecar_config(ctx, store_url))
+        return store_url
     path = ctx.path("store.db")
     if ctx.sqlite_template is not None:
         shutil.copyfile(ctx.sqlite_template, path)

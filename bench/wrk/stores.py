@@ -30,6 +30,7 @@ class PgStore:
         self.conn: Any = None
         self.postmaster = 0
         self.version = ""
+        self.durability = ""
         self.created: set[str] = set()
 
     def dsn(self, name: str) -> str:
@@ -42,6 +43,9 @@ class PgStore:
             raise BenchError(f"PostgreSQL at {self.admin_dsn} is not reachable ({exc}): set "
                              "$SIDECAR_BENCH_PG_DSN or use --store sqlite", 2) from None
         self.version = await self.conn.fetchval("SHOW server_version")
+        self.durability = ", ".join([
+            f"synchronous_commit={await self.conn.fetchval('SHOW synchronous_commit')}",
+            f"fsync={await self.conn.fetchval('SHOW fsync')}"])
         backend = await self.conn.fetchval("SELECT pg_backend_pid()")
         self.postmaster = parent(backend)
 
