@@ -29,11 +29,10 @@ from sidecar.core.events import (
     AttemptResult,
     EventState,
     Outcome,
-    PartitionsMade,
-    PartitionsRetired,
     RecordedResponse,
     StoredRequest,
 )
+from sidecar.core.partition_retention import PartitionsMade, PartitionsRetired
 from sidecar.obs.metrics import Metrics
 from sidecar.ops.maintenance import Maintenance
 from sidecar.runtime.wiring import partition_keeper
