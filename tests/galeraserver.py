@@ -1,0 +1,233 @@
+"""A throwaway three-node Galera cluster (Debian's ``galera-4`` with ``mariadbd``) for the test
+suite: each node its own data dir (the first made by ``mariadb-install-db``, the others filled
+by a state transfer from it), SQL port, socket, group port, IST
+port and SST port, all on free loopback ports; the first node bootstraps the cluster
+(``--wsrep-new-cluster``), the others join it by a state transfer (rsync). Never :3306.
+
+:meth:`Cluster.kill` SIGKILLs one node (the others keep quorum, two of three);
+:meth:`Cluster.restart` brings it back on the same data and ports (it rejoins by IST or SST).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.mariadbserver import MariaDBServerError, admin, probe
+from tests.pgserver import free_port, run_sync
+
+PROVIDER = Path("/usr/lib/galera/libgalera_smm.so")
+START_TIMEOUT = 90.0  # seconds for a node to answer as a synced member of the cluster
+# Failure detection tuned for a test on loopback: a SIGKILLed node is dropped from the view
+# within about two seconds, so the other two go on writing.
+_EVS = ("evs.keepalive_period=PT0.3S;evs.suspect_timeout=PT1.5S;"
+        "evs.inactive_timeout=PT3S;evs.inactive_check_period=PT0.5S;"
+        "evs.install_timeout=PT3S;gcache.size=64M")
+
+
+def missing() -> str | None:
+    """Why a cluster cannot start here, or None."""
+    if not PROVIDER.exists():
+        return f"{PROVIDER} is missing: install Debian's galera-4"
+    for tool in ("mariadbd", "mariadb-install-db", "rsync", "wsrep_sst_rsync"):
+        if not (shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/usr/bin")):
+            return f"{tool} not found: install Debian's mariadb-server, galera-4 and rsync"
+    return None
+
+
+def _bin(name: str) -> str:
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
+    if found is None:
+        raise MariaDBServerError(f"{name} not found: install Debian's mariadb-server")
+    return found
+
+
+@dataclass
+class Node:
+    index: int
+    base: Path
+    port: int = field(default_factory=free_port)
+    group_port: int = field(default_factory=free_port)
+    ist_port: int = field(default_factory=free_port)
+    sst_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def dsn(self) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/"
+
+    @property
+    def data(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.base / "mariadbd.log"
+
+
+class Cluster:
+    """Three ``mariadbd`` with wsrep on, one Galera cluster. :meth:`start`, then
+    :meth:`cleanup` (stops every node, removes the files)."""
+
+    def __init__(self, size: int = 3) -> None:
+        self._root = Path(tempfile.mkdtemp(prefix="sidecar-galera-"))
+        self.nodes = [Node(i, self._root / f"node{i}") for i in range(size)]
+        self.name = f"sidecar-test-{os.getpid()}"
+
+    def dsn(self, index: int) -> str:
+        return self.nodes[index].dsn
+
+    def start(self) -> None:
+        reason = missing()
+        if reason:
+            raise MariaDBServerError(reason)
+        # The joiners start from an empty data dir that the donor's rsync fills. Run by root,
+        # the nodes run as Debian's "mysql" user: an rsync daemon started by root would drop
+        # to "nobody", who may not write the data dir.
+        self._root.chmod(0o755)
+        for node in self.nodes:
+            node.base.mkdir(mode=0o755)
+            if node.index == 0:
+                self._install(node)
+            else:
+                node.data.mkdir()
+            _own(node.base)
+        self._launch(self.nodes[0], bootstrap=True)
+        self._wait_synced(self.nodes[0])
+        # The joiners one after another: each takes a state transfer from a synced donor.
+        for node in self.nodes[1:]:
+            self._launch(node)
+            self._wait_synced(node)
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one node: no shutdown, no goodbye to the group."""
+        node = self.nodes[index]
+        assert node.proc is not None
+        node.proc.kill()
+        node.proc.wait(timeout=30)
+        node.proc = None
+
+    def restart(self, index: int) -> None:
+        node = self.nodes[index]
+        self._launch(node)
+        self._wait_synced(node)
+
+    def cluster_size(self, index: int) -> int:
+        return int(self._status(self.nodes[index], "wsrep_cluster_size") or 0)
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGTERM)
+        for node in self.nodes:
+            if node.proc is None:
+                continue
+            try:
+                node.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                node.proc.kill()
+                node.proc.wait()
+            node.proc = None
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    def _install(self, node: Node) -> None:
+        install = [_bin("mariadb-install-db"), "--no-defaults", f"--datadir={node.data}",
+                   "--auth-root-authentication-method=normal", "--skip-test-db",
+                   *_user()]
+        done = subprocess.run(install, capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise MariaDBServerError(f"mariadb-install-db failed: {done.stderr[-2000:]}")
+
+    def _launch(self, node: Node, *, bootstrap: bool = False) -> None:
+        members = ",".join(f"127.0.0.1:{n.group_port}" for n in self.nodes)
+        options = (f"gmcast.listen_addr=tcp://127.0.0.1:{node.group_port};"
+                   f"ist.recv_addr=127.0.0.1:{node.ist_port};{_EVS}")
+        args = [
+            _bin("mariadbd"), "--no-defaults", f"--datadir={node.data}",
+            "--bind-address=127.0.0.1", f"--port={node.port}",
+            f"--socket={node.base / 'mariadbd.sock'}", f"--pid-file={node.base / 'pid'}",
+            "--skip-name-resolve", "--innodb-buffer-pool-size=48M",
+            "--innodb-log-file-size=16M", "--max-connections=300",
+            # Galera's rules: row-based binary log format, interleaved auto-increment locks.
+            "--binlog-format=ROW", "--innodb-autoinc-lock-mode=2",
+            "--default-storage-engine=InnoDB",
+            # Durability comes from the other nodes (a commit is certified cluster-wide first).
+            "--innodb-flush-log-at-trx-commit=0",
+            "--wsrep-on=ON", f"--wsrep-provider={PROVIDER}",
+            f"--wsrep-cluster-name={self.name}",
+            f"--wsrep-cluster-address=gcomm://{members}",
+            f"--wsrep-provider-options={options}",
+            f"--wsrep-node-name=node{node.index}",
+            f"--wsrep-node-address=127.0.0.1:{node.group_port}",
+            f"--wsrep-node-incoming-address=127.0.0.1:{node.port}",
+            f"--wsrep-sst-receive-address=127.0.0.1:{node.sst_port}",
+            "--wsrep-sst-method=rsync", "--wsrep-slave-threads=2",
+            *(["--wsrep-new-cluster"] if bootstrap else []), *_user(),
+        ]
+        with open(node.log, "ab") as log:
+            node.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def _wait_synced(self, node: Node) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        reason: str | None = "not started"
+        while time.monotonic() < deadline:
+            assert node.proc is not None
+            if node.proc.poll() is not None:
+                reason = f"exited with {node.proc.returncode}"
+                break
+            reason = run_sync(probe(node.dsn))
+            if reason is None:
+                state = self._status(node, "wsrep_local_state_comment")
+                if state == "Synced":
+                    return
+                reason = f"state {state}"
+            time.sleep(0.2)  # polling the node's readiness, bounded by START_TIMEOUT
+        tail = node.log.read_text(errors="replace")[-3000:]
+        raise MariaDBServerError(f"galera node{node.index} not synced ({reason}): {tail}")
+
+    def _status(self, node: Node, name: str) -> str | None:
+        return run_sync(_status(node.dsn, name))
+
+
+async def _status(dsn: str, name: str) -> str | None:
+    import asyncmy
+
+    from tests.mariadbserver import _connect_args
+
+    try:
+        conn = await asyncmy.connect(**_connect_args(dsn))
+    except (OSError, asyncmy.errors.Error):
+        return None
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SHOW STATUS LIKE %s", (name,))
+            row = await cur.fetchone()
+    finally:
+        conn.close()
+    return str(row[1]) if row else None
+
+
+def _user() -> list[str]:
+    return ["--user=mysql"] if os.geteuid() == 0 else []
+
+
+def _own(path: Path) -> None:
+    """Everything under ``path`` owned by the user the nodes run as (when started by root)."""
+    if os.geteuid() != 0:
+        return
+    import pwd
+
+    user = pwd.getpwnam("mysql")
+    for top, dirs, files in os.walk(path):
+        for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
+            os.chown(name, user.pw_uid, user.pw_gid)
+
+
+__all__ = ["Cluster", "Node", "admin", "missing"]
