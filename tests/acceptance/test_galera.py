@@ -1,0 +1,347 @@
+"""The MySQL store on a three-node Galera cluster (Debian's galera-4 with mariadbd, started by
+this module on free loopback ports, ``tests/galeraserver.py``), with real processes: proxies
+each connected to a different node, the same events delivered to all of them at once; a claim
+that loses a certification; ``migrate`` run against two nodes at once; ordered queue takes from
+two nodes; a node SIGKILLed under load. Nothing is lost, nothing reaches the app twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncmy
+import pytest
+
+from sidecar.core.events import Claim
+from sidecar.store.mysql import MySQLStore
+from sidecar.store.mysql.event_writes import claim as claim_step
+from sidecar.store.mysql.tx import Tx
+from sidecar.store.rows import Params
+from tests.acceptance.conftest import run_cli
+from tests.galeraserver import Cluster
+from tests.mariadbserver import (
+    _connect_args,
+    create_database,
+    drop_database,
+    unique_database_name,
+    with_database,
+)
+from tests.support import (
+    ProxyProcess,
+    StubApp,
+    base_config,
+    post,
+    stripe_event,
+    stripe_headers,
+    write_config,
+)
+
+pytestmark = [pytest.mark.mariadb, pytest.mark.galera]
+
+STRIPE = "/webhooks/stripe"
+NODES = range(3)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """Three nodes of this module's own (a test SIGKILLs one)."""
+    nodes = Cluster()
+    try:
+        nodes.start()
+        yield nodes
+    finally:
+        nodes.cleanup()
+
+
+@pytest.fixture
+async def database(cluster: Cluster) -> AsyncIterator[str]:
+    """A database made on node 0 (the DDL reaches every node); its name."""
+    name = unique_database_name("sidecar_galera")
+    await create_database(cluster.dsn(0), name)
+    try:
+        yield name
+    finally:
+        for node in NODES:  # through a node that is up
+            try:
+                await drop_database(cluster.dsn(node), name)
+                break
+            except (OSError, asyncmy.errors.Error):
+                continue
+
+
+@pytest.fixture
+async def stub() -> AsyncIterator[StubApp]:
+    app = await StubApp().start()
+    try:
+        yield app
+    finally:
+        await app.stop()
+
+
+async def query(dsn: str, sql: str) -> list[tuple[Any, ...]]:
+    conn = await asyncmy.connect(db=dsn.rsplit("/", 1)[1], **_connect_args(dsn))
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SET SESSION wsrep_sync_wait = 1")  # what every node committed
+            await cur.execute(sql)
+            return list(await cur.fetchall())
+    finally:
+        conn.close()
+
+
+async def rows(dsn: str) -> dict[str, tuple[str, int]]:
+    """event id → (state, attempt), as one node has it."""
+    found = await query(dsn, "SELECT event_id, state, attempt FROM webhook_event")
+    return {r[0].decode(): (r[1], int(r[2])) for r in found}
+
+
+async def proxies(tmp_path: Path, cluster: Cluster, name: str, stub: StubApp,
+                  nodes: range | list[int] = NODES, **provider: Any) -> list[ProxyProcess]:
+    """Migrated through node 0, then one ``run`` process per node, each on its node."""
+    configs = []
+    for node in nodes:
+        config = base_config(stub.url, with_database(cluster.dsn(node), name))
+        config["store"].update({"url": with_database(cluster.dsn(node), name)
+                                + "?connect_timeout=1", "statement_timeout": "5s"})
+        config["providers"]["stripe"].update(provider)
+        configs.append(write_config(tmp_path, config, f"node{node}.yaml"))
+    code, _, err = await run_cli("migrate", "--config", str(configs[0]))
+    assert code == 0, err
+    return list(await asyncio.gather(*(ProxyProcess(path).start() for path in configs)))
+
+
+async def stop(procs: list[ProxyProcess]) -> None:
+    for proc in procs:
+        if proc.proc is not None and proc.proc.returncode is None:
+            await proc.terminate()
+
+
+async def certification_failures(dsn: str) -> int:
+    """This node's transactions rolled back by Galera: failed certification, or aborted by
+    another node's write applied here."""
+    found = await query(dsn, "SHOW GLOBAL STATUS WHERE Variable_name IN"
+                             " ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')")
+    return sum(int(value) for _, value in found)
+
+
+def answered_consistently(answers: list[tuple[str, tuple[int, dict[str, str], bytes]]]) -> None:
+    """Each answer is the app's first answer to that event (2xx), or retryable with a
+    Retry-After: never a 2xx the app did not give."""
+    for event_id, (status, headers, body) in answers:
+        assert status in (200, 409, 503), (event_id, status, body)
+        if status == 200:
+            assert json.loads(body) == {"ok": True, "event": event_id, "attempt": 1}
+        else:
+            assert headers["Retry-After"], (event_id, status, headers)
+
+
+async def test_the_same_events_through_three_nodes_reach_the_app_once_each(
+    cluster: Cluster, database: str, stub: StubApp, tmp_path: Path,
+) -> None:
+    procs = await proxies(tmp_path, cluster, database, stub)
+    ids = [f"evt_g_{i}" for i in range(60)]
+    before = sum([await certification_failures(cluster.dsn(n)) for n in NODES])
+    try:
+        async with aiohttp.ClientSession() as client:
+            async def deliver(event_id: str, node: int) -> tuple[str, Any]:
+                body = stripe_event(event_id)
+                return event_id, await post(client, procs[node].url + STRIPE, body,
+                                            stripe_headers(body))
+
+            # Each event to the three proxies at once (each copy signed on its own).
+            answers = await asyncio.gather(*(deliver(e, n) for e in ids for n in NODES))
+            answered_consistently(answers)
+            assert {e: stub.count(e) for e in ids} == {e: 1 for e in ids}
+            # A provider retries what was not answered 2xx: each ends answered, none resent.
+            late = sorted({e for e, (status, _, _) in answers if status != 200})
+            for event_id in late:
+                for _ in range(50):
+                    answer = await deliver(event_id, ids.index(event_id) % 3)
+                    answered_consistently([answer])
+                    if answer[1][0] == 200:
+                        break
+                    await asyncio.sleep(0.1)  # a provider's retry interval
+                else:
+                    pytest.fail(f"{event_id} never answered 200")
+        assert {e: stub.count(e) for e in ids} == {e: 1 for e in ids}
+        for node in NODES:  # every node has every row, done at attempt 1
+            assert await rows(with_database(cluster.dsn(node), database)) == {
+                e: ("done", 1) for e in ids}
+        # The same ids through three nodes at once: some commits lost their certification.
+        after = sum([await certification_failures(cluster.dsn(n)) for n in NODES])
+        assert after > before
+    finally:
+        await stop(procs)
+
+
+async def test_a_claim_that_loses_the_certification_reads_as_a_lost_claim(
+    cluster: Cluster, database: str,
+) -> None:
+    """Node 1's claim has inserted the row, uncommitted, when node 0's claim of the same id
+    commits: node 1's commit fails (1213), the store runs the claim again, and it finds node
+    0's row: a lost claim, not an error."""
+    urls = [with_database(cluster.dsn(n), database) for n in (0, 1)]
+    code, _, err = await run_cli_migrate(urls[0])
+    assert code == 0, err
+    first, second = [await MySQLStore.connect(url) for url in urls]
+    inserted, go_on = asyncio.Event(), asyncio.Event()
+    runs = 0
+
+    async def held_claim(tx: Tx, params: Params) -> Any:
+        nonlocal runs
+        runs += 1
+        claim = await claim_step(tx, params)
+        if runs == 1:  # the first run waits before its commit, its row inserted
+            inserted.set()
+            await go_on.wait()
+        return claim
+
+    second._claims = second._coalescer("claim", held_claim, 1)
+    before = await certification_failures(cluster.dsn(1))
+    try:
+        assert second.cluster.galera and second.cluster.size == 3
+        losing = asyncio.create_task(second.claim("stripe", "evt_cert", b"b" * 32, 30.0, "B"))
+        await asyncio.wait_for(inserted.wait(), 10)
+        won = await first.claim("stripe", "evt_cert", b"a" * 32, 30.0, "A")
+        assert isinstance(won, Claim) and won.won
+        go_on.set()
+        lost = await asyncio.wait_for(losing, 10)
+        assert isinstance(lost, Claim) and not lost.won
+        assert lost.row.body_sha256 == b"a" * 32  # node 0's row
+        assert runs == 2  # rolled back once by the certification, then lost
+        assert await certification_failures(cluster.dsn(1)) > before
+    finally:
+        go_on.set()
+        await first.close()
+        await second.close()
+
+
+async def run_cli_migrate(url: str, tmp: Path | None = None) -> tuple[int, str, str]:
+    import tempfile
+
+    folder = Path(tmp or tempfile.mkdtemp(prefix="sidecar-galera-cfg-"))
+    path = write_config(folder, base_config("http://127.0.0.1:9", url),
+                        f"migrate-{abs(hash(url))}.yaml")
+    return await run_cli("migrate", "--config", str(path))
+
+
+async def test_migrate_against_two_nodes_at_once_applies_each_migration_once(
+    cluster: Cluster, database: str, tmp_path: Path,
+) -> None:
+    urls = [with_database(cluster.dsn(n), database) for n in (0, 1)]
+    results = await asyncio.gather(*(run_cli_migrate(url, tmp_path) for url in urls))
+    for code, _, err in results:
+        assert code == 0, err
+    applied = [line for _, out, _ in results for line in out.splitlines()
+               if line.startswith("applied:")]
+    names = [n.strip() for line in applied for n in line.removeprefix("applied:").split(",")]
+    assert sorted(names) == ["0001_init", "0002_take_lock"], results
+    for node in NODES:  # the same schema on every node, recorded once, no lease left
+        url = with_database(cluster.dsn(node), database)
+        recorded = await query(url, "SELECT name FROM webhook_sidecar_migrations ORDER BY name")
+        assert [r[0] for r in recorded] == ["0001_init", "0002_take_lock"]
+        assert await query(url, "SELECT name FROM webhook_sidecar_lock") == []
+        tables = await query(url, "SHOW TABLES")
+        assert len(tables) == 11, tables
+
+
+async def test_ordered_takes_from_two_nodes_keep_each_keys_order(
+    cluster: Cluster, database: str, tmp_path: Path,
+) -> None:
+    app = await StubApp().start()
+    procs: list[ProxyProcess] = []
+    try:
+        queue = {"first_retry": "200ms", "max_retry_delay": "1s", "poll_interval": "50ms",
+                 "order_key": "$.data.object.id"}
+        procs = await proxies(tmp_path, cluster, database, app, nodes=[0, 1], mode="queue",
+                              queue=queue)
+        keys, per_key = ("cus_a", "cus_b"), 6
+        sent: dict[str, list[str]] = {k: [] for k in keys}
+        async with aiohttp.ClientSession() as client:
+            async def send_key(key: str) -> None:
+                for n in range(per_key):  # one after another, through alternating nodes
+                    event_id = f"evt_{key}_{n}"
+                    body = stripe_event(event_id, data={"object": {"id": key, "n": n}})
+                    status, _, _ = await post(client, procs[n % 2].url + STRIPE, body,
+                                              stripe_headers(body))
+                    assert status == 200
+                    sent[key].append(event_id)
+
+            await asyncio.gather(*(send_key(k) for k in keys))
+        await app.wait_for(lambda: app.count() >= len(keys) * per_key, timeout=30,
+                           what="every event at the app")
+        for key in keys:
+            got = [s.event_id for s in sorted(app.seen, key=lambda s: s.at)
+                   if s.event_id.startswith(f"evt_{key}_")]
+            assert got == sent[key], key  # in order, each once
+    finally:
+        await stop(procs)
+        await app.stop()
+
+
+async def test_a_node_killed_mid_load_loses_nothing_and_forwards_nothing_twice(
+    cluster: Cluster, database: str, stub: StubApp, tmp_path: Path,
+) -> None:
+    """Node 2 is SIGKILLed while events pour in through all three proxies. The proxies on
+    nodes 0 and 1 go on; node 2's answers 503 with Retry-After while its node is down. Every
+    event answered 2xx reached the app; none reached it twice at attempt 1; the provider's
+    retries through the other proxies complete the rest."""
+    procs = await proxies(tmp_path, cluster, database, stub, lease="3s")
+    ids = [f"evt_k_{i}" for i in range(90)]
+    answers: list[tuple[str, tuple[int, dict[str, str], bytes]]] = []
+    try:
+        async with aiohttp.ClientSession() as client:
+            async def deliver(event_id: str, node: int) -> None:
+                body = stripe_event(event_id)
+                try:
+                    answer = await post(client, procs[node].url + STRIPE, body,
+                                        stripe_headers(body))
+                except aiohttp.ClientError:
+                    return
+                answers.append((event_id, answer))
+
+            async def load() -> None:
+                for batch in range(0, len(ids), 10):
+                    await asyncio.gather(*(deliver(e, n) for e in ids[batch:batch + 10]
+                                           for n in NODES))
+
+            loading = asyncio.create_task(load())
+            await stub.wait_for(lambda: stub.count() >= 20, timeout=30,
+                                what="a third of the events at the app")
+            await asyncio.to_thread(cluster.kill, 2)
+            await loading
+            answered_consistently(answers)
+            # While node 2 is down its proxy answers 503, Retry-After.
+            body = stripe_event("evt_k_probe")
+            status, headers, _ = await post(client, procs[2].url + STRIPE, body,
+                                            stripe_headers(body))
+            assert status == 503 and headers["Retry-After"], (status, headers)
+            # The provider retries through the live proxies until every event is answered.
+            done = {e for e, (status, _, _) in answers if status == 200}
+            for event_id in ids:
+                for _ in range(100):
+                    if event_id in done:
+                        break
+                    await deliver(event_id, ids.index(event_id) % 2)
+                    if answers[-1][0] == event_id and answers[-1][1][0] == 200:
+                        done.add(event_id)
+                    else:
+                        await asyncio.sleep(0.1)  # a provider's retry interval
+                else:
+                    pytest.fail(f"{event_id} never answered 200 by nodes 0 and 1")
+        # Nothing lost; nothing forwarded twice, but for an attempt in flight on node 2 when
+        # it died: its result never recorded, it is taken over once its lease ends.
+        assert all(stub.count(e) >= 1 for e in ids)
+        for event_id in ids:
+            assert stub.attempts(event_id) in ([1], [1, 2]), (event_id, stub.attempts(event_id))
+        for node in (0, 1):
+            states = await rows(with_database(cluster.dsn(node), database))
+            assert {e: s for e, (s, _) in states.items() if e in ids} == {e: "done" for e in ids}
+    finally:
+        await stop(procs)
+        await asyncio.to_thread(cluster.restart, 2)
+
