@@ -16,10 +16,18 @@ import aiohttp
 import asyncmy
 import pytest
 
-from sidecar.core.events import Claim
-from sidecar.store.mysql import MySQLStore
+from sidecar.core.events import (
+    AttemptResult,
+    Claim,
+    EventState,
+    Outcome,
+    RecordedResponse,
+    Settlement,
+    StoredRequest,
+)
+from sidecar.store.mysql import MySQLStore, queue_writes
 from sidecar.store.mysql.event_writes import claim as claim_step
-from sidecar.store.mysql.tx import Tx
+from sidecar.store.mysql.tx import Row, Tx
 from sidecar.store.rows import Params
 from tests.acceptance.conftest import run_cli
 from tests.galeraserver import Cluster
@@ -249,6 +257,60 @@ async def test_migrate_against_two_nodes_at_once_applies_each_migration_once(
         assert len(tables) == 11, tables
 
 
+async def test_an_ordered_take_on_another_node_is_run_again_after_this_ones(
+    cluster: Cluster, database: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cross-node case a named lock would miss: A is dead, B (later, same key) waits. Node
+    1's take has picked B, uncommitted, when A is requeued and node 0's take picks A (node 0
+    sees nothing of node 1's take). Both wrote the provider's take-lock row: node 1's commit
+    fails certification, its take runs again, sees A in flight, and takes nothing. Without
+    the row both would commit, and A and B would be at the app at once."""
+    urls = [with_database(cluster.dsn(n), database) for n in (0, 1)]
+    code, _, err = await run_cli_migrate(urls[0])
+    assert code == 0, err
+    here, there = [await MySQLStore.connect(url) for url in urls]
+    picked, go_on = asyncio.Event(), asyncio.Event()
+    runs_there = 0
+    take = queue_writes.take_queued_in_order
+
+    async def held_take(tx: Tx, params: Params) -> list[Row]:
+        nonlocal runs_there
+        taken = await take(tx, params)
+        if str(params["owner"]).startswith("there"):
+            runs_there += 1
+            if runs_there == 1:  # the first run waits before its commit, B picked
+                picked.set()
+                await go_on.wait()
+        return taken
+
+    monkeypatch.setattr(queue_writes, "take_queued_in_order", held_take)
+    request = StoredRequest(method="POST", path="/x", headers=(), body=b"{}")
+    dead = Settlement(EventState.DEAD, AttemptResult(EventState.DEAD, Outcome.RESPONSE,
+                                                     RecordedResponse(500, (), b""), 1.0))
+    try:
+        for event_id in ("A", "B"):
+            assert (await here.enqueue("stripe", event_id, b"h" * 32, request,
+                                       order_key="k")).accepted
+        (first,) = await here.take_queued("stripe", 10, 30.0, "here", ordered=True)
+        assert first.event_id == "A"
+        assert await here.settle_queued("stripe", "A", first.tries, dead)
+        theirs = asyncio.create_task(there.take_queued("stripe", 10, 30.0, "there",
+                                                       ordered=True))
+        await asyncio.wait_for(picked.wait(), 10)
+        assert await here.requeue_dead("stripe", "A") == ["A"]
+        assert [w.event_id for w in await here.take_queued("stripe", 10, 30.0, "here",
+                                                           ordered=True)] == ["A"]
+        go_on.set()
+        assert await asyncio.wait_for(theirs, 10) == []  # B waits behind A in flight
+        assert runs_there == 2
+        row = await here.get("stripe", "B")
+        assert row is not None and row.state is EventState.QUEUED
+    finally:
+        go_on.set()
+        await here.close()
+        await there.close()
+
+
 async def test_ordered_takes_from_two_nodes_keep_each_keys_order(
     cluster: Cluster, database: str, tmp_path: Path,
 ) -> None:
@@ -259,7 +321,7 @@ async def test_ordered_takes_from_two_nodes_keep_each_keys_order(
                  "order_key": "$.data.object.id"}
         procs = await proxies(tmp_path, cluster, database, app, nodes=[0, 1], mode="queue",
                               queue=queue)
-        keys, per_key = ("cus_a", "cus_b"), 6
+        keys, per_key = ("cus_a", "cus_b"), 4
         sent: dict[str, list[str]] = {k: [] for k in keys}
         async with aiohttp.ClientSession() as client:
             async def send_key(key: str) -> None:
