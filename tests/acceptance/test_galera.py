@@ -271,7 +271,7 @@ async def test_an_ordered_take_on_another_node_is_run_again_after_this_ones(
     here, there = [await MySQLStore.connect(url) for url in urls]
     picked, go_on = asyncio.Event(), asyncio.Event()
     runs_there = 0
-    take = queue_writes.take_queued_in_order
+    take = queue_writes.take_queued_under_lock_row
 
     async def held_take(tx: Tx, params: Params) -> list[Row]:
         nonlocal runs_there
@@ -283,7 +283,7 @@ async def test_an_ordered_take_on_another_node_is_run_again_after_this_ones(
                 await go_on.wait()
         return taken
 
-    monkeypatch.setattr(queue_writes, "take_queued_in_order", held_take)
+    monkeypatch.setattr(queue_writes, "take_queued_under_lock_row", held_take)
     request = StoredRequest(method="POST", path="/x", headers=(), body=b"{}")
     dead = Settlement(EventState.DEAD, AttemptResult(EventState.DEAD, Outcome.RESPONSE,
                                                      RecordedResponse(500, (), b""), 1.0))

@@ -57,7 +57,7 @@ async def a_lease_held_by_a_dead_run(dsn: str, *, ends_in: float) -> None:
 async def test_a_live_lease_makes_migrate_wait_then_give_up_changing_nothing(
         fresh_database: str) -> None:
     await a_lease_held_by_a_dead_run(fresh_database, ends_in=60)
-    with pytest.raises(SchemaError, match="another migrate held the lock for 0.5s"):
+    with pytest.raises(SchemaError, match=r"another migrate held the lock for 0\.5s"):
         await migrate_mysql(fresh_database, lock_wait=0.5)
     tables = {r[0] for r in await execute(fresh_database, "SHOW TABLES")}
     assert tables == {"webhook_sidecar_lock"}  # the lease is taken before anything else

@@ -235,9 +235,8 @@ async def test_ordered_takes_see_a_concurrent_take_of_the_same_key(
         mariadb_store: MySQLStore, mariadb_dsn: str) -> None:
     """A re-driven dead event must not overtake a later event of its key whose take (in
     another process) has not committed yet: ordered takes of a provider run one at a time
-    by writing the provider's take-lock row first, so the second waits for that row and then
-    sees the first's lease. Without it, READ COMMITTED would not see the uncommitted take of
-    B, and A would be taken beside it."""
+    under a named lock, so the second sees the first's lease. Without it, READ COMMITTED
+    would not see the uncommitted take of B, and A would be taken beside it."""
     store = mariadb_store
     request = StoredRequest(method="POST", path="/x", headers=(), body=b"{}")
     for event_id in ("A", "B"):
@@ -250,6 +249,7 @@ async def test_ordered_takes_see_a_concurrent_take_of_the_same_key(
     assert await store.settle_queued("stripe", "A", first.tries, dead)
     other = await asyncmy.connect(db=mariadb_dsn.rsplit("/", 1)[1], autocommit=True,
                                   host="127.0.0.1", **_admin_args(mariadb_dsn))
+    lock = {"provider": "stripe", "wait": 5}
     try:
         async with other.cursor(DictCursor) as cur:
             async def run(name: str, params: dict[str, object]) -> list[dict[str, Any]]:
@@ -260,8 +260,8 @@ async def test_ordered_takes_see_a_concurrent_take_of_the_same_key(
             # Another process's store: its session pinned as the store pins its own.
             await run("session", {"sql_mode": SQL_MODE, "lock_wait": 5})
             await run("isolation", {})
+            assert (await run("take_lock", lock))[0]["locked"] == 1
             await run("begin", {})
-            await run("take_lock", {"provider": "stripe"})
             take = {"provider": "stripe", "limit": 10, "lease_seconds": 30.0, "owner": "P2#1"}
             picked = await run("take_queued_pick", take)
             assert [p["event_id"] for p in picked] == [b"B"]
@@ -270,9 +270,10 @@ async def test_ordered_takes_see_a_concurrent_take_of_the_same_key(
             assert await store.requeue_dead("stripe", "A") == ["A"]
             ours = asyncio.create_task(store.take_queued("stripe", 10, 30.0, "P1",
                                                          ordered=True))
-            await _until_waiting_for_a_row_lock(mariadb_dsn)
+            await _until_waiting_for_a_user_lock(mariadb_dsn)
             assert not ours.done()
             await run("commit", {})
+            await run("take_unlock", lock)
         assert [w.event_id for w in await asyncio.wait_for(ours, 10)] == []  # B in flight
     finally:
         other.close()
@@ -280,14 +281,14 @@ async def test_ordered_takes_see_a_concurrent_take_of_the_same_key(
     assert row is not None and row.state is EventState.QUEUED
 
 
-async def _until_waiting_for_a_row_lock(dsn: str) -> None:
-    """Until a session waits for a row lock (bounded poll)."""
+async def _until_waiting_for_a_user_lock(dsn: str) -> None:
+    """Until a session waits in GET_LOCK (bounded poll)."""
     conn = await asyncmy.connect(host="127.0.0.1", autocommit=True, **_admin_args(dsn))
     try:
         async with conn.cursor() as cur:
             for _ in range(500):
-                await cur.execute("SELECT COUNT(*) FROM information_schema.innodb_trx"
-                                  " WHERE trx_state = 'LOCK WAIT'")
+                await cur.execute("SELECT COUNT(*) FROM information_schema.processlist"
+                                  " WHERE info LIKE '%GET_LOCK(%' AND id <> CONNECTION_ID()")
                 if (await cur.fetchone())[0]:
                     return
                 await asyncio.sleep(0.01)

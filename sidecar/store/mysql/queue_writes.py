@@ -1,7 +1,12 @@
-"""Queue mode's verbs: enqueue, take (in order of an order key, or not), settle, requeue."""
+"""Queue mode's verbs: enqueue, take (in order of an order key, or not), settle, requeue.
+
+A provider with an order key takes one take at a time, under a lock that differs with the
+server: a named lock (``GET_LOCK``) on one server, which writes nothing; a written row on a
+Galera cluster, where a named lock is local to one node (docs/design.md, "Galera")."""
 
 from __future__ import annotations
 
+from sidecar.core.errors import StoreError
 from sidecar.core.events import Enqueued
 from sidecar.store.mysql.tx import Duplicate, Row, Tx
 from sidecar.store.rows import Params, event_row
@@ -35,14 +40,27 @@ async def take_queued(tx: Tx, params: Params) -> list[Row]:
     return taken
 
 
-async def take_queued_in_order(tx: Tx, params: Params) -> list[Row]:
-    """A provider with an order key: its takes run one after another, so that each sees the
-    previous one's commit. The transaction first writes the provider's row of
-    webhook_take_lock (take_lock.sql): a second take on this server waits for that row lock;
-    on a Galera cluster a take on another node that wrote the row too fails certification
-    (1213) and runs again, after this one (docs/design.md, "Galera")."""
-    await tx.count("take_lock", params)
+async def take_queued_under_lock_row(tx: Tx, params: Params) -> list[Row]:
+    """An ordered take on a Galera node, in the caller's transaction: first the provider's row
+    of webhook_take_lock written (take_lock_row.sql). A second take on this node waits for that
+    row lock; a take on another node that wrote the row too fails certification (1213) and
+    runs again, after this one, seeing its commit (docs/design.md, "Galera")."""
+    await tx.count("take_lock_row", params)
     return await take_queued(tx, params)
+
+
+async def take_queued_under_named_lock(tx: Tx, params: Params, wait: float) -> list[Row]:
+    """An ordered take on one server: a named lock taken before the transaction begins, so
+    the provider's takes run one after another and each sees the previous one's commit."""
+    lock = {"provider": params["provider"], "wait": wait}
+    [held] = await tx.rows("take_lock", lock)
+    if not held["locked"]:
+        raise StoreError("take_queued: another take of this provider held on")
+    try:
+        async with tx.transaction():
+            return await take_queued(tx, params)
+    finally:
+        await tx.rows("take_unlock", lock)
 
 
 async def settle_queued(tx: Tx, params: Params) -> list[Row]:

@@ -155,7 +155,10 @@ class MySQLStore(SQLStore):
                                transaction=True)
 
     async def _take_queued(self, params: Params, *, ordered: bool = False) -> list[Row]:
-        take = queue_writes.take_queued_in_order if ordered else queue_writes.take_queued
+        if ordered and not self.cluster.galera:
+            return await self._run("take_queued", lambda tx: queue_writes.
+                                   take_queued_under_named_lock(tx, params, self._lock_timeout))
+        take = queue_writes.take_queued_under_lock_row if ordered else queue_writes.take_queued
         return await self._run("take_queued", lambda tx: take(tx, params), transaction=True)
 
     async def _settle_queued(self, params: Params) -> list[Row]:

@@ -1,5 +1,2 @@
--- take_lock: first in an ordered take's transaction, the provider's lock row written: a
--- concurrent take on this server waits for its row lock; one on another Galera node that
--- writes it too fails certification and runs again (mysql/queue_writes.py).
-INSERT INTO webhook_take_lock (provider, takes) VALUES (:provider, 1)
-    ON DUPLICATE KEY UPDATE takes = takes + 1;
+-- take_lock: the named lock that runs an ordered provider's takes one at a time (1: held).
+SELECT GET_LOCK(CONCAT('webhook-sidecar:take:', DATABASE(), ':', :provider), :wait) AS locked;
