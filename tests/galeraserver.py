@@ -118,6 +118,12 @@ class Cluster:
         self._launch(node)
         self._wait_synced(node)
 
+    def died(self) -> list[str]:
+        """The nodes that exited without :meth:`kill`, each with its log's last lines."""
+        return [f"node{n.index} exited with {n.proc.returncode}: "
+                f"{n.log.read_text(errors='replace')[-4000:]}"
+                for n in self.nodes if n.proc is not None and n.proc.poll() is not None]
+
     def cluster_size(self, index: int) -> int:
         return int(self._status(self.nodes[index], "wsrep_cluster_size") or 0)
 

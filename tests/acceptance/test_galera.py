@@ -65,6 +65,13 @@ def cluster() -> Iterator[Cluster]:
         nodes.cleanup()
 
 
+@pytest.fixture(autouse=True)
+def no_node_died(cluster: Cluster) -> Iterator[None]:
+    """A node that exits by itself fails the test that saw it, with its log."""
+    yield
+    assert cluster.died() == []
+
+
 @pytest.fixture
 async def database(cluster: Cluster) -> AsyncIterator[str]:
     """A database made on node 0 (the DDL reaches every node); its name."""
@@ -151,6 +158,9 @@ async def test_the_same_events_through_three_nodes_reach_the_app_once_each(
     cluster: Cluster, database: str, stub: StubApp, tmp_path: Path,
 ) -> None:
     procs = await proxies(tmp_path, cluster, database, stub)
+    for proc in procs:  # each found its node a member of a three-node cluster
+        found = await proc.wait_for_log("store_server")
+        assert found["server"] == "Galera cluster of 3 nodes", found
     ids = [f"evt_g_{i}" for i in range(60)]
     before = sum([await certification_failures(cluster.dsn(n)) for n in NODES])
     try:
@@ -187,13 +197,13 @@ async def test_the_same_events_through_three_nodes_reach_the_app_once_each(
 
 
 async def test_a_claim_that_loses_the_certification_reads_as_a_lost_claim(
-    cluster: Cluster, database: str,
+    cluster: Cluster, database: str, tmp_path: Path,
 ) -> None:
     """Node 1's claim has inserted the row, uncommitted, when node 0's claim of the same id
     commits: node 1's commit fails (1213), the store runs the claim again, and it finds node
     0's row: a lost claim, not an error."""
     urls = [with_database(cluster.dsn(n), database) for n in (0, 1)]
-    code, _, err = await run_cli_migrate(urls[0])
+    code, _, err = await run_cli_migrate(urls[0], tmp_path)
     assert code == 0, err
     first, second = [await MySQLStore.connect(url) for url in urls]
     inserted, go_on = asyncio.Event(), asyncio.Event()
@@ -228,12 +238,10 @@ async def test_a_claim_that_loses_the_certification_reads_as_a_lost_claim(
         await second.close()
 
 
-async def run_cli_migrate(url: str, tmp: Path | None = None) -> tuple[int, str, str]:
-    import tempfile
-
-    folder = Path(tmp or tempfile.mkdtemp(prefix="sidecar-galera-cfg-"))
-    path = write_config(folder, base_config("http://127.0.0.1:9", url),
-                        f"migrate-{abs(hash(url))}.yaml")
+async def run_cli_migrate(url: str, tmp: Path) -> tuple[int, str, str]:
+    """``migrate`` through the node of ``url``."""
+    path = write_config(tmp, base_config("http://127.0.0.1:9", url),
+                        f"migrate-{url.rsplit(':', 1)[1].replace('/', '-')}.yaml")
     return await run_cli("migrate", "--config", str(path))
 
 
@@ -258,7 +266,7 @@ async def test_migrate_against_two_nodes_at_once_applies_each_migration_once(
 
 
 async def test_an_ordered_take_on_another_node_is_run_again_after_this_ones(
-    cluster: Cluster, database: str, monkeypatch: pytest.MonkeyPatch,
+    cluster: Cluster, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The cross-node case a named lock would miss: A is dead, B (later, same key) waits. Node
     1's take has picked B, uncommitted, when A is requeued and node 0's take picks A (node 0
@@ -266,7 +274,7 @@ async def test_an_ordered_take_on_another_node_is_run_again_after_this_ones(
     fails certification, its take runs again, sees A in flight, and takes nothing. Without
     the row both would commit, and A and B would be at the app at once."""
     urls = [with_database(cluster.dsn(n), database) for n in (0, 1)]
-    code, _, err = await run_cli_migrate(urls[0])
+    code, _, err = await run_cli_migrate(urls[0], tmp_path)
     assert code == 0, err
     here, there = [await MySQLStore.connect(url) for url in urls]
     picked, go_on = asyncio.Event(), asyncio.Event()
