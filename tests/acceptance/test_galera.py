@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +66,10 @@ def cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture(autouse=True)
-def no_node_died(cluster: Cluster) -> Iterator[None]:
-    """A node that exits by itself fails the test that saw it, with its log."""
+def whole_cluster(cluster: Cluster) -> Iterator[None]:
+    """Each test starts with three nodes (one killed by an earlier test is started again); a
+    node that exits by itself fails the test that saw it, with its log."""
+    cluster.heal()
     yield
     assert cluster.died() == []
 
@@ -143,15 +145,36 @@ async def certification_failures(dsn: str) -> int:
     return sum(int(value) for _, value in found)
 
 
-def answered_consistently(answers: list[tuple[str, tuple[int, dict[str, str], bytes]]]) -> None:
-    """Each answer is the app's first answer to that event (2xx), or retryable with a
+Answer = tuple[int, dict[str, str], bytes]
+
+
+def answered_consistently(stub: StubApp, answers: list[tuple[str, Answer]]) -> None:
+    """Each answer is the app's answer to that event's forward (2xx), or retryable with a
     Retry-After: never a 2xx the app did not give."""
     for event_id, (status, headers, body) in answers:
         assert status in (200, 409, 503), (event_id, status, body)
         if status == 200:
-            assert json.loads(body) == {"ok": True, "event": event_id, "attempt": 1}
+            attempt = json.loads(body)["attempt"]
+            assert json.loads(body) == {"ok": True, "event": event_id, "attempt": attempt}
+            assert attempt in stub.attempts(event_id), (event_id, attempt)
         else:
             assert headers["Retry-After"], (event_id, status, headers)
+
+
+async def until_answered(deliver: Callable[[str], Awaitable[tuple[str, Answer]]],
+                         stub: StubApp, event_ids: Iterable[str]) -> None:
+    """As a provider retries: each event sent again, every 0.2 s, until answered 2xx (each
+    answer checked), all events at once; bounded."""
+    async def one(event_id: str) -> None:
+        for _ in range(100):
+            answer = await deliver(event_id)
+            answered_consistently(stub, [answer])
+            if answer[1][0] == 200:
+                return
+            await asyncio.sleep(0.2)  # the provider's retry interval
+        pytest.fail(f"{event_id} never answered 200")
+
+    await asyncio.gather(*(one(e) for e in event_ids))
 
 
 async def test_the_same_events_through_three_nodes_reach_the_app_once_each(
@@ -161,34 +184,26 @@ async def test_the_same_events_through_three_nodes_reach_the_app_once_each(
     for proc in procs:  # each found its node a member of a three-node cluster
         found = await proc.wait_for_log("store_server")
         assert found["server"] == "Galera cluster of 3 nodes", found
-    ids = [f"evt_g_{i}" for i in range(60)]
+    ids = [f"evt_g_{i}" for i in range(50)]
     before = sum([await certification_failures(cluster.dsn(n)) for n in NODES])
     try:
         async with aiohttp.ClientSession() as client:
-            async def deliver(event_id: str, node: int) -> tuple[str, Any]:
+            async def deliver(event_id: str, node: int) -> tuple[str, Answer]:
                 body = stripe_event(event_id)
                 return event_id, await post(client, procs[node].url + STRIPE, body,
                                             stripe_headers(body))
 
             # Each event to the three proxies at once (each copy signed on its own).
             answers = await asyncio.gather(*(deliver(e, n) for e in ids for n in NODES))
-            answered_consistently(answers)
-            assert {e: stub.count(e) for e in ids} == {e: 1 for e in ids}
-            # A provider retries what was not answered 2xx: each ends answered, none resent.
-            late = sorted({e for e, (status, _, _) in answers if status != 200})
-            for event_id in late:
-                for _ in range(50):
-                    answer = await deliver(event_id, ids.index(event_id) % 3)
-                    answered_consistently([answer])
-                    if answer[1][0] == 200:
-                        break
-                    await asyncio.sleep(0.1)  # a provider's retry interval
-                else:
-                    pytest.fail(f"{event_id} never answered 200")
+            answered_consistently(stub, answers)
+            assert max(stub.count(e) for e in ids) == 1
+            # The provider retries what was not answered 2xx: each ends answered, none resent.
+            late = {e for e, (status, _, _) in answers if status != 200}
+            await until_answered(lambda e: deliver(e, ids.index(e) % 3), stub, late)
         assert {e: stub.count(e) for e in ids} == {e: 1 for e in ids}
-        for node in NODES:  # every node has every row, done at attempt 1
-            assert await rows(with_database(cluster.dsn(node), database)) == {
-                e: ("done", 1) for e in ids}
+        for node in NODES:  # every node has every row, done
+            found = await rows(with_database(cluster.dsn(node), database))
+            assert {e: state for e, (state, _) in found.items()} == {e: "done" for e in ids}
         # The same ids through three nodes at once: some commits lost their certification.
         after = sum([await certification_failures(cluster.dsn(n)) for n in NODES])
         assert after > before
@@ -329,7 +344,7 @@ async def test_ordered_takes_from_two_nodes_keep_each_keys_order(
                  "order_key": "$.data.object.id"}
         procs = await proxies(tmp_path, cluster, database, app, nodes=[0, 1], mode="queue",
                               queue=queue)
-        keys, per_key = ("cus_a", "cus_b"), 4
+        keys, per_key = ("cus_a", "cus_b"), 3
         sent: dict[str, list[str]] = {k: [] for k in keys}
         async with aiohttp.ClientSession() as client:
             async def send_key(key: str) -> None:
@@ -358,60 +373,48 @@ async def test_a_node_killed_mid_load_loses_nothing_and_forwards_nothing_twice(
 ) -> None:
     """Node 2 is SIGKILLed while events pour in through all three proxies. The proxies on
     nodes 0 and 1 go on; node 2's answers 503 with Retry-After while its node is down. Every
-    event answered 2xx reached the app; none reached it twice at attempt 1; the provider's
-    retries through the other proxies complete the rest."""
+    event answered 2xx reached the app; none reached it twice but for a take-over of an
+    attempt whose result was never recorded; the provider's retries through the other proxies
+    complete the rest."""
     procs = await proxies(tmp_path, cluster, database, stub, lease="3s")
     ids = [f"evt_k_{i}" for i in range(60)]
-    answers: list[tuple[str, tuple[int, dict[str, str], bytes]]] = []
+    answers: list[tuple[str, Answer]] = []
     try:
         async with aiohttp.ClientSession() as client:
-            async def deliver(event_id: str, node: int) -> None:
+            async def deliver(event_id: str, node: int) -> tuple[str, Answer]:
                 body = stripe_event(event_id)
                 try:
                     answer = await post(client, procs[node].url + STRIPE, body,
                                         stripe_headers(body))
                 except aiohttp.ClientError:
-                    return
-                answers.append((event_id, answer))
+                    answer = (0, {}, b"")  # the proxy's connection cut: nothing was said
+                return event_id, answer
 
             async def load() -> None:
                 for batch in range(0, len(ids), 10):
-                    await asyncio.gather(*(deliver(e, n) for e in ids[batch:batch + 10]
-                                           for n in NODES))
+                    answers.extend(await asyncio.gather(*(
+                        deliver(e, n) for e in ids[batch:batch + 10] for n in NODES)))
 
             loading = asyncio.create_task(load())
-            await stub.wait_for(lambda: stub.count() >= 20, timeout=30,
-                                what="a third of the events at the app")
+            await stub.wait_for(lambda: stub.count() >= 15, timeout=30,
+                                what="a quarter of the events at the app")
             await asyncio.to_thread(cluster.kill, 2)
             await loading
-            answered_consistently(answers)
+            answered_consistently(stub, [a for a in answers if a[1][0] != 0])
             # While node 2 is down its proxy answers 503, Retry-After.
-            body = stripe_event("evt_k_probe")
-            status, headers, _ = await post(client, procs[2].url + STRIPE, body,
-                                            stripe_headers(body))
+            status, headers, _ = (await deliver("evt_k_probe", 2))[1]
             assert status == 503 and headers["Retry-After"], (status, headers)
             # The provider retries through the live proxies until every event is answered.
             done = {e for e, (status, _, _) in answers if status == 200}
-            for event_id in ids:
-                for _ in range(100):
-                    if event_id in done:
-                        break
-                    await deliver(event_id, ids.index(event_id) % 2)
-                    if answers[-1][0] == event_id and answers[-1][1][0] == 200:
-                        done.add(event_id)
-                    else:
-                        await asyncio.sleep(0.1)  # a provider's retry interval
-                else:
-                    pytest.fail(f"{event_id} never answered 200 by nodes 0 and 1")
-        # Nothing lost; nothing forwarded twice, but for an attempt in flight on node 2 when
-        # it died: its result never recorded, it is taken over once its lease ends.
-        assert all(stub.count(e) >= 1 for e in ids)
+            await until_answered(lambda e: deliver(e, ids.index(e) % 2), stub,
+                                 set(ids) - done)
+        # Nothing lost; nothing forwarded twice, but for an attempt in flight through node 2
+        # when it died: its result never recorded, it is taken over once its lease ends.
         for event_id in ids:
-            assert stub.attempts(event_id) in ([1], [1, 2]), (event_id, stub.attempts(event_id))
+            assert stub.attempts(event_id) in ([1], [1, 2], [2]), (
+                event_id, stub.attempts(event_id))
         for node in (0, 1):
-            states = await rows(with_database(cluster.dsn(node), database))
-            assert {e: s for e, (s, _) in states.items() if e in ids} == {e: "done" for e in ids}
+            found = await rows(with_database(cluster.dsn(node), database))
+            assert {e: s for e, (s, _) in found.items() if e in ids} == {e: "done" for e in ids}
     finally:
         await stop(procs)
-        await asyncio.to_thread(cluster.restart, 2)
-
