@@ -1,8 +1,8 @@
 """A throwaway three-node Galera cluster (Debian's ``galera-4`` with ``mariadbd``) for the test
-suite: each node its own data dir (the first made by ``mariadb-install-db``, the others filled
-by a state transfer from it), SQL port, socket, group port, IST
-port and SST port, all on free loopback ports; the first node bootstraps the cluster
-(``--wsrep-new-cluster``), the others join it by a state transfer (rsync). Never :3306.
+suite: each node with its own data dir, SQL port, socket, group port, IST port and SST port,
+all on free loopback ports, never :3306. The first node's data dir is made by
+``mariadb-install-db`` and bootstraps the cluster (``--wsrep-new-cluster``); the others start
+empty and join it, filled by a state transfer (rsync) from a synced node.
 
 :meth:`Cluster.kill` SIGKILLs one node (the others keep quorum, two of three);
 :meth:`Cluster.restart` (or :meth:`Cluster.heal`) brings it back on the same data and ports
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.mariadbserver import MariaDBServerError, admin, probe
+from tests.mariadbserver import MariaDBServerError, probe
 from tests.pgserver import free_port, run_sync
 
 PROVIDER = Path("/usr/lib/galera/libgalera_smm.so")
@@ -238,4 +238,4 @@ def _own(path: Path) -> None:
             os.chown(name, user.pw_uid, user.pw_gid)
 
 
-__all__ = ["Cluster", "Node", "admin", "missing"]
+__all__ = ["Cluster", "Node", "missing"]
