@@ -18,8 +18,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from tests.mariadbserver import MariaDBServerError, probe
+import asyncmy
+
+from tests.mariadbserver import MariaDBServerError, _connect_args, probe
 from tests.pgserver import free_port, run_sync
 
 PROVIDER = Path("/usr/lib/galera/libgalera_smm.so")
@@ -204,11 +207,28 @@ class Cluster:
         return run_sync(_status(node.dsn, name))
 
 
+async def query(dsn: str, sql: str) -> list[tuple[Any, ...]]:
+    """``sql``'s rows on the node and database of ``dsn``, after every commit the cluster
+    ordered before it (causal read)."""
+    conn = await asyncmy.connect(db=dsn.rsplit("/", 1)[1], **_connect_args(dsn))
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SET SESSION wsrep_sync_wait = 1")
+            await cur.execute(sql)
+            return list(await cur.fetchall())
+    finally:
+        conn.close()
+
+
+async def certification_failures(dsn: str) -> int:
+    """The node's transactions rolled back by Galera: failed certification, or aborted by
+    another node's write applied there."""
+    found = await query(dsn, "SHOW GLOBAL STATUS WHERE Variable_name IN"
+                             " ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')")
+    return sum(int(value) for _, value in found)
+
+
 async def _status(dsn: str, name: str) -> str | None:
-    import asyncmy
-
-    from tests.mariadbserver import _connect_args
-
     try:
         conn = await asyncmy.connect(**_connect_args(dsn))
     except (OSError, asyncmy.errors.Error):
@@ -238,4 +258,4 @@ def _own(path: Path) -> None:
             os.chown(name, user.pw_uid, user.pw_gid)
 
 
-__all__ = ["Cluster", "Node", "missing"]
+__all__ = ["Cluster", "Node", "certification_failures", "missing", "query"]

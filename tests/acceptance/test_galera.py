@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncmy
 import pytest
 
 from sidecar.core.events import (
@@ -30,9 +29,8 @@ from sidecar.store.mysql.event_writes import claim as claim_step
 from sidecar.store.mysql.tx import Row, Tx
 from sidecar.store.rows import Params
 from tests.acceptance.conftest import run_cli
-from tests.galeraserver import Cluster
+from tests.galeraserver import Cluster, certification_failures, query
 from tests.mariadbserver import (
-    _connect_args,
     create_database,
     drop_database,
     unique_database_name,
@@ -82,12 +80,7 @@ async def database(cluster: Cluster) -> AsyncIterator[str]:
     try:
         yield name
     finally:
-        for node in NODES:  # through a node that is up
-            try:
-                await drop_database(cluster.dsn(node), name)
-                break
-            except (OSError, asyncmy.errors.Error):
-                continue
+        await drop_database(cluster.dsn(0), name)  # node 0 is never the one killed
 
 
 @pytest.fixture
@@ -97,17 +90,6 @@ async def stub() -> AsyncIterator[StubApp]:
         yield app
     finally:
         await app.stop()
-
-
-async def query(dsn: str, sql: str) -> list[tuple[Any, ...]]:
-    conn = await asyncmy.connect(db=dsn.rsplit("/", 1)[1], **_connect_args(dsn))
-    try:
-        async with conn.cursor() as cur:
-            await cur.execute("SET SESSION wsrep_sync_wait = 1")  # what every node committed
-            await cur.execute(sql)
-            return list(await cur.fetchall())
-    finally:
-        conn.close()
 
 
 async def rows(dsn: str) -> dict[str, tuple[str, int]]:
@@ -135,14 +117,6 @@ async def stop(procs: list[ProxyProcess]) -> None:
     for proc in procs:
         if proc.proc is not None and proc.proc.returncode is None:
             await proc.terminate()
-
-
-async def certification_failures(dsn: str) -> int:
-    """This node's transactions rolled back by Galera: failed certification, or aborted by
-    another node's write applied here."""
-    found = await query(dsn, "SHOW GLOBAL STATUS WHERE Variable_name IN"
-                             " ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')")
-    return sum(int(value) for _, value in found)
 
 
 Answer = tuple[int, dict[str, str], bytes]
