@@ -1,7 +1,8 @@
 """A Galera cluster behind ``store.url``: how the store finds out (``wsrep_on``), what it pins
 on each connection there, and the cluster's rules checked at start-up. Pure values and checks of
 what the server answered; the statements live in ``sql/mysql/`` (``wsrep.sql``,
-``galera_session.sql``, ``galera_tables.sql``). Why: docs/design.md, "Galera"."""
+``galera_session.sql``, ``galera_tables.sql``, ``galera_primary_keys.sql``). Why:
+docs/design.md, "Galera"."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def check_cluster(cluster: Cluster, tables: Iterable[Mapping[str, object]]) -> N
     """Raise ``StoreError`` saying what to change unless the store can run on this Galera node
     (read on a connection with the pinned settings): row-based binary log format, the causal
     reads pinned, and every table of the store InnoDB with a primary key (``tables``:
-    ``galera_tables.sql``'s rows)."""
+    ``galera_tables.sql``'s rows, each with ``has_primary_key``)."""
     if not cluster.galera:
         return
     if cluster.binlog_format != "ROW":
