@@ -97,11 +97,11 @@ class Cluster:
         self._root.chmod(0o755)
         for node in self.nodes:
             node.base.mkdir(mode=0o755)
-            if node.index == 0:
-                self._install(node)
-            else:
+            (node.base / "tmp").mkdir()  # its own temporary files: no reliance on /tmp
+            if node.index > 0:
                 node.data.mkdir()
             _own(node.base)
+        self._install(self.nodes[0])
         self._launch(self.nodes[0], bootstrap=True)
         self._wait_synced(self.nodes[0])
         # The joiners one after another: each takes a state transfer from a synced donor.
@@ -132,9 +132,10 @@ class Cluster:
         return int(self._status(self.nodes[index], "wsrep_cluster_size") or 0)
 
     def heal(self) -> None:
-        """Every node killed by :meth:`kill` started again (it rejoins by IST)."""
+        """Every node killed by :meth:`kill`, or that exited by itself, started again (it
+        rejoins by IST or SST)."""
         for node in self.nodes:
-            if node.proc is None and node.data.exists():
+            if node.data.exists() and (node.proc is None or node.proc.poll() is not None):
                 self.restart(node.index)
 
     def cleanup(self) -> None:
@@ -149,6 +150,7 @@ class Cluster:
 
     def _install(self, node: Node) -> None:
         install = [_bin("mariadb-install-db"), "--no-defaults", f"--datadir={node.data}",
+                   f"--tmpdir={node.base / 'tmp'}",
                    "--auth-root-authentication-method=normal", "--skip-test-db",
                    *_user()]
         done = subprocess.run(install, capture_output=True, text=True, timeout=120, check=False)
@@ -161,6 +163,7 @@ class Cluster:
                    f"ist.recv_addr=127.0.0.1:{node.ist_port};{_EVS}")
         args = [
             _bin("mariadbd"), "--no-defaults", f"--datadir={node.data}",
+            f"--tmpdir={node.base / 'tmp'}",
             "--bind-address=127.0.0.1", f"--port={node.port}",
             f"--socket={node.base / 'mariadbd.sock'}", f"--pid-file={node.base / 'pid'}",
             "--skip-name-resolve", "--innodb-buffer-pool-size=48M",

@@ -30,12 +30,7 @@ from sidecar.store.mysql.tx import Row, Tx
 from sidecar.store.rows import Params
 from tests.acceptance.conftest import run_cli
 from tests.galeraserver import Cluster, certification_failures, query
-from tests.mariadbserver import (
-    create_database,
-    drop_database,
-    unique_database_name,
-    with_database,
-)
+from tests.mariadbserver import create_database, drop_database, unique_database_name, with_database
 from tests.support import (
     ProxyProcess,
     StubApp,
@@ -65,8 +60,8 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(autouse=True)
 def whole_cluster(cluster: Cluster) -> Iterator[None]:
-    """Each test starts with three nodes (one killed by an earlier test is started again); a
-    node that exits by itself fails the test that saw it, with its log."""
+    """Each test starts with three nodes (one killed, or dead, is started again); a node
+    that exits by itself fails the test that saw it, with its log."""
     cluster.heal()
     yield
     assert cluster.died() == []
@@ -84,6 +79,21 @@ async def database(cluster: Cluster) -> AsyncIterator[str]:
 
 
 @pytest.fixture
+async def closing() -> AsyncIterator[list[MySQLStore]]:
+    """The stores a test opened, closed after it, also when it failed halfway."""
+    opened: list[MySQLStore] = []
+    yield opened
+    for store in opened:
+        await store.close()
+
+
+async def connect(urls: list[str], closing: list[MySQLStore]) -> list[MySQLStore]:
+    for url in urls:  # each registered as soon as it is open
+        closing.append(await MySQLStore.connect(url))
+    return closing[-len(urls):]
+
+
+@pytest.fixture
 async def stub() -> AsyncIterator[StubApp]:
     app = await StubApp().start()
     try:
@@ -92,10 +102,10 @@ async def stub() -> AsyncIterator[StubApp]:
         await app.stop()
 
 
-async def rows(dsn: str) -> dict[str, tuple[str, int]]:
-    """event id → (state, attempt), as one node has it."""
-    found = await query(dsn, "SELECT event_id, state, attempt FROM webhook_event")
-    return {r[0].decode(): (r[1], int(r[2])) for r in found}
+async def states(dsn: str) -> dict[str, str]:
+    """event id → state, as one node has it."""
+    return {r[0].decode(): r[1] for r in await query(dsn, "SELECT event_id, state"
+                                                          " FROM webhook_event")}
 
 
 async def proxies(tmp_path: Path, cluster: Cluster, name: str, stub: StubApp,
@@ -114,9 +124,8 @@ async def proxies(tmp_path: Path, cluster: Cluster, name: str, stub: StubApp,
 
 
 async def stop(procs: list[ProxyProcess]) -> None:
-    for proc in procs:
-        if proc.proc is not None and proc.proc.returncode is None:
-            await proc.terminate()
+    for proc in (p for p in procs if p.proc is not None and p.proc.returncode is None):
+        await proc.terminate()
 
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -176,8 +185,8 @@ async def test_the_same_events_through_three_nodes_reach_the_app_once_each(
             await until_answered(lambda e: deliver(e, ids.index(e) % 3), stub, late)
         assert {e: stub.count(e) for e in ids} == {e: 1 for e in ids}
         for node in NODES:  # every node has every row, done
-            found = await rows(with_database(cluster.dsn(node), database))
-            assert {e: state for e, (state, _) in found.items()} == {e: "done" for e in ids}
+            assert await states(with_database(cluster.dsn(node), database)) == {
+                e: "done" for e in ids}
         # The same ids through three nodes at once: some commits lost their certification.
         after = sum([await certification_failures(cluster.dsn(n)) for n in NODES])
         assert after > before
@@ -186,7 +195,7 @@ async def test_the_same_events_through_three_nodes_reach_the_app_once_each(
 
 
 async def test_a_claim_that_loses_the_certification_reads_as_a_lost_claim(
-    cluster: Cluster, database: str, tmp_path: Path,
+    cluster: Cluster, database: str, tmp_path: Path, closing: list[MySQLStore],
 ) -> None:
     """Node 1's claim has inserted the row, uncommitted, when node 0's claim of the same id
     commits: node 1's commit fails (1213), the store runs the claim again, and it finds node
@@ -194,7 +203,7 @@ async def test_a_claim_that_loses_the_certification_reads_as_a_lost_claim(
     urls = [with_database(cluster.dsn(n), database) for n in (0, 1)]
     code, _, err = await run_cli_migrate(urls[0], tmp_path)
     assert code == 0, err
-    first, second = [await MySQLStore.connect(url) for url in urls]
+    first, second = await connect(urls, closing)
     inserted, go_on = asyncio.Event(), asyncio.Event()
     runs = 0
 
@@ -223,8 +232,6 @@ async def test_a_claim_that_loses_the_certification_reads_as_a_lost_claim(
         assert await certification_failures(cluster.dsn(1)) > before
     finally:
         go_on.set()
-        await first.close()
-        await second.close()
 
 
 async def run_cli_migrate(url: str, tmp: Path) -> tuple[int, str, str]:
@@ -255,7 +262,8 @@ async def test_migrate_against_two_nodes_at_once_applies_each_migration_once(
 
 
 async def test_an_ordered_take_on_another_node_is_run_again_after_this_ones(
-    cluster: Cluster, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    cluster: Cluster, database: str, tmp_path: Path, closing: list[MySQLStore],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The cross-node case a named lock would miss: A is dead, B (later, same key) waits. Node
     1's take has picked B, uncommitted, when A is requeued and node 0's take picks A (node 0
@@ -265,7 +273,7 @@ async def test_an_ordered_take_on_another_node_is_run_again_after_this_ones(
     urls = [with_database(cluster.dsn(n), database) for n in (0, 1)]
     code, _, err = await run_cli_migrate(urls[0], tmp_path)
     assert code == 0, err
-    here, there = [await MySQLStore.connect(url) for url in urls]
+    here, there = await connect(urls, closing)
     picked, go_on = asyncio.Event(), asyncio.Event()
     runs_there = 0
     take = queue_writes.take_queued_under_lock_row
@@ -304,8 +312,6 @@ async def test_an_ordered_take_on_another_node_is_run_again_after_this_ones(
         assert row is not None and row.state is EventState.QUEUED
     finally:
         go_on.set()
-        await here.close()
-        await there.close()
 
 
 async def test_ordered_takes_from_two_nodes_keep_each_keys_order(
@@ -390,7 +396,7 @@ async def test_a_node_killed_mid_load_loses_nothing_and_forwards_nothing_twice(
             assert stub.attempts(event_id) in ([1], [1, 2], [2]), (
                 event_id, stub.attempts(event_id))
         for node in (0, 1):
-            found = await rows(with_database(cluster.dsn(node), database))
-            assert {e: s for e, (s, _) in found.items() if e in ids} == {e: "done" for e in ids}
+            assert await states(with_database(cluster.dsn(node), database)) == {
+                e: "done" for e in ids}
     finally:
         await stop(procs)

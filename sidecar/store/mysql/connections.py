@@ -61,10 +61,11 @@ async def check(tx: Tx, needed: frozenset[str], target: Target) -> Cluster:
     held = [str(r["privilege_type"]) for r in await tx.rows("privileges", {})]
     check_privileges(held, needed, str(server["user_name"]), target.database)
     cluster = read_cluster([*await tx.rows("wsrep", {}), *await tx.rows("wsrep_size", {})])
-    if cluster.galera:
+    if cluster.galera:  # the tables first: a table made meanwhile is made with its key
+        tables = await tx.rows("galera_tables", {})
         keyed = {r["table_name"] for r in await tx.rows("galera_primary_keys", {})}
         check_cluster(cluster, [{**t, "has_primary_key": t["table_name"] in keyed}
-                                for t in await tx.rows("galera_tables", {})])
+                                for t in tables])
     return cluster
 
 
