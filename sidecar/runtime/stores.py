@@ -9,11 +9,14 @@ from typing import TYPE_CHECKING
 
 from sidecar.config.model import ResultCommit, StoreConfig
 from sidecar.core.ports import Store
+from sidecar.obs.logs import get_logger
 from sidecar.obs.storelog import StoreLog
 
 if TYPE_CHECKING:
     from sidecar.obs.metrics import Metrics
     from sidecar.store.postgres.partition_upkeep import PartitionKeeper
+
+log = get_logger("sidecar.store")
 
 
 async def open_store(config: StoreConfig, metrics: Metrics | None = None) -> Store:
@@ -27,10 +30,13 @@ async def open_store(config: StoreConfig, metrics: Metrics | None = None) -> Sto
     if config.kind == "mysql":
         from sidecar.store.mysql import MySQLStore  # the [mysql] extra
 
-        return await MySQLStore.connect(
+        store = await MySQLStore.connect(
             config.url, min_size=config.pool_min_size, max_size=config.pool_max_size,
             acquire_timeout=config.acquire_timeout, statement_timeout=config.statement_timeout,
             lock_timeout=config.lock_timeout, observer=observer)
+        # One server, or a Galera node (and how many nodes it sees): docs/design.md, "Galera".
+        log.info("store_server", kind="mysql", server=str(store.cluster))
+        return store
     from sidecar.store.postgres import PostgresStore
 
     return await PostgresStore.connect(

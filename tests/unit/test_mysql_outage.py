@@ -20,6 +20,7 @@ def failed(cause: BaseException | None, kind: type[StoreError] = StoreError) -> 
     (asyncmy.errors.OperationalError(2003, "Can't connect to MySQL server"), True),
     (asyncmy.errors.OperationalError(2013, "Lost connection to MySQL server during query"), True),
     (asyncmy.errors.OperationalError(1927, "Connection was killed"), True),
+    (asyncmy.errors.OperationalError(1047, "WSREP has not yet prepared node"), True),
     (asyncmy.errors.InterfaceError(0, ""), True),
     (TimeoutError(), True),
     (ConnectionResetError(), True),

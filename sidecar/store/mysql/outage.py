@@ -18,6 +18,7 @@ from sidecar.store.observer import StoreObserver
 # (the rest are the server answering one statement: not an outage).
 _GONE: Final = frozenset({
     1040,  # ER_CON_COUNT_ERROR: too many connections
+    1047,  # ER_UNKNOWN_COM_ERROR: a Galera node not (or no longer) part of a primary component
     1053,  # ER_SERVER_SHUTDOWN
     1927,  # ER_CONNECTION_KILLED (MariaDB)
     2002, 2003,  # CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR: cannot connect

@@ -1,2 +1,2 @@
--- migration_unlock: the named lock given back.
-SELECT RELEASE_LOCK(CONCAT('webhook-sidecar:migrate:', DATABASE())) AS released;
+-- migration_unlock: the migrate lease given back.
+DELETE FROM webhook_sidecar_lock WHERE name = 'migrate' AND owner = :owner;
