@@ -22,7 +22,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,10 +91,11 @@ async def drop_database(admin_dsn: str, dbname: str) -> None:
 class ThrowawayServer:
     """A private ``mariadbd`` in a temp dir, on a free loopback port and its own socket."""
 
-    def __init__(self, *, durable: bool = False) -> None:
+    def __init__(self, *, durable: bool = False, options: Sequence[str] = ()) -> None:
         # durable: a commit reaches the OS before it is answered, so it outlives a SIGKILL of
         # mariadbd (kill()); otherwise the log is written once a second.
         self.durable = durable
+        self.options = tuple(options)  # more mariadbd options (e.g. --ssl-cert=…)
         self.port = free_port()
         self._base = Path(tempfile.mkdtemp(prefix="sidecar-mariadb-"))
         self._proc: subprocess.Popen[bytes] | None = None
@@ -135,7 +136,8 @@ class ThrowawayServer:
              "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
              "--innodb-log-file-size=48M", "--max-connections=500",
              # A test server: a commit need not wait for the disk (nothing here crashes it).
-             f"--innodb-flush-log-at-trx-commit={2 if self.durable else 0}", *self._user()],
+             f"--innodb-flush-log-at-trx-commit={2 if self.durable else 0}", *self.options,
+             *self._user()],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT

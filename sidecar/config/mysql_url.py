@@ -8,7 +8,7 @@ from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 # URL options (?name=value): the only ones accepted.
-OPTIONS: Final = frozenset({"unix_socket", "connect_timeout", "ssl"})
+OPTIONS: Final = frozenset({"unix_socket", "connect_timeout", "ssl", "ssl_ca"})
 SCHEMES: Final = ("mysql", "mariadb")
 
 
@@ -24,6 +24,7 @@ class Target:
     unix_socket: str | None = None
     connect_timeout: float | None = None
     ssl: bool = False
+    ssl_ca: str | None = None  # the CA bundle the server's certificate is verified against
 
     def __repr__(self) -> str:  # never the password
         return f"Target({self.user}@{self.host}:{self.port}/{self.database})"
@@ -50,9 +51,12 @@ def parse_url(url: str) -> Target:
             raise ValueError("connect_timeout must be seconds, e.g. connect_timeout=5") from None
         if timeout <= 0:
             raise ValueError("connect_timeout must be > 0")
-    ssl = options.get("ssl", "false").lower()
+    ssl_ca = options.get("ssl_ca") or None
+    ssl = options.get("ssl", "true" if ssl_ca else "false").lower()
     if ssl not in ("true", "false"):
         raise ValueError("ssl must be true or false")
+    if ssl_ca and ssl == "false":
+        raise ValueError("ssl_ca verifies the server over TLS: drop ssl=false")
     try:
         port = parts.port or 3306
     except ValueError:
@@ -61,6 +65,6 @@ def parse_url(url: str) -> Target:
                   user=unquote(parts.username or "root"),
                   password=unquote(parts.password or ""), database=database,
                   unix_socket=options.get("unix_socket") or None, connect_timeout=timeout,
-                  ssl=ssl == "true")
+                  ssl=ssl == "true", ssl_ca=ssl_ca)
 
 

@@ -33,10 +33,20 @@ def _connect_args(target: Target, timeout: float) -> dict[str, Any]:
     if target.unix_socket:
         args["unix_socket"] = target.unix_socket
     if target.ssl:
-        import ssl
-
-        args["ssl"] = ssl.create_default_context()
+        args["ssl"] = _tls(target)
     return args
+
+
+def _tls(target: Target) -> Any:
+    """TLS that verifies the server's certificate and host name: against ``ssl_ca`` when the
+    URL names one (a managed server's CA bundle), else the system's CAs."""
+    import ssl
+
+    try:
+        return ssl.create_default_context(cafile=target.ssl_ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise StoreError(f"store.url: ssl_ca={target.ssl_ca} cannot be used as a CA bundle: "
+                         f"{exc}") from exc
 
 
 async def pin(conn: Any, lock_timeout: float) -> None:
