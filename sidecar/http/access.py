@@ -25,6 +25,7 @@ import hmac
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -38,15 +39,22 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 _OTHER_SITES = frozenset({"cross-site", "same-site"})
 
 
-def presents(authorization: str, token: str) -> Literal["bearer", "bare"] | None:
+class TokenForm(StrEnum):
+    """How an ``Authorization`` value carries the admin token."""
+
+    BEARER = "bearer"
+    BARE = "bare"  # the token alone: accepted, deprecated
+
+
+def presents(authorization: str, token: str) -> TokenForm | None:
     """How an ``Authorization`` value carries the admin token: ``bearer`` (the scheme in any
     case, then one or more spaces: RFC 9110 §11.1), ``bare`` (the token alone, which earlier
     versions accepted too: kept so deployments sending it keep working, but deprecated), or
     None (it does not)."""
     scheme, _, credentials = authorization.partition(" ")
     if scheme.lower() == "bearer" and same(credentials.lstrip(" "), token):
-        return "bearer"
-    return "bare" if same(authorization, token) else None
+        return TokenForm.BEARER
+    return TokenForm.BARE if same(authorization, token) else None
 
 
 def same(given: str, token: str) -> bool:

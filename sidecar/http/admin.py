@@ -12,7 +12,14 @@ from aiohttp import web
 
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, OperationError, StoreError
-from sidecar.http.access import browser_refusal, client_gone, fingerprint, from_loopback, presents
+from sidecar.http.access import (
+    TokenForm,
+    browser_refusal,
+    client_gone,
+    fingerprint,
+    from_loopback,
+    presents,
+)
 from sidecar.http.appkeys import (
     CONFIG,
     FORWARDER,
@@ -103,7 +110,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
                 if presented is None:
                     return web.json_response({"error": "admin token required"}, status=401,
                                              headers={"WWW-Authenticate": CHALLENGE})
-                if presented == "bare":
+                if presented is TokenForm.BARE:
                     log.warning("admin_token_without_scheme", path=request.path,
                                 message="send 'Authorization: Bearer <token>': the token "
                                         "without a scheme is deprecated")

@@ -36,6 +36,7 @@ from aiohttp import web
 from sidecar.core.forwarded import Network
 from sidecar.http.access import (
     LOOPBACK,
+    TokenForm,
     came_over_https,
     fingerprint,
     from_loopback,
@@ -94,7 +95,7 @@ class Gate:
         cookie = request.cookies.get(COOKIE)
         if cookie is not None and self.session_valid(cookie):
             return Operator(cookie, self.fingerprint, peer)
-        if presents(request.headers.get("Authorization", ""), self._token) == "bearer":
+        if presents(request.headers.get("Authorization", ""), self._token) is TokenForm.BEARER:
             return Operator("bearer", self.fingerprint, peer)
         return None
 

@@ -10,7 +10,8 @@ import os
 import socket
 import sys
 from collections import deque
-from typing import Final, Literal
+from enum import StrEnum
+from typing import Final
 
 from sidecar.config.model import Address, Config
 from sidecar.core.workergroup import READY, group_message, start_deadline
@@ -24,8 +25,27 @@ EXIT_WORKER_FAILED: Final = 1
 SILENCE_GRACE: Final = 0.25
 WORKER_MODULE: Final = "sidecar.cli.worker_main"
 
-Message = Literal["ready", "silent", "late", "exited", "retry", "stop"]
-StartFailure = Literal["exited", "silent", "start_timeout", "spawn_error", "bind_error"]
+
+
+class Message(StrEnum):
+    """What the supervisor's loop is told, in order (``Group.inbox``)."""
+
+    READY = "ready"  # a worker listens
+    SILENT = "silent"  # a worker's heartbeat stopped for worker_timeout
+    LATE = "late"  # a starting worker did not listen within its start deadline
+    EXITED = "exited"  # a worker's process ended
+    RETRY = "retry"  # a vacant seat's next try to start a worker is due
+    STOP = "stop"  # SIGTERM or SIGINT: stop the group
+
+
+class StartFailure(StrEnum):
+    """Why a worker could not start: the ``cause`` of ``worker_start_failed``."""
+
+    EXITED = "exited"
+    SILENT = "silent"
+    START_TIMEOUT = "start_timeout"
+    SPAWN_ERROR = "spawn_error"
+    BIND_ERROR = "bind_error"
 
 
 class Group:
@@ -117,20 +137,20 @@ class Group:
                     line = await _read_line(worker.reader, SILENCE_GRACE)
                 except TimeoutError:
                     late = not said_ready and loop.time() >= ready_by
-                    self.inbox.put_nowait(("late" if late else "silent", worker))
+                    self.inbox.put_nowait((Message.LATE if late else Message.SILENT, worker))
                     return
             if not line:
                 return  # its end closed: it is exiting, and _reap tells
             heard = True
             if line == READY:
                 said_ready = True
-                self.inbox.put_nowait(("ready", worker))
+                self.inbox.put_nowait((Message.READY, worker))
 
     async def _reap(self, worker: Worker) -> None:
         await worker.proc.wait()
         worker.writer.close()
         forget_process(self.metrics_dir, worker.pid)
-        self.inbox.put_nowait(("exited", worker))
+        self.inbox.put_nowait((Message.EXITED, worker))
 
     def tell(self) -> None:
         """Worker 0's word on the group (its /healthz and /metrics), now."""
@@ -141,12 +161,12 @@ class Group:
             first.writer.write(group_message(down, vacant, self.replaced))
 
     def stop(self) -> None:
-        self.inbox.put_nowait(("stop", None))
+        self.inbox.put_nowait((Message.STOP, None))
 
     def retry_later(self, seat: Seat, delay: float) -> None:
         """A ``retry`` message for the vacant ``seat`` in ``delay`` seconds."""
         loop = asyncio.get_running_loop()
-        seat.retry_at(loop.call_later(delay, self.inbox.put_nowait, ("retry", seat)))
+        seat.retry_at(loop.call_later(delay, self.inbox.put_nowait, (Message.RETRY, seat)))
 
     def forget(self, worker: Worker) -> None:
         """``worker``, given up on, has exited: nothing is left to stop or reap."""

@@ -11,7 +11,7 @@ from typing import Final
 
 from sidecar.obs.logs import get_logger
 from sidecar.runtime.wiring import SHUTDOWN_OVERRUN
-from sidecar.runtime.workers.group import EXIT_WORKER_FAILED, Group
+from sidecar.runtime.workers.group import EXIT_WORKER_FAILED, Group, Message
 from sidecar.runtime.workers.seats import Worker
 
 log = get_logger("sidecar.workers")
@@ -27,7 +27,7 @@ async def stop_workers(group: Group, failed: bool, crashed: list[Worker]) -> int
     # Exits already known name their cause too (several workers that could not start).
     while crashed and not group.inbox.empty():
         what, subject = group.inbox.get_nowait()
-        if what == "exited" and isinstance(subject, Worker) and not subject.dismissed:
+        if what is Message.EXITED and isinstance(subject, Worker) and not subject.dismissed:
             crashed.append(subject)
     # No new connection waits on a socket whose worker is stopping.
     group.close_sockets()

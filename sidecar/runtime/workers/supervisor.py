@@ -29,7 +29,8 @@ REPLACEMENTS_ALLOWED: Final = 3
 REPLACEMENT_WINDOW: Final = 600.0
 # What a message about a worker that has not said ready yet means.
 _START_FAILURES: Final[dict[Message, StartFailure]] = {
-    "exited": "exited", "silent": "silent", "late": "start_timeout"}
+    Message.EXITED: StartFailure.EXITED, Message.SILENT: StartFailure.SILENT,
+    Message.LATE: StartFailure.START_TIMEOUT}
 
 
 async def supervise(config: Config, config_file: ConfigFile) -> int:
@@ -86,32 +87,32 @@ async def _until_done(group: Group) -> tuple[bool, list[Worker]]:
     loop = asyncio.get_running_loop()
     while True:
         what, subject = await group.inbox.get()
-        if what == "stop":
+        if what is Message.STOP:
             return False, []
-        if isinstance(subject, Seat):  # "retry"
+        if isinstance(subject, Seat):  # Message.RETRY
             if not await _retry(group, subject):
                 return True, []
             continue
         assert subject is not None
         worker, seat = subject, group.seats[subject.seat]
         if seat.worker is not worker:  # given up on already
-            if what == "exited":
+            if what is Message.EXITED:
                 group.forget(worker)
             continue
-        if what == "ready":
+        if what is Message.READY:
             _ready(group, seat, loop.time())
-        elif worker.ready and what == "silent":
+        elif worker.ready and what is Message.SILENT:
             if not await _replace(group, seat, worker, loop.time()):
                 return True, []
-        elif worker.ready and what == "exited":
+        elif worker.ready and what is Message.EXITED:
             return True, [worker]  # a crash
-        elif what == "exited" and not group.up:
+        elif what is Message.EXITED and not group.up:
             return True, [worker]  # the group's start failed: with the worker's status
         elif what in _START_FAILURES:
             cause = _START_FAILURES[what]
             timeout = (start_deadline(group.config.worker_timeout)
-                       if cause == "start_timeout" else group.config.worker_timeout)
-            details = {} if cause == "exited" else {"timeout_s": timeout}
+                       if cause is StartFailure.START_TIMEOUT else group.config.worker_timeout)
+            details = {} if cause is StartFailure.EXITED else {"timeout_s": timeout}
             if not _start_failed(group, seat, worker, cause, **details):
                 return True, []
 
@@ -155,7 +156,7 @@ def _start_failed(group: Group, seat: Seat, worker: Worker | None, cause: StartF
     if worker is not None:
         group.dismiss(worker)
         details["pid"] = worker.pid
-        if cause == "exited" and worker.proc.returncode is not None:
+        if cause is StartFailure.EXITED and worker.proc.returncode is not None:
             details.update(how_it_ended(worker.proc.returncode))
             group.forget(worker)
     seat.vacate(asyncio.get_running_loop().time())
@@ -176,7 +177,7 @@ async def _retry(group: Group, seat: Seat) -> bool:
     try:
         sockets = bind_listeners(group.rebind_address, 1, reuse_port=True)[0]
     except OSError as exc:
-        return _start_failed(group, seat, None, "bind_error", error=str(exc))
+        return _start_failed(group, seat, None, StartFailure.BIND_ERROR, error=str(exc))
     seat.rebind(sockets)
     return await _spawn(group, seat)
 
@@ -186,7 +187,7 @@ async def _spawn(group: Group, seat: Seat) -> bool:
     (``_start_failed``: False when the group stops)."""
     refused = await group.spawn(seat)
     if refused is not None:
-        return _start_failed(group, seat, None, "spawn_error", error=str(refused))
+        return _start_failed(group, seat, None, StartFailure.SPAWN_ERROR, error=str(refused))
     return True
 
 
