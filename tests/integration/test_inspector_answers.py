@@ -22,7 +22,7 @@ from aiohttp import web
 from sidecar.config.loader import parse_config
 from sidecar.core.ports import Store
 from sidecar.http.ui import viewmodels
-from sidecar.http.ui.auth import Gate
+from sidecar.http.ui.auth import Authenticator
 from sidecar.ops import listing
 from sidecar.runtime.serve import start, stop
 from tests.acceptance.conftest import run_cli
@@ -193,7 +193,7 @@ async def test_reading_a_stored_payload_is_logged_with_who_and_which_event(
                 assert resp.status == 200  # a listing shows no payload: not logged
         reads = [(e["event"], e["provider"], e["event_id"], e["token"], e["peer"])
                  for e in logs if e["event"] in ("ui_read", "admin_read")]
-        fingerprint = Gate(TOKEN).fingerprint
+        fingerprint = Authenticator(TOKEN).fingerprint
         assert reads == [("ui_read", "stripe", "evt_read", fingerprint, "127.0.0.1"),
                          ("admin_read", "stripe", "evt_read", fingerprint, "127.0.0.1")]
         assert TOKEN not in json.dumps(logs, default=str)

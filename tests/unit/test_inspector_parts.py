@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from sidecar.config.loader import parse_config
-from sidecar.http.ui.auth import SESSION_SECONDS, Gate, Operator
+from sidecar.http.ui.auth import SESSION_SECONDS, Authenticator, Operator
 from sidecar.http.ui.masking import MASK, Masker
 from sidecar.http.ui.overview import WINDOW, CounterHistory, Counts
 from sidecar.http.ui.templating import printable
@@ -34,12 +34,12 @@ class Clock:
 
 def test_a_session_is_derived_from_the_token_expires_and_survives_a_new_process() -> None:
     clock = Clock()
-    gate = Gate(TOKEN, clock=clock)
+    gate = Authenticator(TOKEN, clock=clock)
     session = gate.new_session()
     assert TOKEN not in session and gate.session_valid(session)
     # Another process (a replaced first worker) with the same token accepts it.
-    assert Gate(TOKEN, clock=clock).session_valid(session)
-    assert not Gate("another-token-0123456789", clock=clock).session_valid(session)
+    assert Authenticator(TOKEN, clock=clock).session_valid(session)
+    assert not Authenticator("another-token-0123456789", clock=clock).session_valid(session)
     expires, _, mac = session.partition(".")
     assert not gate.session_valid(f"{int(expires) + 3600}.{mac}")  # a moved expiry
     clock.now += SESSION_SECONDS + 1
@@ -47,7 +47,7 @@ def test_a_session_is_derived_from_the_token_expires_and_survives_a_new_process(
 
 
 def test_a_malformed_session_cookie_is_no_session_never_an_error() -> None:
-    gate = Gate(TOKEN, clock=Clock())
+    gate = Authenticator(TOKEN, clock=Clock())
     _, _, mac = gate.new_session().partition(".")
     for value in ("\u00b2.x", "\u0661\u0662.x", "9" * 5000 + ".x", "9" * 13 + "." + mac,
                   "9999999999.\u00e9", "9999999999.\udcc3\udca9", "", ".", "x", "1e10.x",
@@ -56,7 +56,7 @@ def test_a_malformed_session_cookie_is_no_session_never_an_error() -> None:
 
 
 def test_a_csrf_token_is_bound_to_the_session_and_the_form() -> None:
-    gate = Gate(TOKEN)
+    gate = Authenticator(TOKEN)
     alice = Operator(gate.new_session(), gate.fingerprint, "127.0.0.1")
     token = gate.csrf(alice, "/ui/events/stripe/e/redrive")
     assert gate.csrf_valid(alice, "/ui/events/stripe/e/redrive", token)
@@ -69,7 +69,7 @@ def test_a_csrf_token_is_bound_to_the_session_and_the_form() -> None:
 def test_without_a_token_csrf_tokens_die_with_the_process() -> None:
     """The per-process key: a form from a replaced worker is refused ("reload")."""
     operator = Operator("loopback", "loopback", "127.0.0.1")
-    first, second = Gate(None), Gate(None)
+    first, second = Authenticator(None), Authenticator(None)
     assert first.fingerprint == "loopback" and not first.needs_login
     assert not second.csrf_valid(operator, "/ui/logout", first.csrf(operator, "/ui/logout"))
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from sidecar.core.errors import OperationError
 from sidecar.http.appkeys import CONFIG, FORWARDER, METRICS, NOTICES, OWNER, PROVIDER_STATES
 from sidecar.http.ui.auth import OPERATOR, end_session
-from sidecar.http.ui.keys import GATE, PROXY, RENDERER, store
+from sidecar.http.ui.keys import AUTHENTICATOR, PROXY, RENDERER, store
 from sidecar.http.ui.paths import PREFIX, event_key, event_path, local
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
@@ -26,18 +26,18 @@ log = get_logger("sidecar.ui")
 
 async def login(request: web.Request) -> web.StreamResponse:
     """The token, presented once: answered with a session cookie derived from it."""
-    gate = request.app[GATE]
-    if not gate.needs_login:
+    auth = request.app[AUTHENTICATOR]
+    if not auth.needs_login:
         raise web.HTTPSeeOther(PREFIX)
     form = await request.post()
     token, target = form.get("token"), local(_text(form.get("next")))
-    if not isinstance(token, str) or not gate.token_matches(token):
+    if not isinstance(token, str) or not auth.token_matches(token):
         log.warning("ui_login_refused", peer=request.remote)
         return request.app[RENDERER].page(request, "login.html", status=401, next=target,
                                           error="That is not the admin token.")
-    log.info("ui_login", token=gate.fingerprint, peer=request.remote)
+    log.info("ui_login", token=auth.fingerprint, peer=request.remote)
     response = web.HTTPSeeOther(target)
-    gate.set_session(response, request)
+    auth.set_session(response, request)
     raise response
 
 

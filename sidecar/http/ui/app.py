@@ -13,11 +13,11 @@ from aiohttp import web
 
 from sidecar.http.appkeys import CONFIG, METRICS, STORE
 from sidecar.http.ui import actions, pages
-from sidecar.http.ui.auth import Gate
+from sidecar.http.ui.auth import Authenticator
 from sidecar.http.ui.keys import (
     ACCESS,
     ASSETS,
-    GATE,
+    AUTHENTICATOR,
     HISTORY,
     MASKER,
     PROXY,
@@ -55,12 +55,12 @@ def build_inspector(proxy: web.Application) -> web.Application:
     """The inspector reading ``proxy``'s config, metrics and (once it has started) its store;
     mount it with ``admin.add_subapp(PREFIX, …)``."""
     config = proxy[CONFIG]
-    gate = Gate(config.admin_token, trusted=config.trusted_proxies)
+    auth = Authenticator(config.admin_token, trusted=config.trusted_proxies)
     ui = web.Application(middlewares=[security_headers, admission, csrf, error_pages])
     ui[CONFIG] = config
     ui[PROXY] = proxy
-    ui[GATE] = gate
-    ui[RENDERER] = Renderer(gate)
+    ui[AUTHENTICATOR] = auth
+    ui[RENDERER] = Renderer(auth)
     ui[MASKER] = Masker(config)
     folder = resources.files("sidecar.http.ui").joinpath("static")
     ui[ASSETS] = {name: (folder.joinpath(name).read_bytes(), kind)

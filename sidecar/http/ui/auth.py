@@ -66,7 +66,7 @@ class Operator:
 OPERATOR = web.RequestKey("operator", Operator)
 
 
-class Gate:
+class Authenticator:
     """Decides who is let in, issues sessions and CSRF tokens, and checks them."""
 
     def __init__(self, token: str | None, *, trusted: Sequence[Network] = (),

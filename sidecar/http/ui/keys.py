@@ -13,7 +13,7 @@ from aiohttp import web
 from sidecar.core.events import QueueStats
 from sidecar.core.ports import AdminStore
 from sidecar.http.appkeys import STORE
-from sidecar.http.ui.auth import Gate
+from sidecar.http.ui.auth import Authenticator
 from sidecar.http.ui.masking import Masker
 from sidecar.http.ui.overview import Cached, CounterHistory
 from sidecar.http.ui.templating import Renderer
@@ -26,13 +26,13 @@ class Access(enum.Enum):
 
     OPEN = "open"  # anyone: the stylesheet and the icon, the login form, /ui itself
     LOGIN = "login"  # the login form's POST: refused only when another site's page sent it
-    PAGE = "page"  # an operator (``auth.Gate.operator``), not sent by another site's page
+    PAGE = "page"  # an operator (``auth.Authenticator.operator``), not sent by another site's page
     ACTION = "action"  # a page's rule, and the form's CSRF token
 
 
 # The proxy app: its store, forwarder and provider states exist once it has started.
 PROXY = web.AppKey("proxy", web.Application)
-GATE = web.AppKey("gate", Gate)
+AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 RENDERER = web.AppKey("renderer", Renderer)
 MASKER = web.AppKey("masker", Masker)
 # The stylesheet and the icon: name -> (body, content type).

@@ -13,7 +13,7 @@ from sidecar.core.errors import OperationError, StoreError
 from sidecar.http.access import browser_refusal
 from sidecar.http.appkeys import CONFIG, STORE
 from sidecar.http.ui.auth import CSRF_FIELD, OPERATOR
-from sidecar.http.ui.keys import GATE, PROXY, RENDERER, Access, Handler, route_access
+from sidecar.http.ui.keys import AUTHENTICATOR, PROXY, RENDERER, Access, Handler, route_access
 from sidecar.http.ui.paths import PREFIX, form_action
 from sidecar.obs.logs import get_logger
 from sidecar.ops import listing
@@ -61,15 +61,15 @@ async def admission(request: web.Request, handler: Handler) -> web.StreamRespons
     rule = route_access(request)
     if rule is None or rule is Access.OPEN:
         return await handler(request)
-    gate = request.app[GATE]
-    if rule is Access.LOGIN and not gate.needs_login:
+    auth = request.app[AUTHENTICATOR]
+    if rule is Access.LOGIN and not auth.needs_login:
         return await handler(request)  # no token, no login: the handler sends the browser on
     refused = _foreign(request)
     if refused is not None:
         return refused
     if rule is Access.LOGIN:
         return await handler(request)
-    operator = gate.operator(request)
+    operator = auth.operator(request)
     if operator is None:
         return _no_operator(request)
     request[OPERATOR] = operator
@@ -78,7 +78,7 @@ async def admission(request: web.Request, handler: Handler) -> web.StreamRespons
 
 def _foreign(request: web.Request) -> web.Response | None:
     """A 403 page for what another website's page made the browser send, else None."""
-    refusal = browser_refusal(request, token_configured=request.app[GATE].needs_login,
+    refusal = browser_refusal(request, token_configured=request.app[AUTHENTICATOR].needs_login,
                               admin_host=request.app[CONFIG].admin_listen.host)
     if refusal is None:
         return None
@@ -90,7 +90,7 @@ def _foreign(request: web.Request) -> web.Response | None:
 
 def _no_operator(request: web.Request) -> web.Response:
     problem = request.app[RENDERER].problem
-    if not request.app[GATE].needs_login:
+    if not request.app[AUTHENTICATOR].needs_login:
         log.warning("ui_refused", path=request.path, peer=request.remote,
                     reason="admin_token_required")
         return problem(request, 403, "Loopback only",
@@ -106,13 +106,13 @@ def _no_operator(request: web.Request) -> web.Response:
 @web.middleware
 async def csrf(request: web.Request, handler: Handler) -> web.StreamResponse:
     """An action is done only when its form carries the CSRF token of its operator and its
-    path (``auth.Gate.csrf``); else nothing is done and a 403 page says so."""
+    path (``auth.Authenticator.csrf``); else nothing is done and a 403 page says so."""
     if route_access(request) is not Access.ACTION:
         return await handler(request)
     operator = request[OPERATOR]
     form = await request.post()
     given = form.get(CSRF_FIELD)
-    if request.app[GATE].csrf_valid(operator, form_action(request),
+    if request.app[AUTHENTICATOR].csrf_valid(operator, form_action(request),
                                     given if isinstance(given, str) else None):
         return await handler(request)
     log.warning("ui_csrf_refused", path=request.path, token=operator.fingerprint,

@@ -14,7 +14,7 @@ from sidecar.http.ui import viewmodels
 from sidecar.http.ui.auth import OPERATOR
 from sidecar.http.ui.keys import (
     ASSETS,
-    GATE,
+    AUTHENTICATOR,
     HISTORY,
     MASKER,
     PROXY,
@@ -79,7 +79,7 @@ async def overview(request: web.Request) -> web.StreamResponse:
 
 
 async def login_form(request: web.Request) -> web.StreamResponse:
-    if not request.app[GATE].needs_login:
+    if not request.app[AUTHENTICATOR].needs_login:
         raise web.HTTPSeeOther(PREFIX)
     return request.app[RENDERER].page(request, "login.html", error=None,
                                       next=local(request.query.get("next")))

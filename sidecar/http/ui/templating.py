@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from sidecar.http.ui.auth import CSRF_FIELD, OPERATOR, Gate, Operator
+from sidecar.http.ui.auth import CSRF_FIELD, OPERATOR, Authenticator, Operator
 from sidecar.http.ui.paths import urlpart
 
 if TYPE_CHECKING:
@@ -33,8 +33,8 @@ class Renderer:
     redirect asked for, the operator (when the request was let in: ``auth.OPERATOR``), the
     CSRF tokens of its forms, and whether to offer a logout."""
 
-    def __init__(self, gate: Gate) -> None:
-        self._gate = gate
+    def __init__(self, auth: Authenticator) -> None:
+        self._auth = auth
         self._env: jinja2.Environment | None = None  # made at the first page (``environment``)
 
     def page(self, request: web.Request, template: str, *, status: int = 200,
@@ -43,13 +43,13 @@ class Renderer:
 
         def csrf(action: str) -> str:
             assert operator is not None
-            return self._gate.csrf(operator, action)
+            return self._auth.csrf(operator, action)
 
         if self._env is None:
             self._env = environment()
         html = self._env.get_template(template).render(
             operator=operator, csrf=csrf, csrf_field=CSRF_FIELD, notice=notice(request.query),
-            logout=self._gate.needs_login and operator is not None, **values)
+            logout=self._auth.needs_login and operator is not None, **values)
         return web.Response(text=html, status=status, content_type="text/html",
                             charset="utf-8")
 
