@@ -26,8 +26,9 @@ from sidecar.config.declarations import NO_DEFAULT, Block, Nested
 from sidecar.config.loader import LOADER_ONLY_RULES, parse_config
 from sidecar.config.presets import load_preset, preset_names
 from sidecar.config.schema.document import SCHEMA_FILE, build_schema, schema_text
-from sidecar.config.schema.nested import FORMAT_KEYS, PLUGIN_KEYS, SIGNATURE_KEYS, nested_defs
+from sidecar.config.schema.nested import nested_defs
 from sidecar.config.schema.reference import REFERENCE_DOC, current_reference, reference_markdown
+from sidecar.config.schema.signature import FORMAT_KEYS, PLUGIN_KEYS, SIGNATURE_KEYS
 from sidecar.config.schema.values import VALUE_DEFS
 from sidecar.core.errors import ConfigError
 from sidecar.core.signing import ALGORITHMS, ENCODINGS, FORMATS, PLUGINS, SECRET_DECODERS
