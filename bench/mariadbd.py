@@ -11,16 +11,12 @@ dies with the harness (parent-death signal), and :meth:`paused` hangs it (SIGSTO
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.mariadbserver import START_TIMEOUT, MariaDBServerError, ThrowawayServer, probe
-from tests.pgserver import run_sync
+from tests.mariadbserver import ThrowawayServer
 
 # The settings every benchmark server runs with, stated in the reports (settings()).
 FLUSH_AT_COMMIT = 1
@@ -28,17 +24,14 @@ BUFFER_POOL = "256M"  # the data of a benchmark fits; PostgreSQL's shared_buffer
 LOG_FILE = "256M"  # a checkpoint is not forced by the redo log filling within a phase
 
 
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class BenchMariaDB(ThrowawayServer):
     """A private ``mariadbd`` (``start``, ``kill`` then ``start`` again, ``cleanup``); every
     commit durable."""
 
     def __init__(self) -> None:
-        super().__init__(durable=True)
+        super().__init__(durable=True, die_with_parent=True, options=(
+            f"--innodb-buffer-pool-size={BUFFER_POOL}", f"--innodb-log-file-size={LOG_FILE}",
+            f"--innodb-flush-log-at-trx-commit={FLUSH_AT_COMMIT}"))
 
     @property
     def pid(self) -> int:
@@ -48,29 +41,6 @@ class BenchMariaDB(ThrowawayServer):
     @property
     def log(self) -> Path:
         return self._base / "mariadbd.log"
-
-    def _launch(self, data: Path) -> None:
-        with open(self.log, "ab") as log:
-            self._proc = subprocess.Popen(
-                [self._bin("mariadbd"), "--no-defaults", f"--datadir={data}",
-                 "--bind-address=127.0.0.1", f"--port={self.port}",
-                 f"--socket={self._base / 'mariadbd.sock'}",
-                 f"--pid-file={self._base / 'pid'}", "--skip-name-resolve",
-                 f"--innodb-buffer-pool-size={BUFFER_POOL}",
-                 f"--innodb-log-file-size={LOG_FILE}", "--max-connections=500",
-                 f"--innodb-flush-log-at-trx-commit={FLUSH_AT_COMMIT}", *self._user()],
-                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + START_TIMEOUT
-        reason: str | None = "not started"
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                break
-            reason = run_sync(probe(self.dsn))
-            if reason is None:
-                return
-            time.sleep(0.2)  # polling the server's readiness, bounded by START_TIMEOUT
-        tail = self.log.read_text(errors="replace")[-2000:]
-        raise MariaDBServerError(f"mariadbd did not answer ({reason}): {tail}")
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

@@ -15,6 +15,7 @@ fail the run. Each test session (each xdist worker) makes its own databases on t
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import secrets
 import shutil
@@ -88,14 +89,22 @@ async def drop_database(admin_dsn: str, dbname: str) -> None:
     await admin(admin_dsn, f"DROP DATABASE IF EXISTS `{dbname}`")
 
 
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class ThrowawayServer:
     """A private ``mariadbd`` in a temp dir, on a free loopback port and its own socket."""
 
-    def __init__(self, *, durable: bool = False, options: Sequence[str] = ()) -> None:
+    def __init__(self, *, durable: bool = False, options: Sequence[str] = (),
+                 die_with_parent: bool = False) -> None:
         # durable: a commit reaches the OS before it is answered, so it outlives a SIGKILL of
         # mariadbd (kill()); otherwise the log is written once a second.
         self.durable = durable
-        self.options = tuple(options)  # more mariadbd options (e.g. --ssl-cert=…)
+        # More mariadbd options (e.g. --ssl-cert=…); given after the defaults, they win.
+        self.options = tuple(options)
+        self.die_with_parent = die_with_parent  # SIGTERM when the starting process ends
         self.port = free_port()
         self._base = Path(tempfile.mkdtemp(prefix="sidecar-mariadb-"))
         self._proc: subprocess.Popen[bytes] | None = None
@@ -138,7 +147,8 @@ class ThrowawayServer:
              # A test server: a commit need not wait for the disk (nothing here crashes it).
              f"--innodb-flush-log-at-trx-commit={2 if self.durable else 0}", *self.options,
              *self._user()],
-            stdout=log, stderr=subprocess.STDOUT)
+            stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if self.die_with_parent else None)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
         reason: str | None = "not started"
