@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Final
 
 from sidecar.config.declarations import Block, Nested, block_of
-from sidecar.config.model import Config, NotifyTarget, ProviderConfig
+from sidecar.config.model import Config, DestinationConfig, NotifyTarget, ProviderConfig
 
 TOP: Final = block_of(Config)
 PROVIDER: Final = block_of(ProviderConfig)  # each value under ``providers`` (``read_providers``)
 NOTIFY_TARGET: Final = block_of(NotifyTarget)  # each item of ``notify.targets``
+DESTINATION: Final = block_of(DestinationConfig)  # each item of a provider's ``destinations``
 
 
 def _by_path(block: Block, path: str = "") -> dict[str, Block]:
@@ -24,4 +25,5 @@ def _by_path(block: Block, path: str = "") -> dict[str, Block]:
 
 # Each block under the key path its keys are documented with (the reference tables, the chart).
 BLOCKS: Final[dict[str, Block]] = {**_by_path(TOP), **_by_path(NOTIFY_TARGET, "notify.targets[]"),
-                                   **_by_path(PROVIDER, "providers.<key>")}
+                                   **_by_path(PROVIDER, "providers.<key>"),
+                                   **_by_path(DESTINATION, "providers.<key>.destinations[]")}

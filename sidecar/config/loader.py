@@ -87,6 +87,7 @@ _UNREAD: Final[Mapping[Secrets, Mapping[str, object]]] = {
                       "notify.targets[].secret": None},
     Secrets.NONE: {"admin_token": None, "upstream.signing_secrets": (),
                    "providers.<key>.upstream.signing_secrets": None,
+                   "providers.<key>.destinations[].upstream.signing_secrets": None,
                    "providers.<key>.secrets": (), "notify.targets[].secret": None},
 }
 

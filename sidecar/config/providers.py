@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from typing import Any
 
 from sidecar.config.blocks import PROVIDER
 from sidecar.config.model import (
     PROVIDER_KEY_PATTERN,
     REQUIRED_WITHOUT_PRESET,
+    DestinationConfig,
     Mode,
     ProviderConfig,
+    route_key,
 )
 from sidecar.config.presets import load_preset
 from sidecar.config.reading import (
@@ -67,8 +70,21 @@ def _provider_or_none(key: object, raw: object, path: str, routes: dict[str, str
     if not read.complete:
         return None
     provider = ProviderConfig(key=key, **PROVIDER.fill(read))
+    if provider.destinations:
+        provider = replace(provider, routes=tuple(
+            destination_route(provider, d) for d in provider.destinations))
     _warn_retention(provider, path, load)
     return provider
+
+
+def destination_route(provider: ProviderConfig, destination: DestinationConfig
+                      ) -> ProviderConfig:
+    """A destination's route: its provider's queue settings, with the destination's app,
+    limits and filter, under the key ``<provider>.<name>``."""
+    return replace(provider, key=route_key(provider.key, destination.name),
+                   destination=destination.name, upstream=destination.upstream,
+                   delivery=destination.delivery, filter=destination.filter, destinations=(),
+                   routes=())
 
 
 def _warn_retention(provider: ProviderConfig, path: str, load: Load) -> None:

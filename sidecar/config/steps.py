@@ -10,6 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
+from sidecar.config.declarations import block_of
+from sidecar.config.destination_steps import (
+    DESTINATION_RULE,
+    beside_destinations,
+    destination_filter,
+    destination_upstream,
+    read_destinations,
+)
 from sidecar.config.hints import fix
 from sidecar.config.model import (
     DeliveryConfig,
@@ -100,10 +108,17 @@ def _event_id(raw: object, path: str, values: Values, load: Load) -> Any:
 
 def _provider_upstream(upstream: UpstreamConfig, path: str, values: Values,
                        load: Load) -> UpstreamConfig:
+    if values.known("destinations"):
+        if any(load.known(f"{path}.{name}") is not None for name in _UPSTREAM_KEYS):
+            raise beside_destinations("upstream", path)
+        return upstream  # its own queue only fans out: no app to reach
     if upstream.url is None:
         raise ConfigError(f"{path}.url", "is required: this provider has no upstream (neither "
                           "its own upstream.url nor a top-level upstream.url); set one of them")
     return upstream
+
+
+_UPSTREAM_KEYS: Final = tuple(block_of(UpstreamConfig).keys)
 
 
 def upstream_timeout(path: str, values: Values, load: Load) -> tuple[float | None, str, str]:
@@ -127,6 +142,13 @@ def _lease(lease: float, path: str, values: Values, load: Load) -> float:
                               ("raise", path, "providers.<key>.lease"),
                               ("lower", key, rule),
                               preset=values.get("preset")))
+    for i, destination in enumerate(values.known("destinations") or ()):
+        if lease <= destination.upstream.timeout:
+            own = f"{sibling(path, 'destinations')}[{i}].upstream.timeout"
+            raise ConfigError(path, f"must exceed {own} "
+                              f"({format_duration(destination.upstream.timeout)}; the lease "
+                              f"is {format_duration(lease)}), or a slow but live attempt "
+                              "would be taken over")
     return lease
 
 
@@ -171,6 +193,11 @@ def _handshake(raw: object, path: str, values: Values, load: Load) -> Any:
 
 
 def _mode(mode: Mode, path: str, values: Values, load: Load) -> Mode:
+    if mode is Mode.FORWARD and values.known("destinations"):
+        raise ConfigError(sibling(path, "destinations"), "applies to queue mode: each "
+                          "destination is reached by delivery workers of its own, after the "
+                          "provider is answered; set mode: queue" + fix(
+                              ("change", path, "providers.<key>.mode")))
     event_id = values.known("event_id")
     if mode is Mode.QUEUE and event_id is not None and event_id.is_batch:
         raise ConfigError(path, "queue is not available for a batch provider (event_id.batch): "
@@ -193,7 +220,11 @@ def _max_retry_delay(delay: float, path: str, values: Values, load: Load) -> flo
 def _delivery(delivery: DeliveryConfig, path: str, values: Values, load: Load
               ) -> DeliveryConfig:
     """The limit keys that cannot apply: a burst without a rate, a concurrency in forward mode
-    (a provider waiting for its answer is never held back: it gets 429 from the rate)."""
+    (a provider waiting for its answer is never held back: it gets 429 from the rate). A
+    provider with destinations has none of its own: each destination has its limits."""
+    if values.known("destinations") and (delivery.rate is not None or delivery.concurrency
+                                         is not None or delivery.breaker.failures is not None):
+        raise beside_destinations("delivery", path)
     if delivery.burst is not None and delivery.rate is None:
         raise ConfigError(f"{path}.burst", "applies to delivery.rate, which is not set" + fix(
             ("set", f"{path}.rate", "providers.<key>.delivery.rate")))
@@ -265,6 +296,11 @@ STEPS: Final[dict[str, Step]] = {
     "providers.<key>.queue.order_key": _order_key,
     "providers.<key>.delivery": _delivery,
     "providers.<key>.queue.max_retry_delay": _max_retry_delay,
+    "providers.<key>.destinations": read_destinations,
+    f"{DESTINATION_RULE}.upstream": destination_upstream,
+    f"{DESTINATION_RULE}.upstream.signing_secrets": signing_secrets,
+    f"{DESTINATION_RULE}.delivery": _delivery,
+    f"{DESTINATION_RULE}.filter": destination_filter,
 }
 
 # Keys whose step interpolates their values itself: the provider blocks (each read by
@@ -272,4 +308,6 @@ STEPS: Final[dict[str, Step]] = {
 OWN_INTERPOLATION: Final = frozenset({"providers", "upstream.signing_secrets",
                                       "providers.<key>.secrets",
                                       "providers.<key>.upstream.signing_secrets",
-                                      "notify.targets", f"{TARGET_RULE}.secret"})
+                                      "notify.targets", f"{TARGET_RULE}.secret",
+                                      "providers.<key>.destinations",
+                                      f"{DESTINATION_RULE}.upstream.signing_secrets"})

@@ -168,21 +168,29 @@ class StoredRequest:
     # The W3C traceparent of the span that accepted it (queue mode, tracing on): a delivery
     # worker's attempt links to it. Not a header: the app never gets it.
     traceparent: str | None = None
+    # Fan-out: the names of the destinations the event was accepted for (their filters
+    # admitted it), fixed at acceptance. None: the provider has no destinations.
+    destinations: tuple[str, ...] | None = None
 
     def meta_json(self) -> str:
         meta: dict[str, object] = {"method": self.method, "path": self.path,
                                    "headers": headers_to_json(self.headers)}
         if self.traceparent is not None:
             meta["traceparent"] = self.traceparent
+        if self.destinations is not None:
+            meta["destinations"] = list(self.destinations)
         return json.dumps(meta)
 
     @classmethod
     def from_stored(cls, body: bytes, meta_json: str) -> StoredRequest:
         meta = json.loads(meta_json)
         traceparent = meta.get("traceparent")
+        destinations = meta.get("destinations")
         return cls(method=str(meta["method"]), path=str(meta["path"]),
                    headers=headers_from_json(meta["headers"]), body=body,
-                   traceparent=str(traceparent) if traceparent is not None else None)
+                   traceparent=str(traceparent) if traceparent is not None else None,
+                   destinations=(tuple(str(name) for name in destinations)
+                                 if destinations is not None else None))
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,32 @@ from sidecar.delivery.context import Delivery
 from sidecar.delivery.steps import Steps
 
 
+def admitted_destinations(delivery: Delivery) -> tuple[str, ...]:
+    """Fan-out: the names of the provider's destinations whose filters keep the event (all
+    of those without one), noted on its log line when any drops it."""
+    provider = delivery.provider
+    document: object | NotRead | None = None
+    event_type: str | None = None
+    names: list[str] = []
+    for route in provider.routes:
+        if route.filter is not None:
+            if document is None:
+                try:
+                    document = delivery.body.json()
+                except NotJson:
+                    document = NOT_JSON
+                if provider.event_type is not None:
+                    event_type = read_event_type(provider.event_type, document,
+                                                 delivery.inbound.headers)
+            if not judge(route.filter, event_type, document).keep:
+                continue
+        assert route.destination is not None
+        names.append(route.destination)
+    if len(names) < len(provider.routes):
+        delivery.trace.fields["destinations"] = len(names)
+    return tuple(names)
+
+
 def filtered_result(answer: Answer) -> AttemptResult:
     """What a dropped event's row records: done, outcome filtered, the answer it was given."""
     return AttemptResult(EventState.DONE, Outcome.FILTERED,

@@ -16,6 +16,7 @@ from sidecar.core.known import KnownAnswers
 from sidecar.core.ports import DeliveryStore
 from sidecar.core.tracing import Tracer
 from sidecar.delivery.context import Delivery
+from sidecar.delivery.filtering import admitted_destinations
 from sidecar.delivery.steps import Steps
 
 
@@ -45,7 +46,8 @@ class QueueMode:
         traceparent = (self._tracer.headers().get("traceparent") if self._tracer.enabled
                        else None)
         request = StoredRequest(inbound.method, inbound.path,
-                                self._steps.app_headers(inbound), body.raw, traceparent)
+                                self._steps.app_headers(inbound), body.raw, traceparent,
+                                admitted_destinations(delivery) if provider.fans_out else None)
         asked = self._known.now()
         enqueued = await self._steps.claimed(delivery, self._store.enqueue(
             provider.key, event_id, digest, request, order_key=order_key_of(provider, body),

@@ -70,6 +70,11 @@ def _unsigned(provider: str) -> Sequence[bytes]:
     return ()
 
 
+def _destination(provider: ProviderConfig) -> Attributes:
+    """A span's destination attribute: a destination's route names it."""
+    return {} if provider.destination is None else {"webhook.destination": provider.destination}
+
+
 class Forwarder:
     """``upstream``: the client to the app, or one per provider key (``Upstreams``: each
     provider's deliveries go to its own upstream). ``signing_keys``: a provider's current
@@ -118,7 +123,10 @@ class Forwarder:
         ``attempt``, and classify its answer (nothing recorded: the caller writes the
         result). ``unclaimed``: no row holds the events (the store could not be reached):
         the app is told so instead of an attempt number."""
-        added = {PROVIDER_HEADER: provider.key}
+        # A destination's route tells the app its provider's key, so that every destination
+        # dedupes on the same Idempotency-Key.
+        key = provider.provider_key
+        added = {PROVIDER_HEADER: key}
         if unclaimed:
             added[UNCLAIMED_HEADER] = "true"
         else:
@@ -126,10 +134,10 @@ class Forwarder:
         if provider.event_id.is_batch:
             # Items are grouped per delivery, so the key names this group; apps dedupe per
             # item id, which each item in the body carries.
-            added[IDEMPOTENCY_HEADER] = batch_key(provider.key, ids)
+            added[IDEMPOTENCY_HEADER] = batch_key(key, ids)
             added[BATCH_SIZE_HEADER] = str(len(ids))
         else:
-            added[IDEMPOTENCY_HEADER] = f"{provider.key}:{ids[0]}"
+            added[IDEMPOTENCY_HEADER] = f"{key}:{ids[0]}"
             added[EVENT_HEADER] = ids[0]
         keys = self._signing_keys(provider.key)
         if keys:
@@ -146,7 +154,8 @@ class Forwarder:
         with self._tracer.span("forward", SpanKind.CLIENT, {
                 **_app_attributes(app_url), "http.request.method": request.method,
                 "url.full": _redacted(app_url).rstrip("/") + request.path.partition("?")[0],
-                "webhook.provider": provider.key, "webhook.attempt": attempt}) as span:
+                "webhook.provider": key, "webhook.attempt": attempt,
+                **_destination(provider)}) as span:
             # The app's trace continues from this span; an inbound traceparent is replaced
             # (forwardable_headers drops inbound headers the proxy sets).
             added.update(self._tracer.headers())

@@ -27,6 +27,7 @@ from sidecar.core.limits import Permit
 from sidecar.core.ports import QueueWorkerStore
 from sidecar.core.queueing import RetryPolicy, ended, settlement, unreachable_pause
 from sidecar.core.tracing import NO_TRACER, SpanKind, Tracer
+from sidecar.forwarding.fanout import FanOut
 from sidecar.forwarding.forwarder import LEASE_MARGIN, Forwarder, Sent, holds, shielded, write_until
 from sidecar.forwarding.holds import Holds
 from sidecar.forwarding.limits import ProviderLimits
@@ -62,8 +63,11 @@ class QueueWorker:
                  metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
                  clock: Callable[[], float] = time.time,
                  rand: Callable[[], float] = random.random, tracer: Tracer = NO_TRACER,
-                 company_wait: float = COMPANY_WAIT, holds: Holds | None = None) -> None:
+                 company_wait: float = COMPANY_WAIT, holds: Holds | None = None,
+                 fan_out: FanOut | None = None) -> None:
         self._provider = provider
+        # A fanning-out provider's worker queues each event for its destinations instead.
+        self._send_once = forwarder.send if fan_out is None else fan_out.send
         self._holds = holds  # paused, or held by the breaker: nothing is taken
         self._company_wait = company_wait  # 0: take at once, always
         self._tracer = tracer
@@ -211,9 +215,13 @@ class QueueWorker:
         if not self._tracer.enabled:
             await self._attempt(work, leased_from, admitted)
             return
-        with self._tracer.linked("queue attempt", SpanKind.CONSUMER, {
-                "webhook.provider": self.provider, "webhook.event_id": work.event_id,
-                "webhook.attempt": work.attempt}, work.request.traceparent) as span:
+        attributes: dict[str, str | int] = {
+            "webhook.provider": self._provider.provider_key, "webhook.event_id": work.event_id,
+            "webhook.attempt": work.attempt}
+        if self._provider.destination is not None:
+            attributes["webhook.destination"] = self._provider.destination
+        with self._tracer.linked("queue attempt", SpanKind.CONSUMER, attributes,
+                                 work.request.traceparent) as span:
             outcome = await self._attempt(work, leased_from, admitted)
             span.set_attribute("webhook.result", outcome)
             if outcome == "dead":
@@ -267,8 +275,8 @@ class QueueWorker:
         may have gone out), so the event is retried, and dies by its budget, as any other."""
         started = time.monotonic()
         try:
-            return await self._forwarder.send(self._provider, [work.event_id], work.attempt,
-                                              work.request)
+            return await self._send_once(self._provider, [work.event_id], work.attempt,
+                                         work.request)
         except Exception as exc:
             log.exception("queue_forward_crashed", provider=self.provider,
                           event_id=work.event_id, attempt=work.attempt)
@@ -328,9 +336,13 @@ class QueueWorkers:
                  forwarder: Forwarder,
                  metrics: Metrics, owner: str, pending: set[asyncio.Task[bool]], *,
                  notify: bool, clock: Callable[[], float] = time.time,
-                 tracer: Tracer = NO_TRACER, holds: Holds | None = None) -> None:
+                 tracer: Tracer = NO_TRACER, holds: Holds | None = None,
+                 fan_out: FanOut | None = None) -> None:
+        """``providers``: every route (``Config.routes``); a fanning-out provider's worker
+        sends with ``fan_out``."""
         self._workers = {p.key: QueueWorker(p, store, forwarder, metrics, owner, pending,
-                                            clock=clock, tracer=tracer, holds=holds)
+                                            clock=clock, tracer=tracer, holds=holds,
+                                            fan_out=fan_out if p.fans_out else None)
                          for p in providers if p.mode is Mode.QUEUE}
         self._store = store
         self._notify = notify

@@ -21,6 +21,7 @@ from sidecar.forwarding.forwarder import Forwarder
 from sidecar.ops import listing
 from sidecar.ops.listing import has_nul
 from sidecar.ops.listing import query_from as query_from  # where it was first
+from sidecar.ops.routes import find_route
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,10 +280,7 @@ async def redrive_dead(config: Config, store: OperatorStore, provider_key: str, 
 
 
 def _provider(config: Config, key: str) -> ProviderConfig:
-    provider = config.provider(key)
-    if provider is None:
-        raise OperationError(404, f"no provider {key!r} in the config")
-    return provider
+    return find_route(config, key)
 
 
 def _require_queue_mode(provider: ProviderConfig) -> None:

@@ -49,7 +49,7 @@ class Maintenance:
         self._store = store
         self._metrics = metrics
         self._keyring = keyring
-        self._queued = tuple(p.key for p in config.providers if p.mode is Mode.QUEUE)
+        self._queued = tuple(p.key for p in config.routes if p.mode is Mode.QUEUE)
         self._scrape_refresh: asyncio.Task[None] | None = None  # the one in flight
         self._scrape_refreshed_at = -math.inf  # when the last one started (monotonic)
 
@@ -60,15 +60,16 @@ class Maintenance:
         removes anyway are left to it."""
         batch = self._config.maintenance.retention_batch_size
         interval = self._partition_interval()
-        longest = max((p.retention for p in self._config.providers), default=0.0)
+        longest = max((p.retention for p in self._config.routes), default=0.0)
         deleted: dict[str, int] = {}
-        for provider in self._config.providers:
+        for provider in self._config.routes:
             counter = self._metrics.retention_deleted.labels(provider.key)
             older_than = row_retention(provider.retention, longest, interval)
             total = await _in_batches(
                 partial(self._store.purge, provider.key, older_than, batch),
                 batch, counter.inc)
-            if provider.replay_nonce is not None or provider.guards_body_replay:
+            if provider.destination is None and (provider.replay_nonce is not None
+                                                 or provider.guards_body_replay):
                 await _in_batches(
                     partial(self._store.purge_nonces, provider.key, older_than, batch),
                     batch)
@@ -106,7 +107,7 @@ class Maintenance:
     async def drop_partitions(self) -> None:
         if self._partitions is None:
             return
-        retention = {p.key: p.retention for p in self._config.providers}
+        retention = {p.key: p.retention for p in self._config.routes}
         retired = await self._partitions.retire(retention)
         for name in retired.dropped:
             log.info("partition_dropped", partition=name)
@@ -123,7 +124,7 @@ class Maintenance:
 
     async def refresh_stuck(self) -> dict[str, int]:
         counts = await self._store.stuck_counts()
-        for provider in self._config.providers:
+        for provider in self._config.routes:
             self._metrics.stuck.labels(provider.key).set(counts.get(provider.key, 0))
         return counts
 

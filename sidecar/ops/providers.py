@@ -20,17 +20,15 @@ from sidecar.core.ports import ProviderStateStore
 from sidecar.forwarding.holds import announce, breaker_policy
 from sidecar.obs.metrics import Metrics
 from sidecar.ops.events import iso
+from sidecar.ops.routes import find_route
 
 MAX_REASON = 500  # characters of a pause's reason kept
 
 
 def provider_config(config: Config, name: str) -> ProviderConfig:
-    """The configured provider ``name``, or a 404 naming the known ones."""
-    for provider in config.providers:
-        if provider.key == name:
-            return provider
-    known = ", ".join(p.key for p in config.providers) or "none"
-    raise OperationError(404, f"unknown provider {name!r} (configured: {known})")
+    """The configured provider ``name`` (or destination, ``stripe.billing``), or a 404 naming
+    the known ones."""
+    return find_route(config, name)
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -82,7 +80,7 @@ def limits(provider: ProviderConfig) -> dict[str, Any]:
 async def status(config: Config, store: ProviderStateStore,
                  name: str | None = None) -> list[dict[str, Any]]:
     """Every configured provider's state (or ``name``'s), read from the store now."""
-    wanted = [provider_config(config, name)] if name is not None else list(config.providers)
+    wanted = [provider_config(config, name)] if name is not None else list(config.routes)
     states = {s.provider: s for s in await store.provider_states()}
     return [describe(p, states.get(p.key) or ProviderState(p.key)) for p in wanted]
 

@@ -151,7 +151,7 @@ def _check_open_files(running: Running) -> None:
     admin = config.admin_max_connections if running.admin_listener is not None else 0
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     apps = sum(upstream.max_connections  # one pool per distinct upstream (``Upstreams``)
-               for upstream in {p.upstream for p in config.providers})
+               for upstream in {p.upstream for p in config.app_routes})
     needed = (config.max_connections + admin + apps
               + config.store.pool_max_size + _SPARE_FILES)
     if soft != resource.RLIM_INFINITY and needed > soft:

@@ -27,6 +27,7 @@ from sidecar.core.ports import DeliveryStore, EventStore, NoticeStore, Store
 from sidecar.core.tracing import NO_TRACER, Tracer
 from sidecar.core.workergroup import GroupHealth
 from sidecar.delivery import Pipeline
+from sidecar.forwarding.fanout import FanOut
 from sidecar.forwarding.forwarder import Forwarder, Sender
 from sidecar.forwarding.holds import Holds
 from sidecar.forwarding.queueworker import QueueWorkers
@@ -137,11 +138,11 @@ def build_pipeline(config: Config, store: DeliveryStore, forwarder: Forwarder,
 async def operator_forwarder(config: Config, store: EventStore) -> AsyncIterator[Forwarder]:
     """A forwarder for an operator's re-drive (``events redrive``): its own clients to each
     provider's upstream, closed when the block ends."""
-    upstream = Upstreams(config.providers)
+    upstream = Upstreams(config.app_routes)
     await upstream.start()
     try:
         yield build_forwarder(store, upstream, Metrics(), set(),
-                              Keyring(config.providers, config.upstream.signing_secrets))
+                              Keyring(config.routes, config.upstream.signing_secrets))
     finally:
         await upstream.close()
 
@@ -222,8 +223,8 @@ def build_apps(
     proxy = web.Application(client_max_size=config.max_body_bytes + 1,
                             middlewares=[tracked, unrouted])
     shutdown = Shutdown()
-    upstream = upstream or Upstreams(config.providers)
-    keyring = Keyring(config.providers, config.upstream.signing_secrets)
+    upstream = upstream or Upstreams(config.app_routes)
+    keyring = Keyring(config.routes, config.upstream.signing_secrets)
     owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
     pending: set[asyncio.Task[bool]] = set()
     proxy[CONFIG] = config
@@ -251,12 +252,13 @@ def build_apps(
         forwarder = build_forwarder(opened, upstream, metrics, pending, keyring,
                                     clock=clock or time.time, tracer=tracer)
         app[FORWARDER] = forwarder
-        holds = Holds(config.providers, opened, notices, metrics, owner)
+        holds = Holds(config.routes, opened, notices, metrics, owner)
         app[HOLDS] = holds
         await _first_read(holds)  # a paused provider is held from the first delivery
-        queue = QueueWorkers(config.providers, opened, forwarder, metrics, owner, pending,
+        fan_out = FanOut(opened, wake=lambda key: queue.wake(key))
+        queue = QueueWorkers(config.routes, opened, forwarder, metrics, owner, pending,
                              notify=config.store.notify, clock=clock or time.time,
-                             tracer=tracer, holds=holds)
+                             tracer=tracer, holds=holds, fan_out=fan_out)
         app[PIPELINE] = build_pipeline(config, opened, forwarder, keyring, metrics, owner=owner,
                                        clock=clock or time.time, on_queued=queue.wake,
                                        tracer=tracer, holds=holds)

@@ -207,7 +207,7 @@ async def test_cli_bulk_redrive_of_dead_events(deployment: Deployment) -> None:
         code, out, err = await run_cli("events", "redrive", *usage, "--config", config)
         assert code == 2 and "--dead" in err and out == "", (usage, out + err)
     code, out, err = await run_cli("events", "redrive", "nope", "--dead", "--config", config)
-    assert code == 1 and "no provider 'nope'" in err, out + err
+    assert code == 1 and "unknown provider 'nope'" in err, out + err
     code, out, err = await run_cli("events", "redrive", "github", "--dead", "--config", config)
     assert code == 1 and "forward mode" in err, out + err
     code, out, err = await run_cli("events", "redrive", "stripe", "--dead", "--limit", "0",

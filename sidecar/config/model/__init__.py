@@ -18,6 +18,8 @@ from sidecar.config.model.choices import (
     StoreKind,
     StoreOutage,
 )
+from sidecar.config.model.delivery import BreakerConfig, DeliveryConfig
+from sidecar.config.model.destination import DestinationConfig, route_key
 from sidecar.config.model.observability import (
     NotifyConfig,
     NotifyFormat,
@@ -26,22 +28,17 @@ from sidecar.config.model.observability import (
     SignatureFailuresConfig,
     TracingConfig,
 )
-from sidecar.config.model.provider import (
-    REQUIRED_WITHOUT_PRESET,
-    BreakerConfig,
-    DeliveryConfig,
-    ProviderConfig,
-    QueueConfig,
-)
+from sidecar.config.model.provider import REQUIRED_WITHOUT_PRESET, ProviderConfig, QueueConfig
 from sidecar.config.model.root import PROVIDER_KEY_PATTERN, Address, Config, MaintenanceConfig
 from sidecar.config.model.store import PartitioningConfig, StoreConfig
 from sidecar.config.model.upstream import SecretRef, UpstreamConfig
 
 __all__ = [
     "PROVIDER_KEY_PATTERN", "REQUIRED_WITHOUT_PRESET", "Address", "BodyReplay", "BreakerConfig",
-    "Config", "DeliveryConfig", "LogFormat", "LogLevel", "MaintenanceConfig", "Mode",
+    "Config", "DeliveryConfig", "DestinationConfig", "LogFormat", "LogLevel",
+    "MaintenanceConfig", "Mode",
     "NotifyConfig", "NotifyFormat", "NotifyTarget", "PartitioningConfig", "PayloadMismatch",
     "ProviderConfig", "QueueConfig", "ResultCommit", "Sampler", "SecretRef",
     "SignatureFailuresConfig", "StoreConfig", "StoreKind", "StoreOutage", "TracingConfig",
-    "UpstreamConfig",
+    "UpstreamConfig", "route_key",
 ]

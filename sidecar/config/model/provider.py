@@ -12,7 +12,6 @@ from sidecar.config.kinds import (
     Custom,
     Duration,
     Integer,
-    RateKind,
     Size,
     Statuses,
     String,
@@ -21,6 +20,8 @@ from sidecar.config.kinds import (
     text,
 )
 from sidecar.config.model.choices import BodyReplay, Mode, PayloadMismatch, StoreOutage
+from sidecar.config.model.delivery import FILTER_SCHEMA, DeliveryConfig
+from sidecar.config.model.destination import ROUTE_SEPARATOR, DestinationConfig
 from sidecar.config.model.upstream import SecretRef, UpstreamConfig
 from sidecar.config.presets import preset_names
 from sidecar.core.bodyreplay import unsigned_id_headers
@@ -28,7 +29,6 @@ from sidecar.core.eventid import EventIdSpec
 from sidecar.core.filtering import EventTypeSpec, FilterSpec
 from sidecar.core.handshake import HandshakeSpec
 from sidecar.core.jsonpath import JsonPath
-from sidecar.core.rates import Rate
 from sidecar.core.signing import SignatureSpec
 
 
@@ -64,52 +64,6 @@ class QueueConfig:
                                    "replicas' events when store.notify is off).",
                                    yaml_default="1s")
 
-
-@block("A circuit breaker: after `failures` failed attempts within `window` the provider's "
-       "deliveries pause themselves; after `cooldown` one probe decides whether they resume. "
-       "Off while failures is empty.", nullable=True)
-class BreakerConfig:
-    failures: int | None = setting(Integer(1), "Failed attempts (the app unreachable, timed "
-                                   "out, or answering 5xx or 429) within the window that open "
-                                   "the breaker. Empty: no breaker.", nullable=True)
-    window: float = setting(Duration(positive=True), "How far back failed attempts count.",
-                            yaml_default="1m")
-    cooldown: float = setting(Duration(positive=True), "How long the breaker stays open "
-                              "before one probe is let through.", yaml_default="30s")
-
-
-@block("How fast and how many at once this provider's events may reach the app, across every "
-       "process and replica sharing the store.", nullable=True)
-class DeliveryConfig:
-    rate: Rate | None = setting(RateKind(), "Events forwarded to the app at most, e.g. 20/s or "
-                                "600/m. Queue mode: workers wait for their turn; forward "
-                                "mode: a delivery over it gets 429 with Retry-After. Empty: "
-                                "no limit.", nullable=True)
-    burst: int | None = setting(Integer(1), "Events that may go at once above the rate after "
-                                "a quiet spell (a token bucket's size). Empty: one second's "
-                                "worth of the rate, at least 1.", nullable=True)
-    concurrency: int | None = setting(Integer(1), "Queue mode: forwards in flight at once "
-                                      "across every process (queue.concurrency bounds each "
-                                      "process). Empty: no limit.", nullable=True)
-    breaker: BreakerConfig = nested(BreakerConfig)
-
-
-_GLOBS: Final = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
-_SCALAR: Final = {"type": ["string", "number", "boolean", "null"]}
-_FILTER_SCHEMA: Final = {
-    "type": "object", "additionalProperties": False, "minProperties": 1,
-    "properties": {
-        "types": {"type": "object", "additionalProperties": False, "minProperties": 1,
-                  "properties": {"allow": _GLOBS, "drop": _GLOBS}},
-        "when": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "additionalProperties": False, "required": ["path"],
-            "minProperties": 2, "maxProperties": 2,
-            "properties": {"path": {"type": "string", "pattern": "^\\$"},
-                           "equals": _SCALAR,
-                           "in": {"type": "array", "minItems": 1, "items": _SCALAR},
-                           "exists": {"type": "boolean"}}}},
-    },
-}
 
 # A provider block without a preset must declare these; with one, they are merged over the
 # preset's.
@@ -159,7 +113,7 @@ class ProviderConfig:
         "\"$.type\"} (relative to the item for a batch provider). Set by most presets.",
         nullable=True)
     filter: FilterSpec | None = setting(
-        Custom("mapping", _FILTER_SCHEMA),
+        Custom("mapping", FILTER_SCHEMA),
         "Events the app does not want: types (allow/drop globs over the event type) and when "
         "(conditions on JSON fields, all must hold). A dropped event is recorded as filtered "
         "and answered 200; it never reaches the app. See Filters in configuration.md.",
@@ -167,6 +121,11 @@ class ProviderConfig:
     secrets: tuple[SecretRef, ...] = setting(Custom("list", ref("secrets")), "A list; each a "
                                              "string, {env: NAME} or {file: PATH}; all are "
                                              "accepted at once (rotation).", required=True)
+    destinations: tuple[DestinationConfig, ...] = setting(
+        Custom("list", {"type": "array", "minItems": 1, "items": ref("destination")}),
+        "Queue mode: the apps each accepted event goes to, each through a queue of its own "
+        "(see providers.<key>.destinations[] and Fan-out in configuration.md); instead of "
+        "upstream and delivery. Empty: the provider's upstream.", yaml_default=[])
     upstream: UpstreamConfig = inheriting(
         UpstreamConfig, "upstream", "The app this provider's deliveries go to (forwards, queue "
         "deliveries, take-overs, re-drives): the top-level upstream with each key given here "
@@ -226,6 +185,28 @@ class ProviderConfig:
                             "was not answered 2xx (from the preset; GitHub, GitLab and Discord "
                             "do not). Pausing a forward-mode provider that does not retry drops "
                             "its deliveries, so it needs --force.", yaml_default=True)
+
+    # Not keys: filled by the loader. ``routes``: a provider with destinations has one route
+    # per destination, each a ProviderConfig of its own (key ``<provider>.<name>``, the
+    # destination's upstream, delivery and filter); ``destination`` is set on such a route.
+    routes: tuple[ProviderConfig, ...] = ()
+    destination: str | None = None
+
+    @property
+    def fans_out(self) -> bool:
+        """Queue mode with destinations: this provider's own queue only fans events out."""
+        return bool(self.destinations)
+
+    @property
+    def provider_key(self) -> str:
+        """The provider's key as apps see it (Idempotency-Key, X-Webhook-Sidecar-Provider): a
+        destination's route has its provider's."""
+        if self.destination is None:
+            return self.key
+        return self.key[:-len(self.destination) - len(ROUTE_SEPARATOR)]
+
+    def route(self, destination: str) -> ProviderConfig | None:
+        return next((r for r in self.routes if r.destination == destination), None)
 
     @property
     def guards_body_replay(self) -> bool:

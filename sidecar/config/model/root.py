@@ -147,3 +147,18 @@ class Config:
 
     def provider(self, key: str) -> ProviderConfig | None:
         return next((p for p in self.providers if p.key == key), None)
+
+    @property
+    def routes(self) -> tuple[ProviderConfig, ...]:
+        """Every queue the store keeps: each provider's own, and each destination's
+        (``stripe.billing``) after its provider's."""
+        return tuple(route for p in self.providers for route in (p, *p.routes))
+
+    @property
+    def app_routes(self) -> tuple[ProviderConfig, ...]:
+        """The routes whose deliveries reach an app: all but the fanning-out providers'."""
+        return tuple(route for route in self.routes if not route.fans_out)
+
+    def route(self, key: str) -> ProviderConfig | None:
+        """A provider, or a destination's route by its key (``stripe.billing``)."""
+        return next((r for r in self.routes if r.key == key), None)
