@@ -216,6 +216,8 @@ def _check_config(args: argparse.Namespace) -> int:
               f"lease={format_duration(p.lease)}  "
               f"inflight_wait={format_duration(p.inflight_wait)}  "
               f"retention={format_duration(p.retention)}")
+        if p.routes:
+            print(f"    destinations: {', '.join(r.key for r in p.routes)}")
     for url, keys in _providers_by_upstream(config).items():
         print(f"upstream {url}: {', '.join(keys)}")
     if config.notify.targets:
@@ -232,7 +234,7 @@ def _providers_by_upstream(config: Config) -> dict[str, list[str]]:
     """The providers sharing each upstream URL (credentials in it redacted), in the order
     the providers are written."""
     shared: dict[str, list[str]] = {}
-    for p in config.providers:
+    for p in config.app_routes:  # a provider with destinations: each destination's
         shared.setdefault(p.upstream.redacted_url, []).append(p.key)
     return shared
 

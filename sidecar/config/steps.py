@@ -28,7 +28,7 @@ from sidecar.config.model import (
 )
 from sidecar.config.notify_steps import TARGET_RULE, read_targets, target_secret
 from sidecar.config.providers import read_providers
-from sidecar.config.reading import Load, Step, Values, sibling
+from sidecar.config.reading import FAILED, Load, Step, Values, sibling
 from sidecar.config.secret_sources import provider_secrets, signing_secrets
 from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError
@@ -112,7 +112,7 @@ def _provider_upstream(upstream: UpstreamConfig, path: str, values: Values,
         if any(load.known(f"{path}.{name}") is not None for name in _UPSTREAM_KEYS):
             raise beside_destinations("upstream", path)
         return upstream  # its own queue only fans out: no app to reach
-    if upstream.url is None:
+    if upstream.url is None and values.get("destinations") is not FAILED:
         raise ConfigError(f"{path}.url", "is required: this provider has no upstream (neither "
                           "its own upstream.url nor a top-level upstream.url); set one of them")
     return upstream
