@@ -18,6 +18,7 @@ from bench.wrk.context import Context
 from bench.wrk.mariadb import MariaStore
 from bench.wrk.measure import run_phase
 from bench.wrk.phases import (
+    NOT_BY_DEFAULT,
     OPTIONAL,
     PHASES,
     STORES,
@@ -51,8 +52,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before each phase")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
-    parser.add_argument("--phases", default=",".join(PHASES),
-                        help="comma-separated, in this order (default: all)")
+    parser.add_argument("--phases", default=",".join(p for p in PHASES if p not in NOT_BY_DEFAULT),
+                        help="comma-separated, in this order (default: all but "
+                        + ", ".join(sorted(NOT_BY_DEFAULT)) + ")")
     parser.add_argument("--runs", type=int, default=1,
                         help="repeat all phases, interleaved; the table gives medians")
     parser.add_argument("--seed-rows", type=int, default=0,

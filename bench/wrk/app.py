@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -74,12 +75,14 @@ class App:
         return data[:end].decode(errors="replace").splitlines(), mark + end
 
     async def receive(self, mark: int, wanted: set[str], count: int, deadline: float,
-                      stop: Callable[[], bool] = lambda: False) -> int:
-        """How many of the ``wanted`` ids the app received since ``mark``, read until it has
-        ``count`` of them, ``deadline`` (``time.monotonic()``) is past or ``stop()`` holds."""
-        seen: set[str] = set()
+                      stop: Callable[[], bool] = lambda: False, copies: int = 1) -> int:
+        """How many of the ``wanted`` ids the app received since ``mark`` (each up to
+        ``copies`` times: once per destination), read until it has ``count`` of them,
+        ``deadline`` (``time.monotonic()``) is past or ``stop()`` holds."""
+        seen: Counter[str] = Counter()
         offset = mark
-        while len(seen) < count and time.monotonic() < deadline and not stop():
+        while (len(seen) < count or any(n < copies for n in seen.values())) \
+                and time.monotonic() < deadline and not stop():
             await asyncio.sleep(0.2)
             lines, offset = self.complete_lines(offset)
             seen.update(i for i in lines if i in wanted)

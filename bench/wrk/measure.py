@@ -7,6 +7,7 @@ import asyncio
 import math
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from bench.wrk.context import Context
@@ -109,7 +110,11 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
         if phase.queue:  # accepted events are delivered after their answers: wait for them
             # (bounded: past QUEUE_DRAIN, the check says what is missing)
             await ctx.app.receive(mark, wanted, result.requests,
-                                  time.monotonic() + QUEUE_DRAIN)
+                                  time.monotonic() + QUEUE_DRAIN,
+                                  copies=max(1, phase.destinations))
+            # What every delivery cost, to the last one (the app received them all).
+            drained_us = cpu_us(server.pid)
+            drained_db = await pg.cpu() if pg is not None else None
         forwarded = [i for i in ctx.app.since(mark) if i in wanted]
     finally:
         await ctx.procs.stop(server)
@@ -126,12 +131,18 @@ async def run_phase(ctx: Context, phase: Phase) -> Result:
         commits, fsyncs = ((counters[name] - counters0[name]) / max(result.requests, 1)
                            for name in COUNTERS)
     (ctx.path(f"{phase.name}.wrk.txt")).write_text(result.text)
+    if phase.queue:
+        proxy1 = drained_us
+        if drained_db is not None:
+            db_us = cpu_delta(db0, drained_db)
     out = Result(phase.name, result.rps, result.p50_ms, result.p99_ms,
                  (proxy1 - proxy0) / max(result.requests, 1),
                  None if db_us is None else db_us / max(result.requests, 1), commits,
                  result.requests, None if phase.server == "hello" else len(forwarded),
                  fsyncs=fsyncs)
     out.problems = check(phase, result, forwarded, per)
+    if phase.destinations:
+        out.forwards = len(forwarded)
     return out
 
 
@@ -151,7 +162,14 @@ def check(phase: Phase, wrk: WrkResult, forwarded: list[str], burst: int) -> lis
     if phase.server == "hello":
         return problems
     distinct = len(set(forwarded))
-    if distinct != len(forwarded):
+    if phase.destinations:  # each event once per destination
+        counts = Counter(Counter(forwarded).values())
+        wrong = {times: n for times, n in counts.items() if times != phase.destinations}
+        if wrong:
+            problems.append(f"events received other than {phase.destinations} times: "
+                            + ", ".join(f"{n} {times}×" for times, n in sorted(wrong.items())))
+        forwarded = sorted(set(forwarded))
+    elif distinct != len(forwarded):
         problems.append(f"the app received {len(forwarded) - distinct} events twice")
     if phase.workload == "dup" and forwarded:
         problems.append(f"{len(forwarded)} duplicates reached the app")

@@ -18,6 +18,9 @@ class Phase:
     queue: bool = False  # the provider in queue mode: answered once stored, delivered after
     before: bool = False  # webhook-sidecar run from --before's source tree instead of this one
     store: str = ""  # postgres | sqlite | mariadb; "" for --store's only one
+    # Queue mode with this many destinations (all to the one app), each event reaching it
+    # once per destination; 0: the provider's own upstream.
+    destinations: int = 0
 
 
 PHASES = {p.name: p for p in [
@@ -36,8 +39,13 @@ PHASES = {p.name: p for p in [
           half_of="new"),
     Phase("queue", "sidecar, queue mode: new events (accepted, then delivered)", "sidecar",
           "new", queue=True),
+    Phase("fanout1", "sidecar, queue mode, 1 destination (the fan-out hop)", "sidecar", "new",
+          queue=True, destinations=1),
+    Phase("fanout3", "sidecar, queue mode, 3 destinations", "sidecar", "new", queue=True,
+          destinations=3),
 ]}
 OPTIONAL = {"competitor", "competitor-dups"}
+NOT_BY_DEFAULT = {"fanout1", "fanout3"}  # the cost per destination: --phases queue,fanout1,…
 BEFORE = "@before"
 STORES = {"postgres": "PostgreSQL", "mariadb": "MariaDB", "sqlite": "SQLite"}
 

@@ -31,10 +31,13 @@ from bench.wrk.stores import migrate, seed_postgres, seed_sqlite
 COMPETITOR = REPO / "bench" / "competitor"
 
 
-def sidecar_config(ctx: Context, store_url: str, *, queue: bool = False) -> Path:
+def sidecar_config(ctx: Context, store_url: str, *, queue: bool = False,
+                   destinations: int = 0) -> Path:
     provider: dict[str, Any] = {"path": PATH, "preset": "github", "secrets": [SECRET]}
     if queue:
         provider["mode"] = "queue"
+    if destinations:  # each to the one app (the top-level upstream)
+        provider["destinations"] = [{"name": f"app{i + 1}"} for i in range(destinations)]
     config = {
         "listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "shutdown_timeout": "2s",
         "upstream": {"url": ctx.app.url, "timeout": "5s"},
@@ -156,8 +159,9 @@ async def redis_flush(url: str) -> None:
 
 async def start_server(ctx: Context, phase: Phase, store_url: str) -> tuple[Proc, str]:
     if phase.server == "sidecar":
-        return await start_sidecar(ctx, sidecar_config(ctx, store_url, queue=phase.queue),
-                                   before=phase.before)
+        config = sidecar_config(ctx, store_url, queue=phase.queue,
+                                destinations=phase.destinations)
+        return await start_sidecar(ctx, config, before=phase.before)
     if phase.server == "competitor":
         await redis_flush(ctx.redis_url)
         proc = await ctx.procs.start(

@@ -10,6 +10,7 @@ enqueue finds the entry another try wrote, so each destination gets the event on
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -43,14 +44,18 @@ class FanOut:
         body = Body(request.body)
         copy = replace(request, destinations=None)
         order_key = order_key_of(provider, body)
-        try:
-            for name in names:
-                await self._store.enqueue(route_key(provider.key, name), event_id, body.sha256,
-                                          copy, order_key=order_key)
-        except StoreError as exc:  # not all queued: the event stays ours, tried again
+        # Together, so that the store may write them in one statement (``store.coalesce``);
+        # one key's order holds: its events' fan-outs are taken one at a time.
+        enqueued = await asyncio.gather(*(
+            self._store.enqueue(route_key(provider.key, name), event_id, body.sha256, copy,
+                                order_key=order_key) for name in names), return_exceptions=True)
+        failed = next((e for e in enqueued if isinstance(e, BaseException)), None)
+        if isinstance(failed, StoreError):  # not all queued: the event stays ours, tried again
             elapsed_ms = (time.monotonic() - started) * 1000
             return Sent(AttemptResult(EventState.FAILED, Outcome.CONNECT_ERROR, None, elapsed_ms),
-                        None, f"queueing for the destinations failed: {exc}")
+                        None, f"queueing for the destinations failed: {failed}")
+        if failed is not None:
+            raise failed
         for name in names:
             self._wake(route_key(provider.key, name))
         response = RecordedResponse(200, JSON_HEADERS,
