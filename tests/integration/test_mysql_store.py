@@ -231,6 +231,20 @@ async def test_the_throwaway_server_starts_answers_and_is_removed() -> None:
 
 
 @pytest.mark.mariadb
+async def test_an_ordered_take_of_a_long_key_names_its_lock_within_the_servers_limit(
+        mariadb_store: MySQLStore) -> None:
+    """A destination's queue key (``<provider>.<name>``) can be 127 characters; the server
+    refuses lock names over 64, so such a key's take lock is named by a digest."""
+    key = f"{'p' * 63}.{'d' * 63}"
+    request = StoredRequest(method="POST", path="/x", headers=(), body=b"{}")
+    for event_id in ("A", "B"):
+        assert (await mariadb_store.enqueue(key, event_id, b"h" * 32, request,
+                                            order_key="k")).accepted
+    taken = await mariadb_store.take_queued(key, 10, 30.0, "P1", ordered=True)
+    assert [w.event_id for w in taken] == ["A"]  # B waits for A: one key, one at a time
+
+
+@pytest.mark.mariadb
 async def test_ordered_takes_see_a_concurrent_take_of_the_same_key(
         mariadb_store: MySQLStore, mariadb_dsn: str) -> None:
     """A re-driven dead event must not overtake a later event of its key whose take (in

@@ -1,2 +1,2 @@
 -- take_unlock: the named lock given back.
-SELECT RELEASE_LOCK(CONCAT('webhook-sidecar:take:', DATABASE(), ':', :provider)) AS released;
+SELECT RELEASE_LOCK({{take_lock_name}}) AS released;
