@@ -7,6 +7,7 @@ suites (``test_store_contract.py``, ``test_store_queue_contract.py``, ``[mariadb
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -231,17 +232,30 @@ async def test_the_throwaway_server_starts_answers_and_is_removed() -> None:
 
 
 @pytest.mark.mariadb
-async def test_an_ordered_take_of_a_long_key_names_its_lock_within_the_servers_limit(
-        mariadb_store: MySQLStore) -> None:
-    """A destination's queue key (``<provider>.<name>``) can be 127 characters; the server
-    refuses lock names over 64, so such a key's take lock is named by a digest."""
+async def test_an_ordered_take_of_a_long_key_names_its_lock_within_64_characters(
+        mariadb_store: MySQLStore, mariadb_dsn: str) -> None:
+    """A destination's queue key (``<provider>.<name>``) can be 127 characters; MySQL refuses
+    lock names over 64, so such a key's take lock is named by a digest (held here by another
+    session while the store's take waits for it)."""
     key = f"{'p' * 63}.{'d' * 63}"
+    database = mariadb_dsn.rsplit("/", 1)[1]
+    name = "webhook-sidecar:take:" + hashlib.sha1(f"{database}:{key}".encode()).hexdigest()
+    assert len(name) <= 64
     request = StoredRequest(method="POST", path="/x", headers=(), body=b"{}")
-    for event_id in ("A", "B"):
-        assert (await mariadb_store.enqueue(key, event_id, b"h" * 32, request,
-                                            order_key="k")).accepted
-    taken = await mariadb_store.take_queued(key, 10, 30.0, "P1", ordered=True)
-    assert [w.event_id for w in taken] == ["A"]  # B waits for A: one key, one at a time
+    assert (await mariadb_store.enqueue(key, "A", b"h" * 32, request, order_key="k")).accepted
+    other = await asyncmy.connect(db=database, autocommit=True, host="127.0.0.1",
+                                  **_admin_args(mariadb_dsn))
+    try:
+        async with other.cursor(DictCursor) as cur:
+            stmt = statement("mysql", "take_lock")
+            await cur.execute(stmt.sql, {"provider": key, "wait": 5})
+            await cur.execute("SELECT IS_FREE_LOCK(%s) AS free", (name,))
+            assert (await cur.fetchone())["free"] == 0  # the digest's name is the one held
+            await cur.execute(statement("mysql", "take_unlock").sql, {"provider": key})
+        taken = await mariadb_store.take_queued(key, 10, 30.0, "P1", ordered=True)
+        assert [w.event_id for w in taken] == ["A"]
+    finally:
+        other.close()
 
 
 @pytest.mark.mariadb
