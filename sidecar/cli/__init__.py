@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sidecar import __version__
@@ -87,15 +87,21 @@ def _parser(chosen: loop.EventLoop | None = None) -> argparse.ArgumentParser:
         p.add_argument("--config", "-c", default=default_config(),
                        help=f"YAML config file (default: ${CONFIG_ENV})")
 
-    run = sub.add_parser("run", help="run the proxy")
-    with_config(run)
+    def command(name: str, about: str, func: Callable[[argparse.Namespace], int],
+                configure: Callable[[argparse.ArgumentParser], object] = with_config
+                ) -> argparse.ArgumentParser:
+        """A subcommand running ``func``; its arguments are ``configure``'s (``--config``)."""
+        p = sub.add_parser(name, help=about)
+        configure(p)
+        p.set_defaults(func=func)
+        return p
+
+    from sidecar.cli import events, notify, providers, send
+
+    run = command("run", "run the proxy", _run)
     # Internal: set by the supervisor of `workers` > 1 for each worker it starts.
     run.add_argument("--worker", help=argparse.SUPPRESS)
-    run.set_defaults(func=_run)
-
-    migrate = sub.add_parser("migrate", help="apply database migrations, then exit")
-    with_config(migrate)
-    migrate.set_defaults(func=_migrate)
+    command("migrate", "apply database migrations, then exit", _migrate)
 
     store = sub.add_parser("store", help="change how the store keeps its rows")
     store_sub = store.add_subparsers(dest="store_command", required=True)
@@ -105,39 +111,20 @@ def _parser(chosen: loop.EventLoop | None = None) -> argparse.ArgumentParser:
     with_config(partition)
     partition.set_defaults(func=_store_partition)
 
-    check = sub.add_parser("check-config", help="validate a config file, then exit")
-    with_config(check)
-    check.set_defaults(func=_check_config)
-
-    events = sub.add_parser("events", help="list, show, release or re-drive events")
-    from sidecar.cli.events import configure_parser
-
-    configure_parser(events, with_config)
-    events.set_defaults(func=_events)
-
-    providers = sub.add_parser("providers", help="pause, resume or see providers' deliveries")
-    from sidecar.cli.providers import configure_parser as configure_providers
-
-    configure_providers(providers, with_config)
-    providers.set_defaults(func=_providers)
-
-    demo = sub.add_parser("demo", help="a self-contained showcase on a temporary SQLite store")
-    demo.add_argument("--quiet", action="store_true", help="print only the summary")
-    demo.set_defaults(func=_demo)
-
-    send = sub.add_parser("send", help="sign a payload as a provider and deliver it to a URL")
-    _configure_send(send)
-    send.set_defaults(func=_send)
-
-    notify = sub.add_parser("notify", help="notification targets (notify:): send a test")
-    from sidecar.cli.notify import configure_parser as configure_notify
-
-    configure_notify(notify, with_config)
-    notify.set_defaults(func=_notify)
-
-    completion = sub.add_parser("completion", help="print a shell completion script")
-    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
-    completion.set_defaults(func=_completion)
+    command("check-config", "validate a config file, then exit", _check_config)
+    command("events", "list, show, release or re-drive events", _events,
+            lambda p: events.configure_parser(p, with_config))
+    command("providers", "pause, resume or see providers' deliveries", _providers,
+            lambda p: providers.configure_parser(p, with_config))
+    command("demo", "a self-contained showcase on a temporary SQLite store", _demo,
+            lambda p: p.add_argument("--quiet", action="store_true",
+                                     help="print only the summary"))
+    command("send", "sign a payload as a provider and deliver it to a URL", _send,
+            send.configure_parser)
+    command("notify", "notification targets (notify:): send a test", _notify,
+            lambda p: notify.configure_parser(p, with_config))
+    command("completion", "print a shell completion script", _completion,
+            lambda p: p.add_argument("shell", choices=("bash", "zsh", "fish")))
     return parser
 
 
@@ -269,12 +256,6 @@ def _demo(args: argparse.Namespace) -> int:
     from sidecar.cli.demo import run_demo
 
     return loop.run(run_demo(quiet=args.quiet))
-
-
-def _configure_send(parser: argparse.ArgumentParser) -> None:
-    from sidecar.cli.send import configure_parser
-
-    configure_parser(parser)
 
 
 def _send(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from sidecar.core.signing import (
     decode_signing_key,
     parse_signature_spec,
 )
+from sidecar.core.signing.template import PartKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +107,7 @@ def generated_headers(scheme: Scheme, headers: dict[str, str], now: float) -> di
         names.append(scheme.event_id.header)
     spec = scheme.signature
     if isinstance(spec, DeclarativeSpec):
-        names += [part.name for part in spec.message.parts if part.kind == "header"]
+        names += [part.name for part in spec.message.parts if part.kind is PartKind.HEADER]
     event_type = EVENT_TYPE_HEADERS.get(scheme.preset or "")
     if event_type is not None and header_value(headers, event_type[0]) is None:
         added[event_type[0]] = event_type[1]

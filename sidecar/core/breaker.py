@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import assert_never
 
 from sidecar.core.events import AttemptResult, Outcome
 
@@ -113,17 +114,20 @@ def check_hold(state: ProviderState, now: float, policy: BreakerPolicy | None) -
     first; without a policy the breaker is off, whatever its row says."""
     if state.paused is not None:
         return Held(HoldReason.PAUSED, PAUSED_RETRY_AFTER)
-    if policy is None or state.breaker is BreakerState.CLOSED:
+    if policy is None:
         return Deliver()
-    if state.breaker is BreakerState.OPEN:
-        until = state.open_until if state.open_until is not None else now
-        if until > now:
-            return Held(HoldReason.BREAKER_OPEN, max(MIN_RETRY_AFTER, until - now))
-        return MayProbe()
-    # half-open: a probe is out; a probe whose holder vanished (its lease ended) is taken anew
-    probe_until = state.probe_until if state.probe_until is not None else now
-    if probe_until > now:
-        return Held(HoldReason.BREAKER_OPEN, max(MIN_RETRY_AFTER, probe_until - now))
+    match state.breaker:
+        case BreakerState.CLOSED:
+            return Deliver()
+        case BreakerState.OPEN:
+            until = state.open_until if state.open_until is not None else now
+        case BreakerState.HALF_OPEN:
+            # a probe is out; a probe whose holder vanished (its lease ended) is taken anew
+            until = state.probe_until if state.probe_until is not None else now
+        case _:
+            assert_never(state.breaker)
+    if until > now:
+        return Held(HoldReason.BREAKER_OPEN, max(MIN_RETRY_AFTER, until - now))
     return MayProbe()
 
 
@@ -179,13 +183,17 @@ def end_probe(state: ProviderState, now: float, owner: str, end: ProbeEnd, coold
     if state.breaker is not BreakerState.HALF_OPEN or state.probe_owner != owner:
         return None
     ended = dataclasses.replace(state, probe_owner=None, probe_until=None, now=now)
-    if end is ProbeEnd.SUCCEEDED:
-        return dataclasses.replace(ended, breaker=BreakerState.CLOSED, failures=0,
-                                   failures_since=None, opened_at=None, open_until=None)
-    if end is ProbeEnd.FAILED:
-        return dataclasses.replace(ended, breaker=BreakerState.OPEN, opened_at=now,
-                                   open_until=now + cooldown, last_failure=why)
-    return dataclasses.replace(ended, breaker=BreakerState.OPEN)
+    match end:
+        case ProbeEnd.SUCCEEDED:
+            return dataclasses.replace(ended, breaker=BreakerState.CLOSED, failures=0,
+                                       failures_since=None, opened_at=None, open_until=None)
+        case ProbeEnd.FAILED:
+            return dataclasses.replace(ended, breaker=BreakerState.OPEN, opened_at=now,
+                                       open_until=now + cooldown, last_failure=why)
+        case ProbeEnd.UNUSED:
+            return dataclasses.replace(ended, breaker=BreakerState.OPEN)
+        case _:
+            assert_never(end)
 
 
 def pause(state: ProviderState, now: float, by: str, reason: str) -> ProviderState | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import assert_never
 
 from sidecar.core.events import (
     AttemptResult,
@@ -77,24 +78,27 @@ def decide(row: EventRow, *, waits: int, wait_left: float) -> Decision:
     burst of concurrent duplicates cannot turn one failure into a burst of retries. ``wait_left``
     is what remains of the provider's ``inflight_wait`` budget, in seconds.
     """
-    if row.state is EventState.DONE:
-        return AnswerRecorded(row)
-    if row.state is EventState.FAILED:
-        return MirrorFailure(row) if waits else TakeOver()
-    if row.state in (EventState.QUEUED, EventState.DEAD):
-        # A queue-mode row under a provider now in forward mode: its delivery workers own it
-        # (docs/operations.md: switch modes once the queue is drained). Never taken over.
-        return Busy(retry_after=QUEUE_ROW_RETRY_AFTER)
-    # processing
-    if not row.lease_live:
-        # A crashed attempt: forward mode's is taken over; a delivery worker's is not (the
-        # store's take_over leaves queue rows alone, so asking would only loop).
-        return QueueOwned() if row.in_queue else TakeOver()
-    remaining = (row.lease_until or row.now) - row.now
-    if wait_left <= 0:
-        return Busy(retry_after=max(1, math.ceil(min(remaining, 60.0))))
-    backoff = min(FIRST_POLL * 2 ** min(waits, 16), MAX_POLL)
-    return Wait(pause=min(backoff, wait_left, remaining))
+    match row.state:
+        case EventState.DONE:
+            return AnswerRecorded(row)
+        case EventState.FAILED:
+            return MirrorFailure(row) if waits else TakeOver()
+        case EventState.QUEUED | EventState.DEAD:
+            # A queue-mode row under a provider now in forward mode: its delivery workers own
+            # it (docs/operations.md: switch modes once the queue is drained). Never taken over.
+            return Busy(retry_after=QUEUE_ROW_RETRY_AFTER)
+        case EventState.PROCESSING:
+            if not row.lease_live:
+                # A crashed attempt: forward mode's is taken over; a delivery worker's is not
+                # (the store's take_over leaves queue rows alone, so asking would only loop).
+                return QueueOwned() if row.in_queue else TakeOver()
+            remaining = (row.lease_until or row.now) - row.now
+            if wait_left <= 0:
+                return Busy(retry_after=max(1, math.ceil(min(remaining, 60.0))))
+            backoff = min(FIRST_POLL * 2 ** min(waits, 16), MAX_POLL)
+            return Wait(pause=min(backoff, wait_left, remaining))
+        case _:
+            assert_never(row.state)
 
 
 def finishes_in_forward_mode(row: EventRow) -> bool:

@@ -6,6 +6,7 @@ or read), as any duplicate: it never reaches the app either way."""
 from __future__ import annotations
 
 import math
+from typing import assert_never
 
 from sidecar.core.answers import Answer, Result, refuse, replayed
 from sidecar.core.batch import batch_answer
@@ -17,9 +18,13 @@ from sidecar.delivery.context import Delivery
 
 
 def held_refusal(held: Held) -> Answer:
-    if held.reason is HoldReason.PAUSED:
-        return refuse("paused")
-    return refuse("breaker_open", wait=str(math.ceil(held.retry_after)))
+    match held.reason:
+        case HoldReason.PAUSED:
+            return refuse("paused")
+        case HoldReason.BREAKER_OPEN:
+            return refuse("breaker_open", wait=str(math.ceil(held.retry_after)))
+        case _:
+            assert_never(held.reason)
 
 
 async def held_answer(delivery: Delivery, held: Held, store: RowReader,

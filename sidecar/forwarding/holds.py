@@ -15,7 +15,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from typing import Final, assert_never
 
 from sidecar.config.model import ProviderConfig
 from sidecar.core.breaker import (
@@ -203,7 +203,12 @@ class Holds:
         if ended is None:  # its lease ran out and another replica took the probe over
             return
         self._learn(ended)
-        if end is ProbeEnd.SUCCEEDED:
-            announce(ended, "breaker_closed", self._notices, self._metrics)
-        elif end is ProbeEnd.FAILED:
-            announce(ended, "breaker_reopened", self._notices, self._metrics, policy)
+        match end:
+            case ProbeEnd.SUCCEEDED:
+                announce(ended, "breaker_closed", self._notices, self._metrics)
+            case ProbeEnd.FAILED:
+                announce(ended, "breaker_reopened", self._notices, self._metrics, policy)
+            case ProbeEnd.UNUSED:
+                pass  # open again, due for another probe: nothing to announce
+            case _:
+                assert_never(end)

@@ -5,9 +5,9 @@ a process imports the driver it uses and no other (a command starts faster)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
-from sidecar.config.model import ResultCommit, StoreConfig
+from sidecar.config.model import ResultCommit, StoreConfig, StoreKind
 from sidecar.core.ports import Store
 from sidecar.obs.logs import get_logger
 from sidecar.obs.storelog import StoreLog
@@ -23,58 +23,68 @@ async def open_store(config: StoreConfig, metrics: Metrics | None = None) -> Sto
     """The store ``config`` names, reporting its outages as log lines and, given ``metrics``,
     its coalesced writes as metrics."""
     observer = StoreLog(metrics)
-    if config.kind == "sqlite":
-        from sidecar.store.sqlite import SQLiteStore
+    match config.kind:
+        case StoreKind.SQLITE:
+            from sidecar.store.sqlite import SQLiteStore
 
-        return await SQLiteStore.open(config.sqlite_path, observer=observer)
-    if config.kind == "mysql":
-        from sidecar.store.mysql import MySQLStore  # the [mysql] extra
+            return await SQLiteStore.open(config.sqlite_path, observer=observer)
+        case StoreKind.MYSQL:
+            from sidecar.store.mysql import MySQLStore  # the [mysql] extra
 
-        store = await MySQLStore.connect(
-            config.url, min_size=config.pool_min_size, max_size=config.pool_max_size,
-            acquire_timeout=config.acquire_timeout, statement_timeout=config.statement_timeout,
-            lock_timeout=config.lock_timeout, observer=observer)
-        # One server, or a Galera node (and how many nodes it sees): docs/design.md, "Galera".
-        log.info("store_server", kind="mysql", server=str(store.cluster))
-        return store
-    from sidecar.store.postgres import PostgresStore
+            store = await MySQLStore.connect(
+                config.url, min_size=config.pool_min_size, max_size=config.pool_max_size,
+                acquire_timeout=config.acquire_timeout,
+                statement_timeout=config.statement_timeout,
+                lock_timeout=config.lock_timeout, observer=observer)
+            # One server, or a Galera node and the nodes it sees: docs/design.md, "Galera".
+            log.info("store_server", kind="mysql", server=str(store.cluster))
+            return store
+        case StoreKind.POSTGRESQL:
+            from sidecar.store.postgres import PostgresStore
 
-    return await PostgresStore.connect(
-        config.url,
-        min_size=config.pool_min_size,
-        max_size=config.pool_max_size,
-        acquire_timeout=config.acquire_timeout,
-        statement_timeout=config.statement_timeout,
-        lock_timeout=config.lock_timeout,
-        command_timeout=config.statement_timeout + 1.0,
-        statement_cache_size=config.statement_cache_size,
-        session_settings=config.session_settings,
-        partition_interval=config.partitioning.interval,
-        observer=observer,
-        result_commit_waits=config.result_commit is ResultCommit.WAIT,
-    )
+            return await PostgresStore.connect(
+                config.url,
+                min_size=config.pool_min_size,
+                max_size=config.pool_max_size,
+                acquire_timeout=config.acquire_timeout,
+                statement_timeout=config.statement_timeout,
+                lock_timeout=config.lock_timeout,
+                command_timeout=config.statement_timeout + 1.0,
+                statement_cache_size=config.statement_cache_size,
+                session_settings=config.session_settings,
+                partition_interval=config.partitioning.interval,
+                observer=observer,
+                result_commit_waits=config.result_commit is ResultCommit.WAIT,
+            )
+        case _:
+            assert_never(config.kind)
 
 
 async def migrate_store(config: StoreConfig) -> list[str]:
     """Bring the store's schema up to date; the migrations applied. The embedded store
     migrates itself when opened, so for it this is an open and a close (and ``[]``)."""
-    if config.kind == "sqlite":
-        store = await open_store(config)
-        await store.close()
-        return []
-    if config.kind == "mysql":
-        from sidecar.store.mysql import migrate_mysql
+    match config.kind:
+        case StoreKind.SQLITE:
+            store = await open_store(config)
+            await store.close()
+            return []
+        case StoreKind.MYSQL:
+            from sidecar.store.mysql import migrate_mysql
 
-        return await migrate_mysql(config.url)
-    from sidecar.store.postgres import migrate_postgres
-    from sidecar.store.postgres.partitioning import partition_store
+            return await migrate_mysql(config.url)
+        case StoreKind.POSTGRESQL:
+            from sidecar.store.postgres import migrate_postgres
+            from sidecar.store.postgres.partitioning import partition_store
 
-    applied = await migrate_postgres(config.url)
-    interval = config.partitioning.interval
-    if interval is not None and await partition_store(
-            config.url, interval=interval, ahead=config.partitioning.ahead, only_if_empty=True):
-        applied.append("partitioned")
-    return applied
+            applied = await migrate_postgres(config.url)
+            interval = config.partitioning.interval
+            if interval is not None and await partition_store(
+                    config.url, interval=interval, ahead=config.partitioning.ahead,
+                    only_if_empty=True):
+                applied.append("partitioned")
+            return applied
+        case _:
+            assert_never(config.kind)
 
 
 async def partition_existing_store(config: StoreConfig) -> bool:

@@ -10,11 +10,12 @@ reports nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from sidecar.core.errors import StoreError
+from sidecar.core.errors import StoreError
+
+T = TypeVar("T")
 
 
 class StoreObserver(Protocol):
@@ -98,3 +99,14 @@ class Outage:
             return
         self._observer.recovered(self._clock() - self._since, self._failures)
         self._since, self._failures = None, 0
+
+    async def told(self, call: Awaitable[T]) -> T:
+        """``call``'s answer, its outcome told: ``failed`` on a ``StoreError``, else
+        ``succeeded``."""
+        try:
+            answer = await call
+        except StoreError as exc:
+            self.failed(exc)
+            raise
+        self.succeeded()
+        return answer

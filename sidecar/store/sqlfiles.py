@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -128,16 +128,10 @@ def to_positional(sql: str, *, what: str = "query") -> tuple[str, tuple[str, ...
     there: a file uses one style."""
     names: dict[str, int] = {}
 
-    def replace(match: re.Match[str]) -> str:
-        if match["positional"]:
-            raise ValueError(f"{what} mixes in a positional {match['positional']}: use :name")
-        name = match["name"]
-        if name is None:
-            return match[0]
-        number = names.setdefault(name, len(names) + 1)
-        return f"${number}"
+    def number(name: str) -> str:
+        return f"${names.setdefault(name, len(names) + 1)}"
 
-    return _SCAN.sub(replace, sql), tuple(names)
+    return _rewrite(sql, what, number), tuple(names)
 
 
 def to_pyformat(sql: str, *, what: str = "query") -> tuple[str, tuple[str, ...]]:
@@ -146,23 +140,28 @@ def to_pyformat(sql: str, *, what: str = "query") -> tuple[str, tuple[str, ...]]
     use."""
     names: dict[str, None] = {}
 
-    def replace(match: re.Match[str]) -> str:
-        if match["positional"]:
-            raise ValueError(f"{what} mixes in a positional {match['positional']}: use :name")
-        name = match["name"]
-        if name is None:
-            return match[0].replace("%", "%%")
+    def named(name: str) -> str:
         names.setdefault(name)
         return f"%({name})s"
 
+    return _rewrite(sql, what, named, lambda text: text.replace("%", "%%")), tuple(names)
+
+
+def _rewrite(sql: str, what: str, parameter: Callable[[str], str],
+             other: Callable[[str], str] = str) -> str:
+    """``sql`` with each ``:name`` parameter replaced by ``parameter(name)`` and all else
+    (comments, literals and the text between) by ``other(text)``, in one scan (``_SCAN``)."""
     parts: list[str] = []
     end = 0
     for match in _SCAN.finditer(sql):
-        parts.append(sql[end:match.start()].replace("%", "%%"))
-        parts.append(replace(match))
+        if match["positional"]:
+            raise ValueError(f"{what} mixes in a positional {match['positional']}: use :name")
+        name = match["name"]
+        parts += [other(sql[end:match.start()]),
+                  other(match[0]) if name is None else parameter(name)]
         end = match.end()
-    parts.append(sql[end:].replace("%", "%%"))
-    return "".join(parts), tuple(names)
+    parts.append(other(sql[end:]))
+    return "".join(parts)
 
 
 def query_names(dialect: str) -> list[str]:

@@ -3,8 +3,10 @@ and placeholders, parsed once from config and filled from each delivery."""
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from sidecar.core.errors import ConfigError, VerificationError
 from sidecar.core.fields import is_header_name
@@ -12,13 +14,22 @@ from sidecar.core.headers import header_value
 from sidecar.core.signing.delivery import Delivery
 
 
+class PartKind(enum.StrEnum):
+    """What one piece of the signed message is; a placeholder is spelled by its value."""
+
+    TEXT = "text"  # literal text: ``Part.data`` holds its UTF-8
+    BODY = "body"
+    TIMESTAMP = "timestamp"
+    HEADER = "header"  # ``Part.name`` is the header
+    URL = "url"  # the configured public URL
+    METHOD = "method"  # the request's HTTP method
+
+
 @dataclass(frozen=True, slots=True)
 class Part:
-    """One piece of the signed message: ``text`` (``data`` holds its UTF-8), ``body``,
-    ``timestamp``, ``header`` (``name`` is the header), ``url`` (the configured public URL)
-    or ``method`` (the request's HTTP method)."""
+    """One piece of the signed message."""
 
-    kind: str
+    kind: PartKind
     data: bytes = b""
     name: str = ""
 
@@ -30,11 +41,11 @@ class MessageTemplate:
 
     @property
     def uses_timestamp(self) -> bool:
-        return any(part.kind == "timestamp" for part in self.parts)
+        return any(part.kind is PartKind.TIMESTAMP for part in self.parts)
 
     @property
     def uses_url(self) -> bool:
-        return any(part.kind == "url" for part in self.parts)
+        return any(part.kind is PartKind.URL for part in self.parts)
 
 
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
@@ -50,7 +61,7 @@ def parse_template(text: str, path: str) -> MessageTemplate:
         text = "".join(literal)
         literal.clear()
         if text:
-            parts.append(Part("text", text.encode("utf-8")))
+            parts.append(Part(PartKind.TEXT, text.encode("utf-8")))
 
     position = 0
     for match in _PLACEHOLDER.finditer(text):
@@ -64,15 +75,15 @@ def parse_template(text: str, path: str) -> MessageTemplate:
             raise ConfigError(path, "unbalanced brace; write {{ or }} for a literal one")
         flush()
         if name in ("body", "timestamp", "url", "method"):
-            parts.append(Part(name))
+            parts.append(Part(PartKind(name)))
         elif name.startswith("header:") and is_header_name(name[7:]):
-            parts.append(Part("header", name=name[7:]))
+            parts.append(Part(PartKind.HEADER, name=name[7:]))
         else:
             hint = "use {body}, {timestamp}, {header:Name}, {url} or {method}"
             raise ConfigError(path, f"unknown placeholder {{{name}}}; {hint}")
     literal.append(text[position:])
     flush()
-    if not any(part.kind == "body" for part in parts):
+    if not any(part.kind is PartKind.BODY for part in parts):
         raise ConfigError(path, "must include {body}: a signature that omits it proves nothing")
     return MessageTemplate(text, tuple(parts))
 
@@ -92,23 +103,27 @@ def signed_message(
     and method, the timestamp as received and the public URL (``DeclarativeSpec.signing_url``)."""
     chunks: list[bytes] = []
     for part in template.parts:
-        if part.kind == "body":
-            chunks.append(delivery.body)
-        elif part.kind == "timestamp":
-            if timestamp is None:  # the spec parser forbids this; keep the failure typed
-                raise VerificationError("missing_timestamp")
-            chunks.append(_surrogate_safe(timestamp, "timestamp"))
-        elif part.kind == "header":
-            value = header_value(delivery.headers, part.name)
-            if value is None:
-                raise VerificationError("missing_header", f"signed header {part.name} is absent")
-            chunks.append(_surrogate_safe(value, f"header {part.name}"))
-        elif part.kind == "method":
-            chunks.append(_surrogate_safe(delivery.method, "method"))
-        elif part.kind == "url":
-            if url is None:  # the spec parser requires signature.url; keep the failure typed
-                raise VerificationError("missing_url", "no public URL configured")
-            chunks.append(_surrogate_safe(url, "url"))
-        else:
-            chunks.append(part.data)
+        match part.kind:
+            case PartKind.BODY:
+                chunks.append(delivery.body)
+            case PartKind.TIMESTAMP:
+                if timestamp is None:  # the spec parser forbids this; keep the failure typed
+                    raise VerificationError("missing_timestamp")
+                chunks.append(_surrogate_safe(timestamp, "timestamp"))
+            case PartKind.HEADER:
+                value = header_value(delivery.headers, part.name)
+                if value is None:
+                    raise VerificationError("missing_header",
+                                            f"signed header {part.name} is absent")
+                chunks.append(_surrogate_safe(value, f"header {part.name}"))
+            case PartKind.METHOD:
+                chunks.append(_surrogate_safe(delivery.method, "method"))
+            case PartKind.URL:
+                if url is None:  # the spec parser requires signature.url; keep the failure typed
+                    raise VerificationError("missing_url", "no public URL configured")
+                chunks.append(_surrogate_safe(url, "url"))
+            case PartKind.TEXT:
+                chunks.append(part.data)
+            case _:
+                assert_never(part.kind)
     return b"".join(chunks)

@@ -10,7 +10,7 @@ import os
 import shutil
 import signal
 import tempfile
-from typing import Final
+from typing import Final, assert_never
 
 from sidecar.config.model import Config
 from sidecar.core.workergroup import beat_interval, retry_delay, start_deadline
@@ -27,10 +27,6 @@ log = get_logger("sidecar.workers")
 # Silent workers replaced within REPLACEMENT_WINDOW seconds before the group stops instead.
 REPLACEMENTS_ALLOWED: Final = 3
 REPLACEMENT_WINDOW: Final = 600.0
-# What a message about a worker that has not said ready yet means.
-_START_FAILURES: Final[dict[Message, StartFailure]] = {
-    Message.EXITED: StartFailure.EXITED, Message.SILENT: StartFailure.SILENT,
-    Message.LATE: StartFailure.START_TIMEOUT}
 
 
 async def supervise(config: Config, config_file: ConfigFile) -> int:
@@ -87,34 +83,47 @@ async def _until_done(group: Group) -> tuple[bool, list[Worker]]:
     loop = asyncio.get_running_loop()
     while True:
         what, subject = await group.inbox.get()
-        if what is Message.STOP:
-            return False, []
-        if isinstance(subject, Seat):  # Message.RETRY
-            if not await _retry(group, subject):
-                return True, []
-            continue
-        assert subject is not None
+        match what:
+            case Message.STOP:
+                return False, []
+            case Message.RETRY:
+                assert isinstance(subject, Seat)
+                if not await _retry(group, subject):
+                    return True, []
+                continue
+            case Message.READY | Message.SILENT | Message.LATE | Message.EXITED:
+                assert isinstance(subject, Worker)  # taken below
+            case _:
+                assert_never(what)
         worker, seat = subject, group.seats[subject.seat]
         if seat.worker is not worker:  # given up on already
             if what is Message.EXITED:
                 group.forget(worker)
             continue
-        if what is Message.READY:
-            _ready(group, seat, loop.time())
-        elif worker.ready and what is Message.SILENT:
-            if not await _replace(group, seat, worker, loop.time()):
-                return True, []
-        elif worker.ready and what is Message.EXITED:
-            return True, [worker]  # a crash
-        elif what is Message.EXITED and not group.up:
-            return True, [worker]  # the group's start failed: with the worker's status
-        elif what in _START_FAILURES:
-            cause = _START_FAILURES[what]
-            timeout = (start_deadline(group.config.worker_timeout)
-                       if cause is StartFailure.START_TIMEOUT else group.config.worker_timeout)
-            details = {} if cause is StartFailure.EXITED else {"timeout_s": timeout}
-            if not _start_failed(group, seat, worker, cause, **details):
-                return True, []
+        timeout = group.config.worker_timeout
+        match what:
+            case Message.READY:
+                _ready(group, seat, loop.time())
+            case Message.SILENT if worker.ready:
+                if not await _replace(group, seat, worker, loop.time()):
+                    return True, []
+            case Message.EXITED if worker.ready:
+                return True, [worker]  # a crash
+            case Message.EXITED if not group.up:
+                return True, [worker]  # the group's start failed: with the worker's status
+            case Message.EXITED:
+                if not _start_failed(group, seat, worker, StartFailure.EXITED):
+                    return True, []
+            case Message.SILENT:
+                if not _start_failed(group, seat, worker, StartFailure.SILENT,
+                                     timeout_s=timeout):
+                    return True, []
+            case Message.LATE:
+                if not _start_failed(group, seat, worker, StartFailure.START_TIMEOUT,
+                                     timeout_s=start_deadline(timeout)):
+                    return True, []
+            case _:
+                assert_never(what)
 
 
 def _ready(group: Group, seat: Seat, now: float) -> None:

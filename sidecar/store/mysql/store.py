@@ -200,13 +200,7 @@ class MySQLStore(SQLStore):
         (run again when it was rolled back as a deadlock's victim, or as the loser of a Galera
         certification); driver errors as ``StoreError``. An outage is reported to the
         observer once, and its end."""
-        try:
-            value = await self._attempt(what, work, transaction=transaction)
-        except StoreError as exc:
-            self._outage.failed(exc)
-            raise
-        self._outage.succeeded()
-        return value
+        return await self._outage.told(self._attempt(what, work, transaction=transaction))
 
     async def _attempt(self, what: str, work: Callable[[Tx], Awaitable[T]], *,
                        transaction: bool) -> T:

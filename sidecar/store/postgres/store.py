@@ -196,13 +196,7 @@ class PostgresStore(SQLStore):
     async def _rows(self, name: str, params: Params, *, lock: str | None = None
                     ) -> list[asyncpg.Record]:
         calls = self._result_calls if name in RESULT_WRITES else self._calls
-        try:
-            records = await calls.call(name, params, lock=lock)
-        except StoreError as exc:
-            self._outage.failed(exc)
-            raise
-        self._outage.succeeded()
-        return records
+        return await self._outage.told(calls.call(name, params, lock=lock))
 
     # -- inserting a new event row: the claim, queue mode's enqueue -------------------------
 

@@ -29,13 +29,7 @@ WITH item AS (
 ), written AS (
     UPDATE webhook_event AS e
        SET state = i.item_state,
-           outcome = i.item_outcome,
-           response_status = i.item_status,
-           response_headers = i.item_headers::jsonb,
-           response_body = i.item_body,
-           latency_ms = i.item_latency,
-           lease_owner = NULL,
-           lease_until = NULL,
+           {{item_result}},
            updated_at = clock_timestamp()
       FROM item AS i, webhook_event AS held
      WHERE e.provider = i.key_provider AND e.event_id = i.key_event_id

@@ -48,13 +48,7 @@ WITH t AS MATERIALIZED (
     UPDATE webhook_event AS e
        SET state = f.item_state,
            attempt = CASE WHEN f.item_reached THEN e.attempt ELSE e.attempt - 1 END,
-           outcome = f.item_outcome,
-           response_status = f.item_status,
-           response_headers = f.item_headers::jsonb,
-           response_body = f.item_body,
-           latency_ms = f.item_latency,
-           lease_owner = NULL,
-           lease_until = NULL,
+           {{item_result}},
            updated_at = t.ts
       FROM fenced AS f, t
      WHERE e.provider = f.provider AND e.event_id = f.event_id
