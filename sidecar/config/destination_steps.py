@@ -9,7 +9,7 @@ from typing import Final
 
 from sidecar.config.declarations import block_of
 from sidecar.config.model import DestinationConfig, UpstreamConfig
-from sidecar.config.reading import Load, Unusable, Values, build, interpolated, read_block
+from sidecar.config.reading import Load, Unusable, Values, build, read_items
 from sidecar.core.errors import ConfigError
 from sidecar.core.filter_config import parse_filter_spec
 from sidecar.core.filtering import FilterSpec
@@ -26,26 +26,15 @@ def read_destinations(raw: object, path: str, values: Values, load: Load
         raise ConfigError(path, "must be a list of destinations, each a mapping with name and "
                           "upstream (url, and timeout, signing_secrets, …), delivery, filter")
     destinations: list[DestinationConfig] = []
-    named: dict[str, int] = {}
-    for i, item in enumerate(raw):
-        where = f"{path}[{i}]"
-        try:
-            data = interpolated(DESTINATION, item, where, DESTINATION_RULE, load)
-            read = read_block(DESTINATION, data, where, DESTINATION_RULE, load)
-        except ConfigError as exc:
-            load.report(exc)
-            continue
-        except Unusable:
-            continue
-        if not read.complete:
-            continue
+    named: dict[str, str] = {}  # name → the path of the destination named so
+    for where, read in read_items(DESTINATION, raw, path, DESTINATION_RULE, load):
         destination: DestinationConfig = build(DESTINATION, read)
         if destination.name in named:
             load.report(ConfigError(f"{where}.name", f"{destination.name!r} is already the name "
-                                    f"of {path}[{named[destination.name]}]; each destination "
-                                    "needs its own (it names the destination's queue)"))
+                                    f"of {named[destination.name]}; each destination needs its "
+                                    "own (it names the destination's queue)"))
             continue
-        named[destination.name] = i
+        named[destination.name] = where
         destinations.append(destination)
     if len(destinations) < len(raw):
         raise Unusable(path)

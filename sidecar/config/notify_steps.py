@@ -7,7 +7,7 @@ from typing import Final
 
 from sidecar.config.declarations import block_of
 from sidecar.config.model import NotifyFormat, NotifyTarget, SecretRef
-from sidecar.config.reading import Load, Unusable, Values, build, interpolated, read_block
+from sidecar.config.reading import Load, Unusable, Values, build, read_items
 from sidecar.config.secret_sources import one_signing_secret
 from sidecar.core.errors import ConfigError
 
@@ -23,16 +23,7 @@ def read_targets(raw: object, path: str, values: Values, load: Load
         raise ConfigError(path, "must be a list of targets, each a mapping with url (and "
                           "secret, format, events, headers)")
     targets: list[NotifyTarget] = []
-    for i, item in enumerate(raw):
-        where = f"{path}[{i}]"
-        try:
-            data = interpolated(TARGET, item, where, TARGET_RULE, load)
-            read = read_block(TARGET, data, where, TARGET_RULE, load)
-        except ConfigError as exc:
-            load.report(exc)
-            continue
-        if not read.complete:
-            continue
+    for where, read in read_items(TARGET, raw, path, TARGET_RULE, load):
         if (read["format"] is NotifyFormat.STANDARD and read["secret"] is None
                 and f"{TARGET_RULE}.secret" not in load.unread):
             load.report(ConfigError(f"{where}.secret", "is required for format: standard (a "

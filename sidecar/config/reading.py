@@ -8,7 +8,7 @@ steps, the environment and what was read so far.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -223,3 +223,22 @@ def interpolated(block: Block, raw: object, path: str, rule: str, load: Load) ->
                 load.report(exc)
                 out[name] = FAILED
     return out
+
+
+def read_items(block: Block, items: list[Any], path: str, rule: str, load: Load
+               ) -> Iterator[tuple[str, Values]]:
+    """Each item of a list of ``block`` mappings (``notify.targets``, a provider's
+    ``destinations``), interpolated and read at ``path[i]``: its path and values, for those read
+    whole. A problem in an item is reported and the item left out."""
+    for i, item in enumerate(items):
+        where = f"{path}[{i}]"
+        try:
+            read = read_block(block, interpolated(block, item, where, rule, load), where, rule,
+                              load)
+        except ConfigError as exc:
+            load.report(exc)
+            continue
+        except Unusable:
+            continue
+        if read.complete:
+            yield where, read

@@ -113,7 +113,7 @@ def test_a_fragment_both_dialects_spell_alike_is_written_once_in_shared() -> Non
                      if entry.name.endswith(".fragment.sql")}
            for dialect in DIALECTS}
     both = set.intersection(*own.values())
-    assert {"event_row", "binding", "recorded_result"} <= both
+    assert {"event_row", "binding"} <= both
     twins = sorted(name for name in both
                    if len({fragment(dialect, name) for dialect in DIALECTS}) == 1)
     assert twins == [], f"spelled alike in both dialects, belong in sql/shared/: {twins}"
