@@ -71,8 +71,10 @@ def _provider_or_none(key: object, raw: object, path: str, routes: dict[str, str
         return None
     provider = ProviderConfig(key=key, **PROVIDER.fill(read))
     if provider.destinations:
-        provider = replace(provider, routes=tuple(
-            destination_route(provider, d) for d in provider.destinations))
+        # Its own queue reaches no app: no upstream of its own, none named in metrics.
+        provider = replace(provider, upstream=replace(provider.upstream, url=None),
+                           routes=tuple(destination_route(provider, d)
+                                        for d in provider.destinations))
     _warn_retention(provider, path, load)
     return provider
 

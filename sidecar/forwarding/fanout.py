@@ -40,7 +40,9 @@ class FanOut:
                    request: StoredRequest) -> Sent:
         started = time.monotonic()
         [event_id] = ids
-        names = request.destinations or ()
+        # Accepted before the provider had destinations: to every one it has now.
+        names = (request.destinations if request.destinations is not None
+                 else tuple(r.destination for r in provider.routes if r.destination))
         body = Body(request.body)
         copy = replace(request, destinations=None)
         order_key = order_key_of(provider, body)

@@ -66,8 +66,7 @@ class QueueWorker:
                  company_wait: float = COMPANY_WAIT, holds: Holds | None = None,
                  fan_out: FanOut | None = None) -> None:
         self._provider = provider
-        # A fanning-out provider's worker queues each event for its destinations instead.
-        self._send_once = forwarder.send if fan_out is None else fan_out.send
+        self._fan_out = fan_out  # a provider's own worker (not a destination's)
         self._holds = holds  # paused, or held by the breaker: nothing is taken
         self._company_wait = company_wait  # 0: take at once, always
         self._tracer = tracer
@@ -275,8 +274,14 @@ class QueueWorker:
         may have gone out), so the event is retried, and dies by its budget, as any other."""
         started = time.monotonic()
         try:
-            return await self._send_once(self._provider, [work.event_id], work.attempt,
-                                         work.request)
+            # An event accepted for destinations is queued for them instead, even if the
+            # provider has none now: it keeps the set it was accepted with.
+            if self._fan_out is not None and (work.request.destinations is not None
+                                              or self._provider.fans_out):
+                return await self._fan_out.send(self._provider, [work.event_id], work.attempt,
+                                                work.request)
+            return await self._forwarder.send(self._provider, [work.event_id], work.attempt,
+                                              work.request)
         except Exception as exc:
             log.exception("queue_forward_crashed", provider=self.provider,
                           event_id=work.event_id, attempt=work.attempt)
@@ -338,11 +343,11 @@ class QueueWorkers:
                  notify: bool, clock: Callable[[], float] = time.time,
                  tracer: Tracer = NO_TRACER, holds: Holds | None = None,
                  fan_out: FanOut | None = None) -> None:
-        """``providers``: every route (``Config.routes``); a fanning-out provider's worker
-        sends with ``fan_out``."""
+        """``providers``: every route (``Config.routes``); a provider's own worker sends the
+        events accepted for destinations with ``fan_out``."""
         self._workers = {p.key: QueueWorker(p, store, forwarder, metrics, owner, pending,
                                             clock=clock, tracer=tracer, holds=holds,
-                                            fan_out=fan_out if p.fans_out else None)
+                                            fan_out=fan_out if p.destination is None else None)
                          for p in providers if p.mode is Mode.QUEUE}
         self._store = store
         self._notify = notify
