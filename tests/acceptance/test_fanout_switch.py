@@ -119,6 +119,8 @@ async def test_events_accepted_for_destinations_never_reach_the_app_that_replace
 
 async def until_true(check: Any, timeout: float = 20.0) -> None:
     async def poll() -> None:
-        while not await check():
+        while True:
+            if await check():
+                return
             await asyncio.sleep(0.05)  # polling the database, bounded below
     await asyncio.wait_for(poll(), timeout)
