@@ -52,6 +52,7 @@ def show_text(row: dict[str, Any]) -> str:
     if queue is not None:
         lines += _queue_text(queue)
     lines += _attempts_text(row.get("attempts") or [])
+    lines += _fan_out_text(row)
     lines.append(f"  body sha256 {row['body_sha256']}")
     if "response_headers" in row:
         lines.append("  response headers")
@@ -100,6 +101,33 @@ def _attempts_text(attempts: list[dict[str, Any]]) -> list[str]:
         owner = f" by {_safe(a['owner'])}" if a["owner"] is not None else ""
         lines.append(f"    #{a['attempt']:<3} {a['started_at_iso']} {a['duration_ms']:>9.1f} ms  "
                      f"{answer} -> {a['state']}{owner}")
+    return lines
+
+
+def _fan_out_text(row: dict[str, Any]) -> list[str]:
+    """A fanning-out provider's event: each destination's state and last answer (each has its
+    own ``events show``); a destination's event: whose it is."""
+    origin = row.get("fanned_out_from")
+    if origin is not None:
+        return [f"  fan-out     destination {_safe(origin['destination'])} of "
+                f"{_safe(origin['provider'])}:{_safe(row['event_id'])}"]
+    destinations = row.get("destinations")
+    if destinations is None:
+        return []
+    if not destinations:
+        return ["  destinations none (every destination's filter dropped it)"]
+    lines = [f"  destinations {len(destinations)} (events show {_safe(row['provider'])} "
+             f"{_safe(row['event_id'])} --destination NAME)"]
+    width = max(len(d["destination"]) for d in destinations)
+    for d in destinations:
+        event = d["event"]
+        if event is None:
+            lines.append(f"    {d['destination']:<{width}}  not queued yet")
+            continue
+        answer = (f"HTTP {event['response_status']}" if event["response_status"] is not None
+                  else event["outcome"] or "no answer yet")
+        lines.append(f"    {d['destination']:<{width}}  {event['state']} (attempt "
+                     f"{event['attempt']}): {answer}")
     return lines
 
 

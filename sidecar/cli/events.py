@@ -19,6 +19,7 @@ from sidecar.core.errors import OperationError
 from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
 from sidecar.ops.listing import MAX_PAGE_LIMIT, OUTCOMES, PAGE_LIMIT, STATES, STATUS_CLASSES
+from sidecar.ops.routes import named_key
 from sidecar.runtime import loop as event_loop
 from sidecar.runtime.stores import open_store
 
@@ -30,7 +31,10 @@ def configure_parser(parser: argparse.ArgumentParser,
     sub = parser.add_subparsers(dest="events_command", required=True)
     listing = sub.add_parser("list", help="list events, newest first")
     with_config(listing)
-    listing.add_argument("--provider")
+    listing.add_argument("--provider", help="one provider's events, or one destination's "
+                                            "(its key: stripe.billing)")
+    listing.add_argument("--destination", metavar="NAME",
+                         help="with --provider: that destination's events")
     listing.add_argument("--state", choices=STATES)
     listing.add_argument("--older-than", help="minimum age, e.g. 10m")
     listing.add_argument("--since", help="received at or after (ISO-8601 or epoch seconds)")
@@ -52,6 +56,7 @@ def configure_parser(parser: argparse.ArgumentParser,
         with_config(one)
         one.add_argument("provider")
         one.add_argument("event_id")
+        _destination_option(one)
         if name == "show":
             one.add_argument("--json", action="store_true",
                              help="one JSON object (stable fields) instead of the text view")
@@ -65,10 +70,12 @@ def configure_parser(parser: argparse.ArgumentParser,
                         "the running proxies' workers; a failed one (forward mode) is forwarded "
                         "now from its stored payload",
         description="PROVIDER EVENT_ID re-drives one event; PROVIDER --dead re-queues the "
-                    "provider's dead events (queue mode), the running proxies deliver them.")
+                    "provider's dead events (queue mode), the running proxies deliver them. "
+                    "With --destination NAME (or PROVIDER.NAME), the destination's.")
     with_config(redrive)
     redrive.add_argument("provider")
     redrive.add_argument("event_id", nargs="?")
+    _destination_option(redrive)
     redrive.add_argument("--dead", action="store_true",
                          help="re-queue the provider's dead events (instead of one EVENT_ID)")
     redrive.add_argument("--older-than",
@@ -76,6 +83,12 @@ def configure_parser(parser: argparse.ArgumentParser,
     redrive.add_argument("--limit", type=int,
                          help="with --dead: at most this many events (default "
                               f"{operations.REDRIVE_LIMIT})")
+
+
+def _destination_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--destination", metavar="NAME",
+                        help="one of the provider's destinations (fan-out): its queue, "
+                             "PROVIDER.NAME")
 
 
 EXIT_USAGE = 2  # as argparse's own usage errors
@@ -94,7 +107,13 @@ def run(config: Config, args: argparse.Namespace) -> int:
     if args.events_command == "redrive" and (problem := _redrive_usage(args)):
         print(f"webhook-sidecar events redrive: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    if args.events_command == "list" and args.destination and not args.provider:
+        print("webhook-sidecar events list: error: --destination goes with --provider",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
+        if args.events_command != "list":  # the destination's key; unknown ones fail here
+            args.provider = named_key(config, args.provider, args.destination)
         return event_loop.run(_run(config, args))
     except OperationError as exc:
         print(f"webhook-sidecar: {exc}", file=sys.stderr)
@@ -107,23 +126,23 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
         command = args.events_command
         if command == "list":
             params = {name: str(value) for name, value in (
-                ("provider", args.provider), ("state", args.state), ("since", args.since),
+                ("provider", args.provider), ("destination", args.destination),
+                ("state", args.state), ("since", args.since),
                 ("until", args.until), ("id_prefix", args.id_prefix), ("status", args.status),
                 ("outcome", args.outcome), ("cursor", args.cursor), ("older_than", args.older_than),
                 ("limit", args.limit)) if value is not None}
-            page = await operations.list_page(
-                store, operations.query_from(params, [p.key for p in config.providers]))
+            page = await operations.list_page(store, operations.listing_query(config, params))
             print_rows(page["events"], as_json=args.json)
             if page["next"] is not None:  # on stderr: stdout stays one row per line
                 print(f"next page: --cursor {page['next']}", file=sys.stderr)
         elif command == "show":
-            shown = await operations.show(store, args.provider, args.event_id)
+            shown = await operations.show(config, store, args.provider, args.event_id)
             print(json.dumps(shown, indent=2) if args.json else show_text(shown))
             # Logged once the payload is out: a reader gone already (a closed pipe) saw nothing.
             sys.stdout.flush()
             _log_read(args.provider, args.event_id, shown)
         elif command == "release":
-            row = await operations.release(store, args.provider, args.event_id,
+            row = await operations.release(config, store, args.provider, args.event_id,
                                            force=args.force)
             if row["forced_live_lease"]:
                 print(f"webhook-sidecar: warning: released {args.provider}:{args.event_id} "

@@ -27,13 +27,17 @@ def configure_parser(parser: argparse.ArgumentParser,
     sub = parser.add_subparsers(dest="providers_command", required=True)
     status = sub.add_parser("status", help="each provider's state: paused, its breaker")
     with_config(status)
-    status.add_argument("name", nargs="?", help="one provider (default: all)")
+    status.add_argument("name", nargs="?", help="one provider, or one destination by its key "
+                                                "(stripe.billing) (default: all, destinations "
+                                                "included)")
+    _destination_option(status)
     status.add_argument("--json", action="store_true", help="one JSON object per line")
     pause = sub.add_parser(
         "pause", help="pause a provider's deliveries in every replica (queue mode: events "
                       "are still accepted and wait; forward mode: answered 503 + Retry-After)")
     with_config(pause)
     pause.add_argument("name")
+    _destination_option(pause)
     pause.add_argument("--reason", default="", help="why, shown in status and the inspector")
     pause.add_argument("--force", action="store_true",
                        help="pause a forward-mode provider that does not retry (e.g. GitHub): "
@@ -41,10 +45,23 @@ def configure_parser(parser: argparse.ArgumentParser,
     resume = sub.add_parser("resume", help="resume a paused provider's deliveries")
     with_config(resume)
     resume.add_argument("name")
+    _destination_option(resume)
+
+
+def _destination_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--destination", metavar="NAME",
+                        help="one of the provider's destinations (fan-out) alone "
+                             "(PROVIDER.NAME names it too)")
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
+    if args.destination and args.name is None:
+        print(f"webhook-sidecar providers {args.providers_command}: error: --destination goes "
+              "with the provider's name", file=sys.stderr)
+        return EXIT_USAGE
     try:
+        if args.destination:  # its key; an unknown one fails before the store is opened
+            args.name = operations.provider_config(config, args.name, args.destination).key
         return event_loop.run(_run(config, args))
     except OperationError as exc:
         print(f"webhook-sidecar providers {args.providers_command}: error: {exc}",

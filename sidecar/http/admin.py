@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from sidecar.config.model import Config
 from sidecar.core.durations import parse_duration
 from sidecar.core.errors import ConfigError, OperationError, StoreError
 from sidecar.http.access import (
@@ -36,6 +37,7 @@ from sidecar.obs.logs import get_logger
 from sidecar.ops import events as operations
 from sidecar.ops import listing
 from sidecar.ops import providers as provider_ops
+from sidecar.ops.routes import named_key
 
 log = get_logger("sidecar.admin")
 
@@ -131,6 +133,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
             elif "event_id" in request.match_info:  # who read a stored payload (personal data)
                 log.info("admin_read", path=request.path, status=response.status,
                          provider=request.match_info["provider"],
+                         destination=request.query.get("destination") or None,
                          event_id=request.match_info["event_id"], token=fingerprint(token),
                          peer=request.remote)
             return response
@@ -138,26 +141,28 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
         return run
 
     async def list_events(request: web.Request) -> Any:
-        # Every configured provider unless one is named: the listing walks each one's index.
-        providers = [p.key for p in proxy_app[CONFIG].providers]
+        # Every configured queue unless one is named: the listing walks each one's index.
         return await operations.list_page(
-            proxy_app[STORE], operations.query_from(request.query, providers),
+            proxy_app[STORE], operations.listing_query(proxy_app[CONFIG], request.query),
             gone=lambda: client_gone(request))
 
     async def show(request: web.Request) -> Any:
-        return await operations.show(proxy_app[STORE], *_key(request))
+        config = proxy_app[CONFIG]
+        return await operations.show(config, proxy_app[STORE], *_key(request, config))
 
     async def release(request: web.Request) -> Any:
         force = request.query.get("force", "false").lower()
         if force not in ("true", "false", "1", "0"):
             raise OperationError(400, "force must be true or false")
-        return await operations.release(proxy_app[STORE], *_key(request),
+        config = proxy_app[CONFIG]
+        return await operations.release(config, proxy_app[STORE], *_key(request, config),
                                         force=force in ("true", "1"))
 
     async def redrive(request: web.Request) -> Any:
+        config = proxy_app[CONFIG]
         result = await operations.redrive(
-            proxy_app[CONFIG], proxy_app[STORE], proxy_app[FORWARDER], proxy_app[OWNER],
-            *_key(request))
+            config, proxy_app[STORE], proxy_app[FORWARDER], proxy_app[OWNER],
+            *_key(request, config))
         if isinstance(result, operations.Requeued):  # a dead event, back in its queue
             return {"action": "requeued", "state": "queued", **result.as_json()}
         return {"action": "forwarded", "attempt": result.attempt, "state": result.state,
@@ -166,7 +171,7 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
     async def redrive_dead(request: web.Request) -> Any:
         older, limit = _age_and_limit(request, default_limit=operations.REDRIVE_LIMIT)
         result = await operations.redrive_dead(
-            proxy_app[CONFIG], proxy_app[STORE], request.match_info["provider"],
+            proxy_app[CONFIG], proxy_app[STORE], _provider(request, proxy_app[CONFIG]),
             older_than=older, limit=limit)
         return result.as_json()
 
@@ -181,13 +186,13 @@ def admin_routes(proxy_app: web.Application) -> list[web.RouteDef]:
             raise OperationError(400, "reason must be a string and force true or false")
         return await provider_ops.pause(
             proxy_app[CONFIG], proxy_app[PROVIDER_STATES], proxy_app[NOTICES],
-            request.match_info["provider"], by=_who(request, proxy_app), reason=reason,
+            _provider(request, proxy_app[CONFIG]), by=_who(request, proxy_app), reason=reason,
             force=force, metrics=proxy_app[METRICS])
 
     async def resume_provider(request: web.Request) -> Any:
         return await provider_ops.resume(
             proxy_app[CONFIG], proxy_app[PROVIDER_STATES], proxy_app[NOTICES],
-            request.match_info["provider"], by=_who(request, proxy_app),
+            _provider(request, proxy_app[CONFIG]), by=_who(request, proxy_app),
             metrics=proxy_app[METRICS])
 
     return [
@@ -255,7 +260,7 @@ def _held(proxy_app: web.Application) -> dict[str, Any]:
     if holds is None:
         return {}
     providers: dict[str, Any] = {}
-    for provider in proxy_app[CONFIG].providers:
+    for provider in proxy_app[CONFIG].routes:  # each destination is held on its own
         state = holds.state(provider.key)
         providers[provider.key] = {
             "paused": state.paused is not None,
@@ -264,5 +269,11 @@ def _held(proxy_app: web.Application) -> dict[str, Any]:
     return {"providers": providers}
 
 
-def _key(request: web.Request) -> tuple[str, str]:
-    return request.match_info["provider"], request.match_info["event_id"]
+def _provider(request: web.Request, config: Config) -> str:
+    """The path's provider, or its ``destination`` (a query parameter): that destination's
+    key, ``stripe.billing``."""
+    return named_key(config, request.match_info["provider"], request.query.get("destination"))
+
+
+def _key(request: web.Request, config: Config) -> tuple[str, str]:
+    return _provider(request, config), request.match_info["event_id"]

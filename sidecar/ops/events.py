@@ -5,12 +5,12 @@ stuck or failed event, re-drive a failed event from its stored payload, and re-q
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sidecar.config.model import Config, Mode, ProviderConfig
+from sidecar.config.model import Config, Mode, ProviderConfig, route_key
 from sidecar.core.batch import filtered_body
 from sidecar.core.errors import OperationError
 from sidecar.core.eventid import batch_items
@@ -21,7 +21,7 @@ from sidecar.forwarding.forwarder import Forwarder
 from sidecar.ops import listing
 from sidecar.ops.listing import has_nul
 from sidecar.ops.listing import query_from as query_from  # where it was first
-from sidecar.ops.routes import find_route
+from sidecar.ops.routes import find_route, named_key, split_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,13 +156,32 @@ async def list_page(store: OperatorStore, query: EventQuery, *,
             "next": page.next.encode() if page.next is not None else None}
 
 
+def listing_query(config: Config, params: Mapping[str, str], *,
+                  now: float | None = None) -> EventQuery:
+    """:func:`query_from` for this config: ``provider`` with ``destination`` names that
+    destination's queue (``provider=stripe&destination=billing`` is ``provider=stripe.billing``);
+    without ``provider`` every configured queue is listed, each destination's included."""
+    destination = params.get("destination") or None
+    if destination is not None:
+        if not params.get("provider"):
+            raise OperationError(400, "destination goes with provider (the provider whose "
+                                      "destination it is)")
+        params = {**params, "provider": named_key(config, params["provider"], destination)}
+    return query_from(params, [route.key for route in config.routes], now=now)
+
+
 def _require_key(provider: str, event_id: str) -> None:
     """A key naming no event any store can hold is answered 404 before the store is asked."""
     if has_nul(provider) or has_nul(event_id):
         raise OperationError(404, f"no event {provider!r}:{event_id!r}")
 
 
-async def show(store: OperatorStore, provider: str, event_id: str) -> dict[str, Any]:
+async def show(config: Config, store: OperatorStore, provider: str,
+               event_id: str) -> dict[str, Any]:
+    """One event: its row, recorded response, stored request, queue entry and attempts. Fan-out
+    adds ``destinations`` (a fanning-out provider's event: each destination's row, see
+    :func:`destination_rows`; else None) and ``fanned_out_from`` (a destination's event: its
+    provider and destination name; else None)."""
     _require_key(provider, event_id)
     row = await store.get(provider, event_id)
     if row is None:
@@ -171,13 +190,53 @@ async def show(store: OperatorStore, provider: str, event_id: str) -> dict[str, 
     payload = await store.get_payload(provider, event_id)
     data["payload_stored"] = payload is not None
     data["request"] = describe_request(payload) if payload is not None else None
-    entry = await store.queue_entry(provider, event_id) if row.in_queue else None
-    data["queue"] = describe_queue(entry) if entry is not None else None
-    data["attempts"] = [describe_attempt(a) for a in await store.attempts(provider, event_id)]
+    data.update(await _details(store, provider, event_id, in_queue=row.in_queue))
+    names = _destination_names(config, provider, payload)
+    data["destinations"] = (await destination_rows(store, provider, event_id, names)
+                            if names is not None else None)
+    split = split_key(provider)
+    data["fanned_out_from"] = ({"provider": split[0], "destination": split[1]}
+                               if split is not None else None)
     return data
 
 
-async def release(store: OperatorStore, provider: str, event_id: str, *,
+async def _details(store: OperatorStore, provider: str, event_id: str, *,
+                   in_queue: bool) -> dict[str, Any]:
+    entry = await store.queue_entry(provider, event_id) if in_queue else None
+    return {"queue": describe_queue(entry) if entry is not None else None,
+            "attempts": [describe_attempt(a) for a in await store.attempts(provider, event_id)]}
+
+
+def _destination_names(config: Config, provider: str,
+                       payload: StoredRequest | None) -> tuple[str, ...] | None:
+    """The destinations a provider's event goes to: those fixed when it was accepted, or, with
+    no stored request to say, the config's; None for a provider without destinations."""
+    if payload is not None and payload.destinations is not None:
+        return payload.destinations
+    route = config.route(provider)
+    if route is None or not route.fans_out:
+        return None
+    return tuple(r.destination or "" for r in route.routes)
+
+
+async def destination_rows(store: OperatorStore, provider: str, event_id: str,
+                           names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Each destination's copy of a provider's event, in ``names``' order: ``destination``,
+    its key (``provider``) and ``event`` — its row (as :func:`describe`) with its queue entry
+    and attempts, or None until the provider's queue worker has queued it there."""
+    rows = []
+    for name in names:
+        key = route_key(provider, name)
+        row = await store.get(key, event_id)
+        event = None
+        if row is not None:
+            event = {**describe(row), **await _details(store, key, event_id,
+                                                        in_queue=row.in_queue)}
+        rows.append({"destination": name, "provider": key, "event": event})
+    return rows
+
+
+async def release(config: Config, store: OperatorStore, provider: str, event_id: str, *,
                   force: bool = False) -> dict[str, Any]:
     """Mark a ``failed`` event, or a ``processing`` one whose lease has expired (its process is
     gone), ``failed`` with no lease, so the next redelivery is forwarded. A ``processing`` event
@@ -212,7 +271,7 @@ async def release(store: OperatorStore, provider: str, event_id: str, *,
                      "would otherwise reach the app twice at once")
         raise OperationError(409, f"event {provider}:{event_id} is {row.state.value}; only "
                                   "processing or failed events can be released")
-    data = await show(store, provider, event_id)
+    data = await show(config, store, provider, event_id)
     data["forced_live_lease"] = bool(
         before is not None and before.state is EventState.PROCESSING and before.lease_live)
     return data

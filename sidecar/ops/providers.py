@@ -25,10 +25,11 @@ from sidecar.ops.routes import find_route
 MAX_REASON = 500  # characters of a pause's reason kept
 
 
-def provider_config(config: Config, name: str) -> ProviderConfig:
-    """The configured provider ``name`` (or destination, ``stripe.billing``), or a 404 naming
-    the known ones."""
-    return find_route(config, name)
+def provider_config(config: Config, name: str,
+                    destination: str | None = None) -> ProviderConfig:
+    """The configured provider ``name`` (or destination, ``stripe.billing``, or ``name``'s
+    ``destination``), or a 404 naming the known ones."""
+    return find_route(config, name, destination or None)
 
 
 def _iso(epoch: float | None) -> str | None:

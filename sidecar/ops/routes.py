@@ -1,6 +1,6 @@
 """Which configured queue an operator names: a provider by its key, or one of its destinations
-by ``<provider>.<destination>`` (``stripe.billing``); anything else is a 404 that says what is
-configured."""
+by ``<provider>.<destination>`` (``stripe.billing``) or by the provider's key and the
+destination's name apart; anything else is a 404 that says what is configured."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from sidecar.core.errors import OperationError
 def find_route(config: Config, key: str, destination: str | None = None) -> ProviderConfig:
     """The provider ``key``, or its ``destination`` (given apart, or in the key)."""
     if destination is not None:
+        if ROUTE_SEPARATOR in key:
+            raise OperationError(404, f"{key!r} names a destination already: give the "
+                                      "provider's key with a destination, or the destination's "
+                                      "key alone")
         key = route_key(key, destination)
     route = config.route(key)
     if route is not None:
@@ -27,3 +31,20 @@ def find_route(config: Config, key: str, destination: str | None = None) -> Prov
     known = ", ".join(r.destination or "" for r in provider.routes)
     raise OperationError(404, f"provider {name!r} has no destination {wanted!r} (its "
                               f"destinations: {known})")
+
+
+def named_key(config: Config, key: str, destination: str | None) -> str:
+    """The store key an operator names: ``key`` as given (a provider no longer configured
+    still has rows to read), or with a ``destination``, that destination's key, which must be
+    configured. An empty destination (a form's, a query string's) is not given."""
+    if not destination:
+        return key
+    return find_route(config, key, destination).key
+
+
+def split_key(key: str) -> tuple[str, str] | None:
+    """A destination's key as (provider, destination) (``stripe.billing``); None for a
+    provider's. Read from the key itself: a destination removed from the config still has
+    rows."""
+    provider, dot, destination = key.rpartition(ROUTE_SEPARATOR)
+    return (provider, destination) if dot and provider and destination else None

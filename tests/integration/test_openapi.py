@@ -17,7 +17,7 @@ import json
 import tomllib
 import urllib.parse
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +187,8 @@ def config(upstream: str, **overrides: Any) -> dict[str, Any]:
     stripe = data["providers"]["stripe"]
     stripe["store_payload"] = True
     data["providers"]["queued"] = {**stripe, "path": "/webhooks/queued", "mode": "queue"}
+    data["providers"]["fan"] = {**stripe, "path": "/webhooks/fan", "mode": "queue",
+                                "destinations": [{"name": "billing"}, {"name": "crm"}]}
     return data
 
 
@@ -256,6 +258,17 @@ async def seed(store: SQLiteStore) -> None:
         await store.enqueue("queued", event_id, BODY, request_for(event_id))
         [work] = await store.take_queued("queued", 1, 30, "seed:1")
         assert await store.settle_queued("queued", event_id, work.tries, settlement)
+    # Fan-out: the provider's event, queued for billing (dead there) and not yet for crm (its
+    # fan-out try failed; not due again for an hour, so the running workers leave it).
+    await store.enqueue("fan", "evt_fan", BODY,
+                        replace(request_for("evt_fan"), destinations=("billing", "crm")))
+    [work] = await store.take_queued("fan", 1, 30, "seed:1")
+    assert await store.settle_queued("fan", "evt_fan", work.tries, Settlement(
+        EventState.QUEUED, TIMED_OUT, retry_in=3600, error="store unavailable"))
+    await store.enqueue("fan.billing", "evt_fan", BODY, request_for("evt_fan"))
+    [work] = await store.take_queued("fan.billing", 1, 30, "seed:1")
+    assert await store.settle_queued("fan.billing", "evt_fan", work.tries, Settlement(
+        EventState.DEAD, FAILED_BINARY, error="max_attempts"))
 
 
 @pytest.fixture
@@ -284,11 +297,18 @@ async def exercise(admin: Admin) -> None:
         if page["next"] is None:
             break
         cursor = f"&cursor={page['next']}"
-    assert len(pages) == 3 and sum(len(p["events"]) for p in pages) == 8
+    assert len(pages) == 4 and sum(len(p["events"]) for p in pages) == 10
     for query in ("state=dead", "state=queued&provider=queued", "status=5xx", "status=none",
                   "since=2000-01-01T00:00:00Z&until=4102444800&id_prefix=evt_d"):
         assert (await admin.json("get", "/admin/events", query))["events"], query
     await admin.json("get", "/admin/events", "state=gone", status=400)
+    [fanned] = (await admin.json("get", "/admin/events", "provider=fan&destination=billing"))[
+        "events"]
+    assert (fanned["provider"], fanned["state"]) == ("fan.billing", "dead")
+    await admin.json("get", "/admin/events", "destination=billing", status=400)
+    unknown = await admin.json("get", "/admin/events", "provider=fan&destination=nope",
+                               status=404)
+    assert "billing, crm" in unknown["error"]
 
     for provider, event_id in (("stripe", "evt_done"), ("stripe", "evt_failed"),
                                ("stripe", "evt_timeout"), ("stripe", "evt_live"),
@@ -297,6 +317,15 @@ async def exercise(admin: Admin) -> None:
         shown = await admin.json("get", EVENT, provider=provider, event_id=event_id)
         assert shown["event_id"] == event_id
     await admin.json("get", EVENT, status=404, provider="stripe", event_id="evt_none")
+    fan = await admin.json("get", EVENT, provider="fan", event_id="evt_fan")
+    assert [(d["provider"], d["event"] and d["event"]["state"]) for d in fan["destinations"]] == [
+        ("fan.billing", "dead"), ("fan.crm", None)]
+    copy = await admin.json("get", EVENT, "destination=billing", provider="fan",
+                            event_id="evt_fan")
+    assert copy["fanned_out_from"] == {"provider": "fan", "destination": "billing"}
+    assert (copy["destinations"], fan["fanned_out_from"]) == (None, None)
+    await admin.json("get", EVENT, "destination=nope", status=404, provider="fan",
+                     event_id="evt_fan")
 
     released = await admin.json("post", RELEASE, provider="stripe", event_id="evt_stuck")
     assert released["state"] == "failed" and released["forced_live_lease"] is False
@@ -315,6 +344,15 @@ async def exercise(admin: Admin) -> None:
     assert requeued["action"] == "requeued" and requeued["requeued"] == ["evt_dead_1"]
     await admin.json("post", REDRIVE, status=409, provider="queued", event_id="evt_later")
     await admin.json("post", REDRIVE, status=404, provider="nobody", event_id="evt_done")
+    await admin.json("post", RELEASE, "destination=billing", status=409, provider="fan",
+                     event_id="evt_fan")
+    await admin.json("post", RELEASE, "destination=nope", status=404, provider="fan",
+                     event_id="evt_fan")
+    await admin.json("post", REDRIVE, "destination=nope", status=404, provider="fan",
+                     event_id="evt_fan")
+    await admin.json("post", REDRIVE_DEAD, "destination=nope", status=404, provider="fan")
+    bulk = await admin.json("post", REDRIVE_DEAD, "destination=billing", provider="fan")
+    assert bulk == {"provider": "fan.billing", "requeued": ["evt_fan"], "count": 1}
 
     bulk = await admin.json("post", REDRIVE_DEAD, "limit=10", provider="queued")
     assert bulk == {"provider": "queued", "requeued": ["evt_dead_2"], "count": 1}
@@ -333,8 +371,8 @@ async def providers(admin: Admin) -> None:
     """Pause and resume: changed or not, force for a forward-mode provider that does not retry
     (GitHub), bad bodies, unknown providers."""
     listed = await admin.json("get", PROVIDERS)
-    assert [p["provider"] for p in listed["providers"]] == ["stripe", "github", "slack",
-                                                            "queued"]
+    assert [p["provider"] for p in listed["providers"]] == [
+        "stripe", "github", "slack", "queued", "fan", "fan.billing", "fan.crm"]
     assert all(p["delivering"] and not p["paused"] for p in listed["providers"])
     paused = await admin.json("post", PAUSE, provider="queued", data=b'{"reason": "deploy"}')
     assert (paused["paused"], paused["changed"], paused["pause_reason"]) == (True, True, "deploy")
@@ -351,6 +389,12 @@ async def providers(admin: Admin) -> None:
         resumed = await admin.json("post", RESUME, provider=name)
         assert (resumed["paused"], resumed["changed"]) == (False, True)
     await admin.json("post", RESUME, status=404, provider="nobody")
+    paused = await admin.json("post", PAUSE, "destination=crm", provider="fan")
+    assert (paused["provider"], paused["paused"]) == ("fan.crm", True)
+    await admin.json("post", PAUSE, "destination=nope", status=404, provider="fan")
+    resumed = await admin.json("post", RESUME, "destination=crm", provider="fan")
+    assert (resumed["provider"], resumed["paused"]) == ("fan.crm", False)
+    await admin.json("post", RESUME, "destination=nope", status=404, provider="fan")
 
 
 async def trouble(admin: Admin, store: SQLiteStore, base: str, outside: str) -> None:

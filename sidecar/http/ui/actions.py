@@ -70,7 +70,7 @@ async def redrive(request: web.Request) -> web.StreamResponse:
 async def release(request: web.Request) -> web.StreamResponse:
     provider, event_id = event_key(request)
     try:
-        await operations.release(store(request), provider, event_id)
+        await operations.release(request.app[CONFIG], store(request), provider, event_id)
     except OperationError as exc:
         _logged("release", request, provider=provider, event_id=event_id, refused=str(exc))
         raise

@@ -47,18 +47,24 @@ async def asset(request: web.Request) -> web.StreamResponse:
 
 async def events(request: web.Request) -> web.StreamResponse:
     """Newest first, filtered, one page at a time (keyset: ``cursor`` is the previous
-    page's last row)."""
-    providers = tuple(provider.key for provider in request.app[CONFIG].providers)
-    query = operations.query_from(request.query, providers)
+    page's last row). The provider filter offers every queue: each provider's and each
+    destination's (``stripe.billing``); ``destination`` with ``provider`` is read as the
+    destination's key, which the filter then shows."""
+    config = request.app[CONFIG]
+    query = operations.listing_query(config, request.query)
+    shown = dict(request.query)
+    if shown.pop("destination", None):
+        shown["provider"] = query.providers[0]
     page = await operations.list_page(store(request), query,
                                       gone=lambda: client_gone(request))
+    providers = tuple(route.key for route in config.routes)
     return request.app[RENDERER].page(
-        request, "events.html", **viewmodels.events_page(request.query, page, providers))
+        request, "events.html", **viewmodels.events_page(shown, page, providers))
 
 
 async def event(request: web.Request) -> web.StreamResponse:
     provider, event_id = event_key(request)
-    data = await operations.show(store(request), provider, event_id)
+    data = await operations.show(request.app[CONFIG], store(request), provider, event_id)
     operator = request[OPERATOR]
     # Reading a stored payload (personal data, signatures) is logged like an action.
     log.info("ui_read", path=request.path, provider=provider, event_id=event_id,

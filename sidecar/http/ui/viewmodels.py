@@ -49,8 +49,9 @@ def event_page(config: Config, masker: Masker, provider: str, event_id: str,
     ``ops.events.show``'s answer. The actions it offers follow the verbs' rules (a verb still
     refuses what it must)."""
     state = event["state"]
-    provider_config = config.provider(provider)
-    queue_mode = provider_config is not None and provider_config.mode is Mode.QUEUE
+    route = config.route(provider)
+    queue_mode = route is not None and route.mode is Mode.QUEUE
+    origin = event.get("fanned_out_from")
     return {
         "event": event, "timeline": timeline(event),
         "request_view": request_view(masker, event.get("request")),
@@ -59,17 +60,32 @@ def event_page(config: Config, masker: Masker, provider: str, event_id: str,
         or (state == "processing" and not event["lease_live"] and not queue_mode),
         "can_release": state == "failed" and event["queue"] is None,
         "base": event_path(provider, event_id),
+        "destinations": destinations_view(event.get("destinations"), event_id),
+        "origin": ({**origin, "path": event_path(origin["provider"], event_id)}
+                   if origin is not None else None),
     }
+
+
+def destinations_view(destinations: Sequence[Mapping[str, Any]] | None,
+                      event_id: str) -> list[dict[str, Any]] | None:
+    """A fanning-out provider's event: per destination its name, its own event page, and its
+    row (None until queued there) with its attempts timeline. None for any other event."""
+    if destinations is None:
+        return None
+    return [{"name": d["destination"], "key": d["provider"],
+             "path": event_path(d["provider"], event_id), "event": d["event"],
+             "timeline": timeline(d["event"]) if d["event"] is not None else []}
+            for d in destinations]
 
 
 def overview_page(config: Config, holds: Sequence[Mapping[str, Any]],
                   stuck: Mapping[str, int], queues: Mapping[str, QueueStats],
                   rates: Rates) -> dict[str, Any]:
-    """The overview: one row per configured provider, in the config's order. ``holds`` is
-    ``ops.providers.status``'s answer (that order too), ``stuck`` and ``queues`` the store's
-    counts by provider."""
+    """The overview: one row per configured queue, in the config's order, each provider's
+    destinations after it (``stripe.billing``). ``holds`` is ``ops.providers.status``'s answer
+    (that order too), ``stuck`` and ``queues`` the store's counts by provider."""
     rows = []
-    for provider, hold in zip(config.providers, holds, strict=True):
+    for provider, hold in zip(config.routes, holds, strict=True):
         key = provider.key
         queue = queues.get(key)
         rows.append({
@@ -80,6 +96,8 @@ def overview_page(config: Config, holds: Sequence[Mapping[str, Any]],
             "oldest": queue.oldest_pending_seconds if queue else 0.0,
             "dead": queue.dead if queue else 0,
             "queue_mode": provider.mode is Mode.QUEUE,
+            "destinations": [r.destination for r in provider.routes],
+            "destination_of": provider.provider_key if provider.destination else None,
         })
     return {"rows": rows, "per_minute": rates.per_minute}
 
