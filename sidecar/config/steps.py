@@ -7,7 +7,6 @@ or raises ``ConfigError`` (reported) or ``Unusable`` (skipped).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Final
 
 from sidecar.config.declarations import block_of
@@ -22,7 +21,6 @@ from sidecar.config.hints import fix
 from sidecar.config.model import (
     DeliveryConfig,
     Mode,
-    ResultCommit,
     StoreOutage,
     UpstreamConfig,
 )
@@ -30,6 +28,12 @@ from sidecar.config.notify_steps import TARGET_RULE, read_targets, target_secret
 from sidecar.config.providers import read_providers
 from sidecar.config.reading import FAILED, Load, Step, Values, sibling
 from sidecar.config.secret_sources import provider_secrets, signing_secrets
+from sidecar.config.store_steps import (
+    partition_interval,
+    pool_max_size,
+    result_commit,
+    store_url,
+)
 from sidecar.core.durations import format_duration
 from sidecar.core.errors import ConfigError
 from sidecar.core.eventid import parse_event_id_spec
@@ -46,56 +50,6 @@ def _admin_listen(admin: Any, path: str, values: Values, load: Load) -> Any:
                           "providers)" + fix(("change", "admin_listen", "admin_listen"),
                                              ("change", "listen", "listen")))
     return admin
-
-
-def _store_url(url: str, path: str, values: Values, load: Load) -> str:
-    """A relative SQLite path is relative to the config file's folder."""
-    if url.startswith("sqlite:///") and not Path(rel := url[len("sqlite:///"):]).is_absolute():
-        return "sqlite:///" + str((load.base / rel).resolve())
-    return url
-
-
-def _pool_max_size(size: int, path: str, values: Values, load: Load) -> int:
-    minimum = values.known("pool_min_size")
-    if minimum is not None and minimum > size:
-        raise ConfigError(sibling(path, "pool_min_size"), f"must not exceed pool_max_size "
-                          f"({minimum} > {size})" + fix(
-                              ("lower", sibling(path, "pool_min_size"), "store.pool_min_size"),
-                              ("raise", path, "store.pool_max_size")))
-    return size
-
-
-def _result_commit(commit: ResultCommit, path: str, values: Values, load: Load
-                   ) -> ResultCommit:
-    """no_wait is a PostgreSQL session setting, sent as a startup parameter."""
-    if commit is ResultCommit.WAIT:
-        return commit
-    url = values.known("url")
-    if isinstance(url, str) and url.startswith("sqlite:"):
-        raise ConfigError(path, "no_wait is PostgreSQL only (SQLite commits every write with "
-                          "synchronous = FULL)" + fix(("change", path, "store.result_commit")))
-    if values.known("session_settings") is False:
-        raise ConfigError(path, "no_wait needs session_settings: true (it is sent as the "
-                          "synchronous_commit startup parameter of the result writes' "
-                          "connections, which pgbouncer refuses)" + fix(
-                              ("change", path, "store.result_commit")))
-    return commit
-
-
-def _partition_interval(interval: float | None, path: str, values: Values,
-                        load: Load) -> float | None:
-    """Partitions of whole seconds, a minute at least (a partition per second would make every
-    keyed lookup probe thousands of indexes), on PostgreSQL only."""
-    if interval is None:
-        return None
-    url = load.known("store.url")
-    if url is not None and url.startswith("sqlite:"):
-        raise ConfigError(path, "partitioning is for PostgreSQL; the embedded SQLite store is "
-                          "not partitioned" + fix(("remove", path, "store.partitioning.interval")))
-    if interval < 60 or interval != int(interval):
-        raise ConfigError(path, f"must be whole seconds, 1m at least (not "
-                          f"{format_duration(interval)})")
-    return interval
 
 
 def _signature(raw: object, path: str, values: Values, load: Load) -> SignatureSpec:
@@ -272,10 +226,10 @@ def _store_outage(outage: StoreOutage, path: str, values: Values, load: Load) ->
 STEPS: Final[dict[str, Step]] = {
     "admin_listen": _admin_listen,
     "upstream.signing_secrets": signing_secrets,
-    "store.url": _store_url,
-    "store.pool_max_size": _pool_max_size,
-    "store.result_commit": _result_commit,
-    "store.partitioning.interval": _partition_interval,
+    "store.url": store_url,
+    "store.pool_max_size": pool_max_size,
+    "store.result_commit": result_commit,
+    "store.partitioning.interval": partition_interval,
     "notify.targets": read_targets,
     f"{TARGET_RULE}.secret": target_secret,
     "providers": read_providers,

@@ -19,7 +19,7 @@ from sidecar.core.notices import Notices
 from sidecar.core.ports import ProviderStateStore
 from sidecar.forwarding.holds import announce, breaker_policy
 from sidecar.obs.metrics import Metrics
-from sidecar.ops.events import iso
+from sidecar.ops.describe import iso
 from sidecar.ops.routes import find_route
 
 MAX_REASON = 500  # characters of a pause's reason kept
