@@ -18,7 +18,8 @@ happens to the others and to the proxies:
   never a second copy elsewhere;
 - the set changed in a running group (the provider's own queue paused, the proxies restarted on
   a new config): events accepted before go to the set they were accepted with, new events to
-  the new set; a removed destination's events wait under its key until it is configured again.
+  the new set; a removed destination's events wait under its key until it is configured again;
+  a queue-mode provider given destinations fans the events it accepted before out to them.
 
 The apps are ``StubApp(listen_later=True)``: a port reserved from the start that refuses
 connections until ``start()`` — an app that is down.
@@ -616,3 +617,41 @@ async def test_a_changed_set_applies_to_new_events_and_accepted_ones_keep_theirs
         once_each(dep.apps["analytics"], after)
         assert dep.errors() == []
 
+
+async def test_events_accepted_before_the_provider_fanned_out_go_to_its_destinations(
+        pg_dsn: str, tmp_path: Path) -> None:
+    """A queue-mode provider given destinations: the events it accepted before (for its one
+    app) are fanned out to the destinations it has now whose filters admit them, not
+    dropped."""
+    names = ("billing", "crm")
+    async with fanned_out("postgres", tmp_path, pg_dsn, names) as dep:
+        for app in dep.apps.values():
+            await app.start()
+        stripe = dep.config["providers"]["stripe"]
+        del stripe["destinations"]
+        stripe["upstream"] = {"url": dep.apps["billing"].url}
+        await dep.start(1)
+        await providers(dep, "pause", "stripe")
+        await until_paused(dep)
+        invoices = [f"evt_plain_{i}" for i in range(4)]
+        customer = "evt_plain_customer"
+        bodies = {e: stripe_event(e) for e in invoices}
+        bodies[customer] = stripe_event(customer, type="customer.created")
+        before = [*invoices, customer]
+        await dep.accept_all(before, bodies)
+
+        await dep.stop()
+        del stripe["upstream"]
+        dep.set_destinations(names, crm={"filter": {"types": {"allow": ["invoice.*"]}}})
+        await dep.start(1)
+        await providers(dep, "resume", "stripe")
+        queues = await dep.until_queues(
+            every(all_in("stripe", before, "done"), all_in("stripe.billing", before, "done"),
+                  all_in("stripe.crm", invoices, "done")),
+            timeout=60, what="the events accepted before fanned out")
+        once_each(dep.apps["billing"], before)
+        once_each(dep.apps["crm"], invoices)  # its filter keeps invoices only
+        assert customer not in queues["stripe.crm"]
+        assert await fanned_to(dep, customer) == ["billing"]
+        assert await fanned_to(dep, invoices[0]) == ["billing", "crm"]
+        assert dep.errors() == []
