@@ -183,7 +183,10 @@ def summary(outcomes: Sequence[Outcome]) -> tuple[str, bool]:
     """The closing verdict: each failed run with the invariants it broke, or that all passed."""
     failed = [o for o in outcomes if not o.passed]
     if not failed:
-        return (f"all {len(outcomes)} runs passed every invariant "
+        runs = len({(o.scenario.partition("/")[0], o.run) for o in outcomes})
+        apart = (f", {len(outcomes)} histories with each fan-out destination's apart"
+                 if runs != len(outcomes) else "")
+        return (f"all {runs} runs passed every invariant{apart} "
                 f"({', '.join(Invariant)})"), True
     return "\n".join(
         f"FAIL {o.scenario} run {o.run}: "

@@ -68,7 +68,7 @@ States = dict[str, tuple[str, int]]  # event id → (state, attempt) of one queu
 
 
 @dataclass
-class FanOut:
+class Group:
     """Proxies on one store, the ``stripe`` provider in queue mode fanning out to ``apps`` (one
     destination each, by name)."""
 
@@ -150,7 +150,7 @@ class FanOut:
 
 def fan_config(store_url: str, **queue: Any) -> dict[str, Any]:
     """``stripe`` alone, in queue mode, retrying fast. No top-level app: each destination names
-    its own (``FanOut.set_destinations``)."""
+    its own (``Group.set_destinations``)."""
     config = base_config("http://127.0.0.1:9", store_url)
     stripe = config["providers"]["stripe"]
     stripe.update({"mode": "queue",
@@ -163,7 +163,7 @@ def fan_config(store_url: str, **queue: Any) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def fanned_out(kind: str, tmp_path: Path, admin_dsn: str | None, names: Sequence[str],
-                     **queue: Any) -> AsyncIterator[FanOut]:
+                     **queue: Any) -> AsyncIterator[Group]:
     """A deployment with one app per name (not listening yet) and ``stripe`` fanning out to
     all of them; the database migrated, no proxy started."""
     apps = {name: StubApp(listen_later=True) for name in names}
@@ -174,7 +174,7 @@ async def fanned_out(kind: str, tmp_path: Path, admin_dsn: str | None, names: Se
         store_url = await create_database(admin_dsn)
     try:
         async with aiohttp.ClientSession() as client:
-            dep = FanOut(kind, store_url, apps, tmp_path, fan_config(store_url, **queue),
+            dep = Group(kind, store_url, apps, tmp_path, fan_config(store_url, **queue),
                          client)
             dep.set_destinations(names)
             if kind == "postgres":
@@ -208,7 +208,7 @@ def every(*checks: Callable[[dict[str, States]], bool]) -> Callable[[dict[str, S
     return lambda queues: all(check(queues) for check in checks)
 
 
-def once_each(app: StubApp, ids: Iterable[str]) -> None:
+def once_each(app: StubApp, ids: Sequence[str]) -> None:
     """The app got each event exactly once, as attempt 1, and nothing else."""
     seen = Counter(s.event_id for s in app.seen)
     assert sorted(seen) == sorted(ids), sorted(set(ids) ^ set(seen))[:5]
@@ -234,7 +234,7 @@ def order_key(seen: Seen) -> str | None:
     return None
 
 
-async def fanned_to(dep: FanOut, event_id: str) -> list[str]:
+async def fanned_to(dep: Group, event_id: str) -> list[str]:
     """The destinations the provider's own queue recorded it queued an event for (its fan-out's
     answer: 200, ``{"destinations": [...]}``)."""
     code, out, err = await run_cli("events", "show", "stripe", event_id, "--config",
@@ -542,13 +542,13 @@ async def test_a_dead_destination_is_redriven_and_the_others_never_see_a_second_
 # -- changing the set in a running group -----------------------------------------------------------
 
 
-async def providers(dep: FanOut, *args: str) -> str:
+async def providers(dep: Group, *args: str) -> str:
     code, out, err = await run_cli("providers", *args, "--config", dep.config_path)
     assert code == 0, out + err
     return out
 
 
-async def until_paused(dep: FanOut, timeout: float = 5.0) -> None:
+async def until_paused(dep: Group, timeout: float = 5.0) -> None:
     """Until every process's /healthz says the provider's own queue is paused."""
     deadline = time.monotonic() + timeout
     while True:
