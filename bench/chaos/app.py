@@ -31,6 +31,7 @@ class RecordingApp(StubApp):
         self.receipts: list[Receipt] = []
         self.behaviour = self._answer
         self.failing = False  # answer 500 to everything while set (breaker-cycles)
+        self._working: set[asyncio.Task[object]] = set()  # handlers not done (go_down)
 
     def in_flight(self) -> int:
         return sum(1 for r in self.receipts if r.answered is None)
@@ -40,15 +41,23 @@ class RecordingApp(StubApp):
                           int(request.headers.get("X-Webhook-Sidecar-Attempt", "0")),
                           self.clock(), destination=self.destination)
         self.receipts.append(receipt)
-        response = await super()._handle(request)
+        task = asyncio.current_task()
+        assert task is not None
+        self._working.add(task)
+        try:
+            response = await super()._handle(request)
+        finally:
+            self._working.discard(task)
         receipt.status, receipt.answered = response.status, self.clock()
         return response
 
     async def go_down(self) -> None:
-        """The app dies: the requests it is working on get no answer (their connections are
-        closed after the server's short grace) and, until :meth:`come_up`, connections are
+        """The app dies: the requests it is working on get no answer (their handlers are
+        cancelled, their connections closed) and, until :meth:`come_up`, connections are
         refused (its port bound again, not listening)."""
         assert self._runner is not None
+        for task in self._working:
+            task.cancel()
         await self._runner.cleanup()
         self._runner = None
         if self._sock is not None:

@@ -266,8 +266,8 @@ DOWN_SPELL = (5.0, 12.0)  # seconds into the run while it is down
 
 async def fanout_kill(run: Run) -> None:
     """Queue mode with three destinations, each app working 0.3 to 1 s per request: crm dies
-    at 5 s (the requests it is working on past a 0.5 s grace get no answer, then connections
-    are refused) and comes back at 12 s, while a random replica is SIGKILLed (and restarted)
+    at 5 s (the requests it is working on get no answer, then connections are refused) and
+    comes back at 12 s, while a random replica is SIGKILLed (and restarted)
     every 1.5 to 3 s from 2 s until 3 s before the end, with forwards to every destination in
     flight (and, now and then, a fan-out: the note counts those taken again). Each
     destination must get every event, a repeat only as a higher attempt."""
