@@ -28,6 +28,10 @@ refuses to start with a message saying so, rather than run unbroken.
   event is taken again after its lease and reaches the app a second time although its outcome
   was known).
 
+- ``fanout-skip``: fan-out: every 10th fan-out leaves the event's last destination out, and
+  the provider's entry is done all the same (caught by ``lost-zero`` for that destination
+  alone in fanout-kill).
+
 Several breaks combine: ``--break a,b``.
 """
 
@@ -163,6 +167,26 @@ def _drop_settles() -> None:
     PostgresStore.settle_queued = broken  # type: ignore[method-assign]
 
 
+def _fanout_skip() -> None:
+    """Fan-out: every 10th fan-out queues the event for all its destinations but the last; the
+    provider's entry is done all the same."""
+    import dataclasses
+
+    from sidecar.forwarding.fanout import FanOut
+
+    send = _original(FanOut, "send")
+    calls = 0
+
+    async def broken(self: Any, provider: Any, ids: Any, attempt: int, request: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls % 10 == 0 and request.destinations:
+            request = dataclasses.replace(request, destinations=request.destinations[:-1])
+        return await send(self, provider, ids, attempt, request)
+
+    FanOut.send = broken  # type: ignore[method-assign]
+
+
 BREAKS: dict[str, Callable[[], None]] = {
     "store-error-500": _store_error_500,
     "double-forward": _double_forward,
@@ -170,6 +194,7 @@ BREAKS: dict[str, Callable[[], None]] = {
     "no-record-retry": _no_record_retry,
     "relay-unrecorded": _relay_unrecorded,
     "drop-settles": _drop_settles,
+    "fanout-skip": _fanout_skip,
 }
 
 

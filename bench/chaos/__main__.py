@@ -103,14 +103,15 @@ async def main_async(args: argparse.Namespace) -> int:
                 print(f"-- {scenario.name} run {number}/{args.runs} (seed {seed}): "
                       f"{scenario.title}", flush=True)
                 try:
-                    outcome = await run_once(scenario, settings, number, seed)
+                    found = await run_once(scenario, settings, number, seed)
                 except Exception:  # the harness failed (not the proxy): say so, go on
                     traceback.print_exc()
                     broken.append(f"HARNESS ERROR {scenario.name} run {number} (seed {seed}):"
                                   " no verdict, see the traceback above")
                     continue
-                outcomes.append(outcome)
-                print(report(outcome, args.verbose), flush=True)
+                outcomes += found
+                for outcome in found:
+                    print(report(outcome, args.verbose), flush=True)
     print("\n" + "\n".join(table(outcomes)))
     if args.write_docs:
         setup = (f"Load: {args.rate:g} new events/s for {args.seconds:g} s per run, "
@@ -118,7 +119,9 @@ async def main_async(args: argparse.Namespace) -> int:
                  f"{args.give_up:g} s.")
         if args.break_:
             setup += f" **Broken build: `--break {args.break_}`.**"
-        write_docs(results_markdown(outcomes, setup, args.store), args.store)
+        # Fan-out scenarios alone have their block; any other run, its store's.
+        block = "fanout" if all(s.destinations for s in chosen) else args.store
+        write_docs(results_markdown(outcomes, setup, block), block)
         print(f"results written to {DOCS}")
     verdict, passed = summary(outcomes)
     print(verdict, file=sys.stdout if passed else sys.stderr)

@@ -47,6 +47,7 @@ class Receipt:
     arrived: float
     status: int | None = None  # None: the app never answered (body not received, cancelled)
     answered: float | None = None  # when the app produced its answer
+    destination: str = ""  # fan-out: the destination whose app this is ("": the one app)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,7 @@ class ForwardLog:
     record_error: str | None = None  # the result could not be written
     superseded: bool = False  # a newer attempt took the row over before the result was written
     error: str | None = None  # the delivery ended in an unexpected error (a 500)
+    provider: str = ""  # the queue the line is about (fan-out: ``stripe.<destination>``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,7 @@ class Row:
     state: str
     attempt: int
     lease_expired: bool
+    provider: str = "stripe"  # fan-out: the provider's own queue, or ``stripe.<destination>``
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ def from_logs(replicas: Sequence[tuple[int, ProxyProcess]],
         for entry in replica.logs:
             event, event_id, attempt = (entry.get("event"), entry.get("event_id"),
                                         entry.get("attempt"))
+            queue = str(entry.get("provider") or "")
             if event == "sabotage":
                 notes.append(f"replica {index}: sabotaged build ({entry.get('name')})")
             unexpected = entry.get("result") == "error" or (
@@ -36,7 +37,8 @@ def from_logs(replicas: Sequence[tuple[int, ProxyProcess]],
                 errors.append(f"replica {index}: {event} {event_id or ''} {cause}".strip())
                 if isinstance(event_id, str) and event in ("delivery", "queue_delivery_crashed"):
                     forwards.append(ForwardLog(event_id, attempt or 0, index,
-                                               entry.get("status"), error=cause or "error"))
+                                               entry.get("status"), error=cause or "error",
+                                               provider=queue))
                     continue
             if not isinstance(event_id, str) or not isinstance(attempt, int):
                 continue
@@ -45,12 +47,14 @@ def from_logs(replicas: Sequence[tuple[int, ProxyProcess]],
                 forwards.append(ForwardLog(event_id, attempt, index, entry.get("status"),
                                            entry.get("upstream_error"),
                                            entry.get("record_error"),
-                                           bool(entry.get("superseded"))))
+                                           bool(entry.get("superseded")), provider=queue))
             elif event == "record_failed":
                 forwards.append(ForwardLog(event_id, attempt, index,
-                                           record_error=str(entry.get("error"))))
+                                           record_error=str(entry.get("error")),
+                                           provider=queue))
             elif event == "attempt_superseded":
-                forwards.append(ForwardLog(event_id, attempt, index, superseded=True))
+                forwards.append(ForwardLog(event_id, attempt, index, superseded=True,
+                                           provider=queue))
             elif event in QUEUE_TRIES and entry.get("result") != "unreachable":
                 # (an unreachable try is no attempt: the app was not connected to, and the
                 # attempt number is given back for the next try)
@@ -58,10 +62,11 @@ def from_logs(replicas: Sequence[tuple[int, ProxyProcess]],
                 forwards.append(ForwardLog(
                     event_id, attempt, index,
                     upstream_error=None if answered else entry.get("upstream_error"),
-                    superseded=entry.get("result") == "superseded"))
+                    superseded=entry.get("result") == "superseded", provider=queue))
             elif event == QUEUE_UNWRITTEN:
                 forwards.append(ForwardLog(event_id, attempt, index,
-                                           record_error="settlement not written"))
+                                           record_error="settlement not written",
+                                           provider=queue))
         stray = [line for line in replica.raw_logs if not line.startswith("{")]
         if stray:
             notes.append(f"replica {index}: {len(stray)} non-JSON stderr lines, e.g. "

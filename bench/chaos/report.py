@@ -27,6 +27,9 @@ MARKERS = {
                  "<!-- END chaos results -->"),
     "mariadb": ("<!-- BEGIN chaos results, MariaDB (written by python -m bench.chaos "
                 "--store mariadb --write-docs) -->", "<!-- END chaos results, MariaDB -->"),
+    # A run of fan-out scenarios only (each destination a row): a block of their own.
+    "fanout": ("<!-- BEGIN chaos results, fan-out (written by python -m bench.chaos "
+               "--scenario fanout-kill --write-docs) -->", "<!-- END chaos results, fan-out -->"),
 }
 
 
@@ -146,12 +149,12 @@ def machine(server: str = "") -> str:
             f"Python {platform.python_version()}, {database}, commit {revision or 'unknown'}")
 
 
-def results_markdown(outcomes: Sequence[Outcome], setup: str, store: str = "postgres") -> str:
-    """The results block of docs/chaos.md: when, how, on what machine, the table, and the
-    first lines of evidence of every violation."""
+def results_markdown(outcomes: Sequence[Outcome], setup: str, block: str = "postgres") -> str:
+    """The results block of docs/chaos.md (``block``: a key of MARKERS): when, how, on what
+    machine, the table, and the first lines of evidence of every violation."""
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     command = " ".join(["python -m bench.chaos", *sys.argv[1:]])
-    begin, end = MARKERS[store]
+    begin, end = MARKERS[block]
     server = next((o.server for o in outcomes if o.server), "")
     lines = [begin, "", f"Run {when} with `{command}` on: {machine(server)}.", setup,
              "", *table(outcomes)]
@@ -166,21 +169,24 @@ def results_markdown(outcomes: Sequence[Outcome], setup: str, store: str = "post
     return "\n".join(lines)
 
 
-def write_docs(block: str, store: str = "postgres") -> None:
-    """Replace the store's results block of docs/chaos.md."""
+def write_docs(results: str, block: str = "postgres") -> None:
+    """Replace a results block of docs/chaos.md (``block``: a key of MARKERS)."""
     text = DOCS.read_text()
-    begin, end = MARKERS[store]
+    begin, end = MARKERS[block]
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     if not pattern.search(text):
         raise SystemExit(f"{DOCS}: no results markers to replace")
-    DOCS.write_text(pattern.sub(lambda _: block, text))
+    DOCS.write_text(pattern.sub(lambda _: results, text))
 
 
 def summary(outcomes: Sequence[Outcome]) -> tuple[str, bool]:
     """The closing verdict: each failed run with the invariants it broke, or that all passed."""
     failed = [o for o in outcomes if not o.passed]
     if not failed:
-        return (f"all {len(outcomes)} runs passed every invariant "
+        runs = len({(o.scenario.partition("/")[0], o.run) for o in outcomes})
+        apart = (f", {len(outcomes)} histories with each fan-out destination's apart"
+                 if runs != len(outcomes) else "")
+        return (f"all {runs} runs passed every invariant{apart} "
                 f"({', '.join(Invariant)})"), True
     return "\n".join(
         f"FAIL {o.scenario} run {o.run}: "

@@ -19,6 +19,7 @@ import aiohttp
 
 from bench.chaos.app import RecordingApp
 from bench.chaos.database import NOW, Database, Session
+from bench.chaos.fanout import fan_out_note, for_destination
 from bench.chaos.history import History, Kill, Kind, Receipt, Row
 from bench.chaos.invariants import check
 from bench.chaos.logs import from_logs
@@ -44,7 +45,8 @@ class Run:
     t0: float = field(default_factory=time.monotonic)
     db: Database | None = None
     dsn: str = ""
-    app: RecordingApp | None = None
+    app: RecordingApp | None = None  # fan-out: the first destination's
+    apps: dict[str, RecordingApp] = field(default_factory=dict)  # fan-out: each destination's
     fault_proxy: FaultProxy | None = None
     replicas: list[ProxyProcess] = field(default_factory=list)
     urls: list[str] = field(default_factory=list)  # where the provider reaches each replica
@@ -69,6 +71,11 @@ class Run:
         self.senders.append(asyncio.create_task(
             self.provider.event(event_id, kind, make, duplicate)))
 
+    def in_flight(self) -> int:
+        """Requests at the app (every destination's) not answered yet."""
+        return sum(app.in_flight() for app in self.apps.values() or
+                   ([self.app] if self.app is not None else []))
+
     async def connect(self, name: str) -> Session:
         assert self.db is not None
         return await self.db.session(name)
@@ -82,10 +89,14 @@ async def deployed(run: Run, tmp: Path) -> Any:
     db = run.db = Database(run.settings.store, Path(tmp), fsync=scenario.fsync)
     try:
         run.dsn = await db.start()
-        app = run.app = RecordingApp(run.clock, scenario.app_delay,
-                                     close=scenario.fault_proxy is not None)
+        run.apps = {name: RecordingApp(run.clock, scenario.app_delay, close=False,
+                                       destination=name) for name in scenario.destinations}
+        app = run.app = (next(iter(run.apps.values()), None)
+                         or RecordingApp(run.clock, scenario.app_delay,
+                                         close=scenario.fault_proxy is not None))
         if not scenario.app_down:
-            await app.start()
+            for each in run.apps.values() or [app]:
+                await each.start()
         upstream = app.url
         if scenario.fault_proxy is not None:
             choose = scenario.fault_proxy(run)
@@ -93,7 +104,8 @@ async def deployed(run: Run, tmp: Path) -> Any:
             upstream = run.fault_proxy.url
         config = proxy_config(upstream, run.dsn, queue=scenario.queue,
                               result_commit=run.settings.result_commit,
-                              delivery=scenario.delivery)
+                              delivery=scenario.delivery,
+                              destinations={name: a.url for name, a in run.apps.items()})
         run.config = parse_config(config, env={})
         path = run.config_path = write_config(tmp, config)
         await migrate(path)
@@ -106,8 +118,8 @@ async def deployed(run: Run, tmp: Path) -> Any:
             await stop_replica(replica)
         if run.fault_proxy is not None:
             await run.fault_proxy.stop()
-        if run.app is not None:
-            await run.app.stop()
+        for each in run.apps.values() or ([run.app] if run.app is not None else []):
+            await each.stop()
         await db.cleanup()
 
 
@@ -146,7 +158,7 @@ async def kill_replica(run: Run, index: int) -> None:
     reaches the new one at its new address. Its logs stay in ``run.retired``."""
     assert run.config_path is not None and run.app is not None
     at = run.clock()
-    run.faults["app requests in flight at the kills"] += run.app.in_flight()
+    run.faults["app requests in flight at the kills"] += run.in_flight()
     old = run.replicas[index]
     run.kills.append(Kill(index, at))
     await old.kill()
@@ -181,16 +193,21 @@ async def quiesce(run: Run) -> list[Row]:
             await asyncio.sleep(0.25)
         records = await conn.fetch(
             "SELECT event_id, state, attempt, "
-            f"coalesce(lease_until <= {now}, true) AS expired FROM webhook_event")
+            f"coalesce(lease_until <= {now}, true) AS expired, provider FROM webhook_event")
     finally:
         await conn.close()
-    # MariaDB's keys are VARBINARY (bytes), its booleans 0 and 1.
-    return [Row(event_id.decode() if isinstance(event_id, bytes) else event_id, state,
-                attempt, bool(expired)) for event_id, state, attempt, expired in records]
+    return [Row(_text(event_id), state, attempt, bool(expired), _text(provider))
+            for event_id, state, attempt, expired, provider in records]
+
+
+def _text(key: str | bytes) -> str:
+    """MariaDB's keys are VARBINARY (bytes); its booleans 0 and 1."""
+    return key.decode() if isinstance(key, bytes) else key
 
 
 async def run_once(scenario: Scenario, settings: Settings, number: int,
-                   seed: int) -> Outcome:
+                   seed: int) -> list[Outcome]:
+    """One run's outcome; a fan-out run's, one per destination (its history's part)."""
     run = Run(scenario, settings, random.Random(seed))
     started = time.monotonic()
     deaths: list[str] = []
@@ -226,21 +243,35 @@ async def run_once(scenario: Scenario, settings: Settings, number: int,
             if code not in (0, None):
                 notes.append(f"replica {index} ended with exit code {code}")
     assert run.provider is not None and run.app is not None
+    receipts = [r for app in run.apps.values() or [run.app] for r in app.receipts]
     history = History(kinds=run.provider.kinds, deliveries=run.provider.deliveries,
-                      receipts=run.app.receipts, forwards=forwards, rows=rows, bound=bound,
+                      receipts=receipts, forwards=forwards, rows=rows, bound=bound,
                       faults=dict(run.faults), expect_fault=scenario.expect_fault,
                       proxy_errors=errors, replica_deaths=deaths, kills=run.kills,
                       queued=scenario.queue,
                       concurrency=(scenario.delivery or {}).get("concurrency"),
                       lease=max(p.lease for p in run.config.providers))
-    if scenario.queue:
-        first: dict[str, Receipt] = {}
-        for receipt in sorted(run.app.receipts, key=lambda r: r.arrived):
-            first.setdefault(receipt.event_id, receipt)
-        numbers = Counter(r.attempt for r in first.values())
-        notes.append("attempt number of each event's first request at the app: "
-                     + ", ".join(f"{n}: {count}" for n, count in sorted(numbers.items()))
-                     + " (above 1: a killed worker had taken it)")
-    return Outcome(scenario.name, number, time.monotonic() - started, history,
-                   check(history), tally(history), notes,
-                   server=run.db.description if run.db is not None else "")
+    parts = [(f"{scenario.name}/{name}", for_destination(history, name))
+             for name in scenario.destinations] or [(scenario.name, history)]
+    if scenario.destinations:
+        notes.append(fan_out_note(history))
+    seconds = time.monotonic() - started
+    outcomes = []
+    for label, part in parts:
+        if scenario.queue:
+            notes.append(first_attempts(part))
+        outcomes.append(Outcome(label, number, seconds, part, check(part), tally(part), notes,
+                                server=run.db.description if run.db is not None else ""))
+        notes = []  # the run's own notes go with its first part
+    return outcomes
+
+
+def first_attempts(h: History) -> str:
+    """The attempt number of each event's first request at the app, counted."""
+    first: dict[str, Receipt] = {}
+    for receipt in sorted(h.receipts, key=lambda r: r.arrived):
+        first.setdefault(receipt.event_id, receipt)
+    numbers = Counter(r.attempt for r in first.values())
+    return ("attempt number of each event's first request at the app: "
+            + ", ".join(f"{n}: {count}" for n, count in sorted(numbers.items()))
+            + " (above 1: a killed worker had taken it)")

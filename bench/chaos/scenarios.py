@@ -259,6 +259,39 @@ async def queue_kill_permits(run: Run) -> None:
         await kill_replica(run, run.rng.randrange(len(run.replicas)))
 
 
+DESTINATIONS = ("billing", "crm", "analytics")  # fanout-kill: the provider's three apps
+DOWN = "crm"  # … the one that goes down
+DOWN_SPELL = (5.0, 12.0)  # seconds into the run while it is down
+
+
+async def fanout_kill(run: Run) -> None:
+    """Queue mode with three destinations, each app working 0.3 to 1 s per request: crm dies
+    at 5 s (the requests it is working on get no answer, then connections are refused) and
+    comes back at 12 s, while a random replica is SIGKILLed (and restarted)
+    every 1.5 to 3 s from 2 s until 3 s before the end, with forwards to every destination in
+    flight (and, now and then, a fan-out: the note counts those taken again). Each
+    destination must get every event, a repeat only as a higher attempt."""
+    app = run.apps[DOWN]
+
+    async def spell() -> None:
+        await run.at(DOWN_SPELL[0])
+        run.faults[f"{DOWN}: requests cut when it went down"] += app.in_flight()
+        await app.go_down()
+        try:
+            await run.at(DOWN_SPELL[1])
+        finally:
+            await app.come_up()
+        run.faults[f"{DOWN}: seconds down"] = round(DOWN_SPELL[1] - DOWN_SPELL[0])
+
+    down = asyncio.create_task(spell())
+    try:
+        await queue_kill_forward(run)
+        await down
+    finally:
+        down.cancel()
+        await asyncio.gather(down, return_exceptions=True)
+
+
 async def no_fault(run: Run) -> None:
     """A control run: the same load with nothing injected; every invariant must hold."""
 
@@ -275,6 +308,7 @@ class Scenario:
     queue: bool = False  # the provider in queue mode
     app_down: bool = False  # the app listens only when the scenario starts it
     delivery: Mapping[str, Any] | None = None  # the provider's delivery limits
+    destinations: tuple[str, ...] = ()  # queue mode: fans out to an app of each name
 
 
 # The app works longer where the fault must catch attempts in flight (claimed, forwarded, not
@@ -305,6 +339,10 @@ SCENARIOS = {s.name: s for s in (
     Scenario("queue-kill-permits", "queue mode, delivery.concurrency 3: SIGKILL a replica "
              "while its forwards hold permits, every 1.5–3 s until 12 s", queue_kill_permits,
              app_delay=(0.3, 1.0), queue=True, delivery={"concurrency": 3}),
+    Scenario("fanout-kill", f"queue mode, 3 destinations: {DOWN} down "
+             f"{DOWN_SPELL[0]:g}–{DOWN_SPELL[1]:g} s, a replica SIGKILLed every 1.5–3 s "
+             "while forwards are in flight", fanout_kill, app_delay=(0.3, 1.0), queue=True,
+             destinations=DESTINATIONS),
 )}
 CONTROL = Scenario("control", "no fault: the same load as a baseline", no_fault,
                    expect_fault=False)

@@ -42,11 +42,13 @@ DEFAULTS = Settings()
 
 def proxy_config(upstream_url: str, dsn: str, queue: bool = False,
                  result_commit: str = "wait",
-                 delivery: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 delivery: Mapping[str, Any] | None = None,
+                 destinations: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Two replicas, one provider, short bounds so faults show within seconds. ``queue``: the
     provider in queue mode, retrying fast (a dead replica's events are taken again after the
     lease). ``result_commit``: the store's (no_wait: result writes without their flush).
-    ``delivery``: the provider's ``delivery`` block (limits, breaker)."""
+    ``delivery``: the provider's ``delivery`` block (limits, breaker). ``destinations``: the
+    provider fans out (queue mode) to these apps, each URL by its destination's name."""
     config = base_config(upstream_url, dsn)
     config["providers"] = {"stripe": config["providers"]["stripe"]}  # lease 4s, wait 1s
     if queue:
@@ -55,6 +57,9 @@ def proxy_config(upstream_url: str, dsn: str, queue: bool = False,
                                        "poll_interval": "250ms"}})
     if delivery is not None:  # the provider's delivery limits (rate, concurrency)
         config["providers"]["stripe"]["delivery"] = dict(delivery)
+    if destinations:
+        config["providers"]["stripe"]["destinations"] = [
+            {"name": name, "upstream": {"url": url}} for name, url in destinations.items()]
     config["upstream"] = {"url": upstream_url, "timeout": "2s", "connect_timeout": "1s"}
     config["store"] = {"url": dsn, "pool_max_size": 5, "acquire_timeout": "500ms",
                        "statement_timeout": "500ms", "lock_timeout": "300ms",

@@ -11,10 +11,11 @@ claims a dropped event instead of queueing it (``accept_dropped``)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from sidecar.config.model import ProviderConfig
 from sidecar.core.answers import Answer, filtered
-from sidecar.core.body import NotJson
+from sidecar.core.body import Body, NotJson
 from sidecar.core.events import AttemptResult, EventState, Outcome, RecordedResponse
 from sidecar.core.filtering import NOT_JSON, NotRead, judge, read_event_type
 from sidecar.core.known import KnownAnswers
@@ -27,6 +28,16 @@ def admitted_destinations(delivery: Delivery) -> tuple[str, ...]:
     """Fan-out: the names of the provider's destinations whose filters keep the event (all
     of those without one), noted on its log line when any drops it."""
     provider = delivery.provider
+    names = destinations_admitting(provider, delivery.body, delivery.inbound.headers)
+    if len(names) < len(provider.routes):
+        delivery.trace.fields["destinations"] = len(names)
+    return names
+
+
+def destinations_admitting(provider: ProviderConfig, body: Body,
+                           headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The names of ``provider``'s destinations whose filters keep the event (all of those
+    without one)."""
     document: object | NotRead | None = None
     event_type: str | None = None
     names: list[str] = []
@@ -34,18 +45,15 @@ def admitted_destinations(delivery: Delivery) -> tuple[str, ...]:
         if route.filter is not None:
             if document is None:
                 try:
-                    document = delivery.body.json()
+                    document = body.json()
                 except NotJson:
                     document = NOT_JSON
                 if provider.event_type is not None:
-                    event_type = read_event_type(provider.event_type, document,
-                                                 delivery.inbound.headers)
+                    event_type = read_event_type(provider.event_type, document, headers)
             if not judge(route.filter, event_type, document).keep:
                 continue
         assert route.destination is not None
         names.append(route.destination)
-    if len(names) < len(provider.routes):
-        delivery.trace.fields["destinations"] = len(names)
     return tuple(names)
 
 

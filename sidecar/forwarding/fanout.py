@@ -1,7 +1,9 @@
 """Fan-out: a provider with destinations delivers each accepted event by queueing it once per
 destination it was accepted for (``StoredRequest.destinations``), under the destination's key
 (``stripe.billing``); each destination's own delivery workers forward it from there. The
-provider's queue entry is then done, its recorded answer naming the destinations.
+provider's queue entry is then done, its recorded answer naming the destinations. An event
+accepted before the provider had destinations (for its one app) goes to those it has now
+that admit it, rather than to none.
 
 A try that fails part-way (the store unreachable) is tried again like any queued event: an
 enqueue finds the entry another try wrote, so each destination gets the event once. See
@@ -22,6 +24,7 @@ from sidecar.core.body import Body
 from sidecar.core.errors import StoreError
 from sidecar.core.events import AttemptResult, EventState, Outcome, RecordedResponse, StoredRequest
 from sidecar.core.ports import DeliveryStore
+from sidecar.delivery.filtering import destinations_admitting
 from sidecar.delivery.queue import order_key_of
 from sidecar.forwarding.forwarder import Sent
 
@@ -40,10 +43,10 @@ class FanOut:
                    request: StoredRequest) -> Sent:
         started = time.monotonic()
         [event_id] = ids
-        # Accepted before the provider had destinations: to every one it has now.
-        names = (request.destinations if request.destinations is not None
-                 else tuple(r.destination for r in provider.routes if r.destination))
         body = Body(request.body)
+        names = request.destinations
+        if names is None:  # accepted before the provider had destinations: its current ones
+            names = destinations_admitting(provider, body, dict(request.headers))
         copy = replace(request, destinations=None)
         order_key = order_key_of(provider, body)
         # Together, so that the store may write them in one statement (``store.coalesce``);

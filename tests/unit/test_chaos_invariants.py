@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.chaos.fanout import fan_out_note, for_destination
 from bench.chaos.history import (
     Delivery,
     ForwardLog,
@@ -412,3 +413,48 @@ def test_queue_workers_log_lines_become_forwards() -> None:
         ForwardLog("evt_1", 5, 0),
         ForwardLog("evt_1", 6, 0),
     ]
+
+
+# -- fan-out: each destination checked on its own ----------------------------------------------
+
+
+def reached(destination: str, attempt: int = 1, at: float = 0.05) -> Receipt:
+    return replace(app("evt_1", attempt, at), destination=destination)
+
+
+def row(queue: str, state: str = "done", attempt: int = 1) -> Row:
+    return Row("evt_1", state, attempt, lease_expired=True, provider=queue)
+
+
+def fanned_out() -> History:
+    """One accepted event fanned out to billing (delivered once), crm (never delivered) and
+    analytics (attempt 1 answered and its success logged, then attempt 2), while billing's
+    attempt 1 got no answer on its replica's log."""
+    return queued(history(
+        [ok("evt_1", elapsed=0.01)],
+        [reached("billing"), reached("analytics"), reached("analytics", 2, at=1.05)],
+        [row("stripe"), row("stripe.billing"), row("stripe.crm", "queued", 0),
+         row("stripe.analytics", attempt=2)],
+        [ForwardLog("evt_1", 1, 0, upstream_error="timeout", provider="stripe.billing"),
+         ForwardLog("evt_1", 1, 1, provider="stripe.analytics")]))
+
+
+def test_a_fan_out_history_is_checked_per_destination() -> None:
+    h = fanned_out()
+    assert check(for_destination(h, "billing")) == []
+    crm = check(for_destination(h, "crm"))
+    assert {v.invariant for v in crm} == {Invariant.LOST_ZERO}
+    assert "row queued at attempt 0; app 2xx: no" in crm[0].evidence[0]
+    # analytics' attempt 1 succeeded on its own log: its repeat is unjustified, though billing's
+    # attempt 1 (another queue's) had no answer.
+    assert violated(for_destination(h, "analytics")) == {Invariant.REPEATS_JUSTIFIED}
+    assert fan_out_note(h) == "the provider's own queue: done 1; fanned out again: 0"
+
+
+def test_from_logs_keeps_the_queue_each_line_is_about() -> None:
+    line = {"event": "queue_delivery", "event_id": "evt_1", "attempt": 1, "result": "done",
+            "app_status_class": "2xx", "upstream_ms": 1.0}
+    replica = ProxyProcess(Path("unused"), logs=[{**line, "provider": "stripe.crm"},
+                                                 {**line, "provider": "stripe"}])
+    forwards, _, _ = from_logs([(0, replica)])
+    assert [f.provider for f in forwards] == ["stripe.crm", "stripe"]
