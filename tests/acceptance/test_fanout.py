@@ -376,10 +376,11 @@ INSERT INTO webhook_event (provider, event_id, received_at, body_sha256, state, 
                            updated_at)
 VALUES ('stripe.crm', $1, clock_timestamp(), '\\x00'::bytea, 'queued', 0, clock_timestamp())
 """
+# The sessions waiting for this one's locks (the statement text in pg_stat_activity is cut at
+# track_activity_query_size, before a batched enqueue's INSERT).
 WAITING = """
 SELECT count(*) FROM pg_stat_activity
- WHERE datname = current_database() AND wait_event_type = 'Lock'
-   AND query LIKE '%INSERT INTO webhook_event%'
+ WHERE datname = current_database() AND pg_backend_pid() = ANY(pg_blocking_pids(pid))
 """
 
 
@@ -390,6 +391,7 @@ async def test_sigkill_of_a_proxy_mid_fan_out_loses_nothing_per_destination(
         # Longer than it takes to see the blocked statement, start a second proxy and kill
         # the first.
         dep.config["store"]["statement_timeout"] = "10s"
+        dep.config["store"]["lock_timeout"] = "10s"  # the blocked enqueue waits, not fails
         billing, crm = (dep.apps[n] for n in names)
         crm.hold.clear()  # crm's answers are held: forwards in flight when the proxy dies
         for app in dep.apps.values():
@@ -405,7 +407,8 @@ async def test_sigkill_of_a_proxy_mid_fan_out_loses_nothing_per_destination(
                            what="crm forwards in flight")
 
         # Another session inserts crm's row of one more event and does not commit: that
-        # event's fan-out queues billing, then waits for the row lock in its enqueue for crm.
+        # event's fan-out waits for the row lock in its enqueue for crm (billing's enqueue,
+        # made at the same time, has committed, or waits with it in one batched statement).
         blocker = await asyncpg.connect(dep.store_url)
         try:
             tx = blocker.transaction()
@@ -426,7 +429,6 @@ async def test_sigkill_of_a_proxy_mid_fan_out_loses_nothing_per_destination(
             await tx.rollback()
         finally:
             await blocker.close()
-        assert (await dep.queues())["stripe.billing"].get(BLOCKED) is not None
         crm.hold.set()
 
         ids.append(BLOCKED)
