@@ -145,7 +145,9 @@ def report(ctx: Context, results: dict[str, list[Result]]) -> tuple[str, bool]:
     problems = [f"- {PHASES[name].title}, run {i + 1}: {problem}"
                 for name, runs in results.items() for i, r in enumerate(runs)
                 for problem in r.problems]
-    checks = ("Checks: every answer 2xx; each new event reached the app once, no duplicate "
+    fanned = any(PHASES[name].destinations for name in results)
+    once = "once (once per destination where it has destinations)" if fanned else "once"
+    checks = (f"Checks: every answer 2xx; each new event reached the app {once}, no duplicate "
               "did; no id ran out." if not problems else "Problems:\n" + "\n".join(problems))
     side_by_side = ratios(results, args.stores) if len(args.stores) > 1 else ""
     text = (f"Machine: {machine(ctx)}.\n\n{conditions}.\n\n{table(results, args.stores)}\n\n"
