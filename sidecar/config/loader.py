@@ -66,6 +66,8 @@ LOADER_ONLY_RULES: Final[tuple[str, ...]] = (
     "providers.<key>.filter: types needs an event type (the preset's event_type or the "
     "provider's own); a glob's [ must be closed; a JSON path selects one value (no [*]); "
     "store_outage: forward is for forward mode only",
+    "providers.<key>.destinations[]: each name once; each destination's upstream.timeout below "
+    "the provider's lease",
 )
 
 

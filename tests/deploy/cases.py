@@ -586,3 +586,38 @@ LOADER_ONLY += [
     Case("notify-secret-not-whsec", base(notify={"targets": [
         {"url": "https://ops.example.com/hook", "secret": "not-a-whsec-secret"}]}), rule=14),
 ]
+
+
+# fan-out: destinations.
+_FANNED = {"path": "/s", "preset": "stripe", "secrets": ["x"], "mode": "queue",
+           "destinations": [{"name": "billing", "upstream": {"url": "http://billing"}},
+                            {"name": "crm", "upstream": {"url": "http://crm", "timeout": "5s"},
+                             "delivery": {"rate": "10/s"},
+                             "filter": {"types": {"allow": ["customer.*"]}}}]}
+VALID += [
+    Case("destinations", {"providers": {"stripe": _FANNED}}),
+    Case("destinations-top-level-url", base(providers={"stripe": {
+        **_FANNED, "destinations": [{"name": "billing"}]}})),
+]
+INVALID += [
+    Case("destinations-forward-mode", base(providers={"stripe": {**_FANNED, "mode": "forward"}})),
+    Case("destinations-without-mode", {"providers": {"stripe": {
+        k: v for k, v in _FANNED.items() if k != "mode"}}}),
+    Case("destinations-beside-upstream", base(providers={"stripe": {
+        **_FANNED, "upstream": {"url": "http://app"}}})),
+    Case("destinations-beside-delivery", base(providers={"stripe": {
+        **_FANNED, "delivery": {"rate": "5/s"}}})),
+    Case("destination-without-url", {"providers": {"stripe": {
+        **_FANNED, "destinations": [{"name": "billing"}]}}}),
+    Case("destination-bad-name", base(providers={"stripe": {
+        **_FANNED, "destinations": [{"name": "Billing"}]}})),
+    Case("destination-unknown-key", base(providers={"stripe": {
+        **_FANNED, "destinations": [{"name": "billing", "url": "http://billing"}]}})),
+]
+LOADER_ONLY += [
+    Case("destinations-same-name", base(providers={"stripe": {
+        **_FANNED, "destinations": [{"name": "billing"}, {"name": "billing"}]}}), rule=16),
+    Case("destination-timeout-over-lease", base(providers={"stripe": {
+        **_FANNED, "destinations": [{"name": "billing", "upstream": {"timeout": "90s"}}]}}),
+         rule=16),
+]

@@ -77,6 +77,13 @@ REQUIRED_WITHOUT_PRESET: Final = ("signature", "event_id")
         "event_id": ref("event_id_override"),
         "handshake": ref("handshake_override"),
     }},
+    # Destinations (at least one) need queue mode, and replace upstream and delivery.
+    "allOf": [{
+        "if": {"required": ["destinations"],
+               "properties": {"destinations": {"type": "array", "minItems": 1}}},
+        "then": {"required": ["mode"], "properties": {"mode": {"const": "queue"}},
+                 "not": {"anyOf": [{"required": ["upstream"]}, {"required": ["delivery"]}]}},
+    }],
     "else": {
         "required": list(REQUIRED_WITHOUT_PRESET),
         "properties": {

@@ -50,8 +50,14 @@ _UPSTREAM_URL: Final = {"required": ["upstream"], "properties": {"upstream": {
     "type": "object", "required": ["url"], "properties": {"url": {"type": "string"}}}}}
 
 
+# ...or each of its destinations has its own.
+_DESTINATION_URLS: Final = {"required": ["destinations"], "properties": {"destinations": {
+    "minItems": 1, "items": _UPSTREAM_URL}}}
+
+
 @block("webhook-sidecar configuration.", extra={"anyOf": [
-    _UPSTREAM_URL, {"properties": {"providers": {"additionalProperties": _UPSTREAM_URL}}}]})
+    _UPSTREAM_URL, {"properties": {"providers": {"additionalProperties": {
+        "anyOf": [_UPSTREAM_URL, _DESTINATION_URLS]}}}}]})
 class Config:
     listen: Address = setting(HostPort(), "Provider-facing listener: provider routes only.",
                               yaml_default="0.0.0.0:8080")
