@@ -246,11 +246,14 @@ async def test_an_unreachable_app_costs_no_attempt_and_pauses_the_provider() -> 
     async with q:
         for n in range(6):
             await q.send(f"evt_{n}")
-        # While down: one probe at a time, each given back (still attempt 0 on the row).
-        await eventually(lambda: _tried(q, 4))
-        rows = [await q.store.get("stripe", f"evt_{n}") for n in range(6)]
-        assert all(r is not None and r.attempt == 0 for r in rows)
-        assert all(r is not None and r.state is EventState.QUEUED for r in rows)
+        # While down: one probe at a time, each given back (still attempt 0 on the row, once
+        # the probe in flight, if any, has been settled: probes are 100-200 ms apart).
+        async def given_back() -> bool:
+            rows = [await q.store.get("stripe", f"evt_{n}") for n in range(6)]
+            return await _tried(q, 4) and all(
+                r is not None and r.attempt == 0 and r.state is EventState.QUEUED for r in rows)
+
+        await eventually(given_back)
         reachable.set()
         for n in range(6):
             await eventually(done(q, f"evt_{n}"), timeout=5)
