@@ -378,3 +378,35 @@ class ClaimFails:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class ProxyGroup:
+    """What a deployment of queue-mode proxies on one store shares, for a dataclass that holds
+    ``store_url``, ``tmp``, ``config``, ``client`` and ``procs``: its rows, its config file,
+    starting proxies and sending Stripe deliveries to them in turn."""
+
+    store_url: str
+    tmp: Path
+    config: dict[str, Any]
+    client: aiohttp.ClientSession
+    procs: list[ProxyProcess]
+    route = "/webhooks/stripe"
+
+    @property
+    def rows(self) -> Rows:
+        return Rows(self.store_url)
+
+    @property
+    def config_path(self) -> str:
+        return str(write_config(self.tmp, self.config))
+
+    def url(self, i: int) -> str:
+        return self.procs[i % len(self.procs)].url + self.route
+
+    async def start(self, count: int) -> None:
+        path = write_config(self.tmp, self.config)
+        self.procs += list(await asyncio.gather(*(ProxyProcess(path).start()
+                                                  for _ in range(count))))
+
+    async def send(self, i: int, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        return await post(self.client, self.url(i), body, stripe_headers(body))

@@ -45,8 +45,8 @@ from aiohttp import web
 
 from tests.acceptance.conftest import create_database, drop_database, run_cli
 from tests.support import (
+    ProxyGroup,
     ProxyProcess,
-    Rows,
     Seen,
     StubApp,
     answer_200,
@@ -54,12 +54,10 @@ from tests.support import (
     post,
     stripe_event,
     stripe_headers,
-    write_config,
 )
 
 pytestmark = pytest.mark.timeout(240)
 
-STRIPE = "/webhooks/stripe"
 ORDER_PATH = "$.data.object.id"
 States = dict[str, tuple[str, int]]  # event id → (state, attempt) of one queue
 
@@ -68,7 +66,7 @@ States = dict[str, tuple[str, int]]  # event id → (state, attempt) of one queu
 
 
 @dataclass
-class Group:
+class Group(ProxyGroup):
     """Proxies on one store, the ``stripe`` provider in queue mode fanning out to ``apps`` (one
     destination each, by name)."""
 
@@ -80,35 +78,16 @@ class Group:
     client: aiohttp.ClientSession
     procs: list[ProxyProcess] = field(default_factory=list)
 
-    @property
-    def rows(self) -> Rows:
-        return Rows(self.store_url)
-
-    @property
-    def config_path(self) -> str:
-        return str(write_config(self.tmp, self.config))
-
     def set_destinations(self, names: Iterable[str], **blocks: dict[str, Any]) -> None:
         """The provider's destinations: each app by name (``blocks``: keys added to one)."""
         self.config["providers"]["stripe"]["destinations"] = [
             {"name": name, "upstream": {"url": self.apps[name].url}, **blocks.get(name, {})}
             for name in names]
 
-    def url(self, i: int) -> str:
-        return self.procs[i % len(self.procs)].url + STRIPE
-
-    async def start(self, count: int) -> None:
-        path = write_config(self.tmp, self.config)
-        self.procs += list(await asyncio.gather(*(ProxyProcess(path).start()
-                                                  for _ in range(count))))
-
     async def stop(self) -> None:
         for proc in self.procs:
             assert await proc.terminate() == 0, "\n".join(proc.raw_logs[-20:])
         self.procs = []
-
-    async def send(self, i: int, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        return await post(self.client, self.url(i), body, stripe_headers(body))
 
     async def accept_all(self, ids: Sequence[str], bodies: dict[str, bytes] | None = None,
                          at_once: int = 10) -> None:

@@ -44,8 +44,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.acceptance.conftest import create_database, drop_database, run_cli
 from tests.support import (
+    ProxyGroup,
     ProxyProcess,
-    Rows,
     Seen,
     StubApp,
     answer_200,
@@ -58,7 +58,6 @@ from tests.support import (
 
 pytestmark = pytest.mark.timeout(240)
 
-STRIPE = "/webhooks/stripe"
 ORDER_PATH = "$.data.object.id"
 P99_BOUND_MS = 50.0  # the acceptance: a queue-mode answer never waits for the app
 
@@ -77,7 +76,7 @@ def order_key(seen: Seen) -> str | None:
 
 
 @dataclass
-class Queued:
+class Queued(ProxyGroup):
     """Proxies on one store with the ``stripe`` provider in queue mode, in front of ``app``."""
 
     kind: str
@@ -87,25 +86,6 @@ class Queued:
     config: dict[str, Any]
     client: aiohttp.ClientSession
     procs: list[ProxyProcess] = field(default_factory=list)
-
-    @property
-    def rows(self) -> Rows:
-        return Rows(self.store_url)
-
-    @property
-    def config_path(self) -> str:
-        return str(write_config(self.tmp, self.config))
-
-    def url(self, i: int) -> str:
-        return self.procs[i % len(self.procs)].url + STRIPE
-
-    async def start(self, count: int) -> None:
-        path = write_config(self.tmp, self.config)
-        self.procs += list(await asyncio.gather(*(ProxyProcess(path).start()
-                                                  for _ in range(count))))
-
-    async def send(self, i: int, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        return await post(self.client, self.url(i), body, stripe_headers(body))
 
     async def states(self) -> dict[str, tuple[str, int]]:
         return {r["event_id"]: (r["state"], r["attempt"]) for r in await self.rows.all()
