@@ -41,8 +41,8 @@ def destinations_admitting(provider: ProviderConfig, body: Body,
     document: object | NotRead | None = None
     event_type: str | None = None
     names: list[str] = []
-    for route in provider.routes:
-        if route.filter is not None:
+    for destination in provider.destinations:
+        if destination.filter is not None:
             if document is None:
                 try:
                     document = body.json()
@@ -50,10 +50,9 @@ def destinations_admitting(provider: ProviderConfig, body: Body,
                     document = NOT_JSON
                 if provider.event_type is not None:
                     event_type = read_event_type(provider.event_type, document, headers)
-            if not judge(route.filter, event_type, document).keep:
+            if not judge(destination.filter, event_type, document).keep:
                 continue
-        assert route.destination is not None
-        names.append(route.destination)
+        names.append(destination.name)
     return tuple(names)
 
 

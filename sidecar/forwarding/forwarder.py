@@ -70,7 +70,7 @@ def _unsigned(provider: str) -> Sequence[bytes]:
     return ()
 
 
-def _destination(provider: ProviderConfig) -> Attributes:
+def destination_attributes(provider: ProviderConfig) -> Attributes:
     """A span's destination attribute: a destination's route names it."""
     return {} if provider.destination is None else {"webhook.destination": provider.destination}
 
@@ -155,7 +155,7 @@ class Forwarder:
                 **_app_attributes(app_url), "http.request.method": request.method,
                 "url.full": _redacted(app_url).rstrip("/") + request.path.partition("?")[0],
                 "webhook.provider": key, "webhook.attempt": attempt,
-                **_destination(provider)}) as span:
+                **destination_attributes(provider)}) as span:
             # The app's trace continues from this span; an inbound traceparent is replaced
             # (forwardable_headers drops inbound headers the proxy sets).
             added.update(self._tracer.headers())

@@ -28,7 +28,15 @@ from sidecar.core.ports import QueueWorkerStore
 from sidecar.core.queueing import RetryPolicy, ended, settlement, unreachable_pause
 from sidecar.core.tracing import NO_TRACER, SpanKind, Tracer
 from sidecar.forwarding.fanout import FanOut
-from sidecar.forwarding.forwarder import LEASE_MARGIN, Forwarder, Sent, holds, shielded, write_until
+from sidecar.forwarding.forwarder import (
+    LEASE_MARGIN,
+    Forwarder,
+    Sent,
+    destination_attributes,
+    holds,
+    shielded,
+    write_until,
+)
 from sidecar.forwarding.holds import Holds
 from sidecar.forwarding.limits import ProviderLimits
 from sidecar.obs.logs import get_logger
@@ -214,13 +222,10 @@ class QueueWorker:
         if not self._tracer.enabled:
             await self._attempt(work, leased_from, admitted)
             return
-        attributes: dict[str, str | int] = {
-            "webhook.provider": self._provider.provider_key, "webhook.event_id": work.event_id,
-            "webhook.attempt": work.attempt}
-        if self._provider.destination is not None:
-            attributes["webhook.destination"] = self._provider.destination
-        with self._tracer.linked("queue attempt", SpanKind.CONSUMER, attributes,
-                                 work.request.traceparent) as span:
+        with self._tracer.linked("queue attempt", SpanKind.CONSUMER, {
+                "webhook.provider": self._provider.provider_key,
+                "webhook.event_id": work.event_id, "webhook.attempt": work.attempt,
+                **destination_attributes(self._provider)}, work.request.traceparent) as span:
             outcome = await self._attempt(work, leased_from, admitted)
             span.set_attribute("webhook.result", outcome)
             if outcome == "dead":

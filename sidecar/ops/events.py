@@ -4,6 +4,7 @@ stuck or failed event, re-drive a failed event from its stored payload, and re-q
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -127,7 +128,7 @@ def _destination_names(config: Config, provider: str,
     route = config.route(provider)
     if route is None or not route.fans_out:
         return None
-    return tuple(r.destination or "" for r in route.routes)
+    return tuple(d.name for d in route.destinations)
 
 
 async def destination_rows(store: OperatorStore, provider: str, event_id: str,
@@ -135,16 +136,16 @@ async def destination_rows(store: OperatorStore, provider: str, event_id: str,
     """Each destination's copy of a provider's event, in ``names``' order: ``destination``,
     its key (``provider``) and ``event`` — its row (as :func:`describe`) with its queue entry
     and attempts, or None until the provider's queue worker has queued it there."""
-    rows = []
-    for name in names:
+    async def one(name: str) -> dict[str, Any]:
         key = route_key(provider, name)
         row = await store.get(key, event_id)
         event = None
         if row is not None:
             event = {**describe(row), **await _details(store, key, event_id,
                                                         in_queue=row.in_queue)}
-        rows.append({"destination": name, "provider": key, "event": event})
-    return rows
+        return {"destination": name, "provider": key, "event": event}
+
+    return list(await asyncio.gather(*(one(name) for name in names)))  # read side by side
 
 
 async def release(config: Config, store: OperatorStore, provider: str, event_id: str, *,

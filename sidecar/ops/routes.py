@@ -28,7 +28,7 @@ def find_route(config: Config, key: str, destination: str | None = None) -> Prov
     if not provider.routes:
         raise OperationError(404, f"provider {name!r} has no destinations, so no "
                                   f"{wanted!r}")
-    known = ", ".join(r.destination or "" for r in provider.routes)
+    known = ", ".join(d.name for d in provider.destinations)
     raise OperationError(404, f"provider {name!r} has no destination {wanted!r} (its "
                               f"destinations: {known})")
 

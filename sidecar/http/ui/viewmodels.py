@@ -96,7 +96,7 @@ def overview_page(config: Config, holds: Sequence[Mapping[str, Any]],
             "oldest": queue.oldest_pending_seconds if queue else 0.0,
             "dead": queue.dead if queue else 0,
             "queue_mode": provider.mode is Mode.QUEUE,
-            "destinations": [r.destination for r in provider.routes],
+            "destinations": [d.name for d in provider.destinations],
             "destination_of": provider.provider_key if provider.destination else None,
         })
     return {"rows": rows, "per_minute": rates.per_minute}
